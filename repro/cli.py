@@ -1,0 +1,89 @@
+"""The `repro` command line (see shared/DESIGN.md for the contract)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from repro.errors import ReproError
+from repro.units import parse_count
+
+
+def _data_build(args: argparse.Namespace) -> None:
+    from repro.data.pool import PoolSpec, build_pool, load_pool, pool_summary
+
+    spec = PoolSpec(source=args.source, tokens=parse_count(args.tokens), val_tokens=parse_count(args.val_tokens, "validation token count"),
+                    seed=args.seed, val_seed=args.val_seed, vocab_size=args.vocab_size, tokenizer=args.tokenizer,
+                    text_field=args.text_field, text_unit=args.text_unit, dtype=args.dtype)
+    started = time.perf_counter()
+    out = build_pool(spec, args.out, force=args.force, progress=not args.quiet)
+    print(pool_summary(load_pool(out)))
+    print(f"\nbuilt in {time.perf_counter() - started:.1f} s")
+
+
+def _data_info(args: argparse.Namespace) -> None:
+    from repro.data.pool import load_pool, pool_summary
+
+    print(pool_summary(load_pool(args.pool)))
+
+
+def _train(args: argparse.Namespace) -> None:
+    from repro.train import load_run_config, train
+
+    config = load_run_config(args.config, args.overrides, pool=args.pool)
+    status = train(config, args.out, progress=not args.quiet)
+    print(f"{args.out}: {status['status']}" + (f", best val loss {status['best_val_loss']:.4f} at epoch {status['best_epoch']}"
+                                               if status.get("best_val_loss") is not None else ""))
+    if status["status"] != "done":
+        sys.exit(1)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="repro", description="Multi-epoch pretraining on a finite document pool (arXiv 2610.15965).")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    data = commands.add_parser("data", help="build and inspect pools").add_subparsers(dest="data_command", required=True)
+    build = data.add_parser("build", help="build a pool of unique training documents plus validation documents")
+    build.add_argument("--source", required=True, help="stdlib | synthetic | hf:NAME[:CONFIG] | path or glob of .txt/.jsonl/.parquet")
+    build.add_argument("--tokens", required=True, help="training tokens, e.g. 500k, 1M, 2.5M, 1B")
+    build.add_argument("--val-tokens", default="100k", help="validation tokens (default 100k)")
+    build.add_argument("--seed", type=int, default=0, help="draws the training documents")
+    build.add_argument("--val-seed", type=int, default=None, help="draws the validation documents (default: --seed); fix it to share them across pools")
+    build.add_argument("--vocab-size", type=int, default=2048, help="vocab of the trained byte-level BPE")
+    build.add_argument("--tokenizer", default=None, help="use this tokenizer.json, pool directory or hub name instead of training one")
+    build.add_argument("--text-field", default="text", help="field holding the text in .jsonl/.parquet/hub records")
+    build.add_argument("--text-unit", default="file", choices=["file", "paragraph", "line"], help=".txt files: one document per file, blank-line paragraph or line")
+    build.add_argument("--dtype", default="auto", help="auto | uint16 | uint32")
+    build.add_argument("--out", required=True, help="pool directory, e.g. data/pools/stdlib-1m")
+    build.add_argument("--force", action="store_true", help="replace a different pool at --out")
+    build.add_argument("--quiet", action="store_true", help="no progress bars")
+    build.set_defaults(func=_data_build)
+    info = data.add_parser("info", help="counts of a built pool")
+    info.add_argument("pool")
+    info.set_defaults(func=_data_info)
+
+    train = commands.add_parser("train", help="one training run")
+    train.add_argument("--pool", default=None, help="pool directory")
+    train.add_argument("--out", required=True, help="run directory")
+    train.add_argument("--config", default=None, help="YAML file of run fields")
+    train.add_argument("--quiet", action="store_true", help="no progress bar")
+    train.add_argument("overrides", nargs="*", help="key=value run fields, e.g. model=cpu-s epochs=8 loader=repack")
+    train.set_defaults(func=_train)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except ReproError as exc:
+        print(f"repro: error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print("repro: interrupted", file=sys.stderr)
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,191 @@
+"""Document sources: each yields documents (id, text[, log-probability]) as a stream.
+
+A source is either *finite* (the Python standard library, local files: read in a fixed order, the
+pool builder draws a seeded random subset of it) or *unbounded* (the synthetic generator, a Hugging
+Face hub dataset: the stream itself is seeded, `documents(seed)` yields documents in a seeded
+random order and the builder takes a prefix).
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+import sys
+import sysconfig
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from repro.data.synthetic import Grammar, synthetic_documents
+from repro.errors import ReproError
+
+TEXT_UNITS = {"file": "document", "paragraph": "paragraph", "line": "line"}
+LOCAL_BUILDERS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
+HUB_SHUFFLE_BUFFER = 10_000  # documents held by datasets' streaming shuffle
+
+
+@dataclass(frozen=True)
+class Document:
+    id: str
+    text: str
+    logprob: float | None = None  # natural log-probability under a known generator (synthetic only)
+
+
+@dataclass
+class Source:
+    """A named stream of documents; `info` is recorded in the pool's meta.json."""
+
+    spec: str
+    finite: bool
+    info: dict = field(default_factory=dict)
+
+    def documents(self, seed: int) -> Iterator[Document]:
+        raise NotImplementedError
+
+
+# --- the Python standard library -------------------------------------------------------------
+
+_TEST_DIRS = {"test", "tests", "idle_test", "__pycache__", "site-packages", "dist-packages"}
+
+
+def stdlib_files() -> list[Path]:
+    """The standard library's .py files, tests excluded, in sorted order."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    files: list[Path] = []
+    for folder, subdirs, names in os.walk(root):
+        subdirs[:] = [d for d in subdirs if d not in _TEST_DIRS and not d.startswith("test_")]
+        files += [Path(folder) / n for n in names if n.endswith(".py") and not n.startswith("test_")]
+    return sorted(files)
+
+
+class StdlibSource(Source):
+    def __init__(self) -> None:
+        self._root = Path(sysconfig.get_paths()["stdlib"])
+        files = stdlib_files()
+        digest = hashlib.sha256()
+        for path in files:
+            digest.update(str(path.relative_to(self._root)).encode())
+            digest.update(hashlib.sha256(path.read_bytes()).digest())
+        super().__init__("stdlib", finite=True, info={
+            "python_version": sys.version.split()[0],
+            "files": len(files),
+            "content_sha256": digest.hexdigest(),
+        })
+        self._files = files
+
+    def documents(self, seed: int) -> Iterator[Document]:
+        for path in self._files:
+            yield Document(str(path.relative_to(self._root)), path.read_text(encoding="utf-8", errors="replace"))
+
+
+# --- synthetic ----------------------------------------------------------------------------------
+
+class SyntheticSource(Source):
+    def __init__(self, grammar: Grammar = Grammar()) -> None:
+        super().__init__("synthetic", finite=False, info={"grammar": grammar.__dict__ | {"template_probs": list(grammar.template_probs)}})
+        self.grammar = grammar
+
+    def documents(self, seed: int) -> Iterator[Document]:
+        for doc_id, text, logp in synthetic_documents(seed, self.grammar):
+            yield Document(doc_id, text, logp)
+
+
+# --- Hugging Face datasets: the hub, and local files through the packaged builders ----------
+
+def _check_text_field(record: dict, text_field: str, where: str) -> None:
+    if text_field not in record:
+        raise ReproError(f"{where} has no field {text_field!r} (fields: {', '.join(record)}); pass --text-field NAME")
+
+
+def _stream_records(dataset, text_field: str, where: str, prefix: str) -> Iterator[Document]:
+    first = True
+    for index, record in enumerate(dataset):
+        if first:
+            _check_text_field(record, text_field, where)
+            first = False
+        text = record[text_field]
+        if isinstance(text, str):
+            yield Document(str(record.get("id", f"{prefix}{index}")), text)
+
+
+class HubSource(Source):
+    """`hf:NAME[:CONFIG]`, streamed (train split) and shuffled with datasets' seeded shuffle buffer."""
+
+    def __init__(self, name: str, config: str | None, text_field: str) -> None:
+        super().__init__(f"hf:{name}" + (f":{config}" if config else ""), finite=False,
+                         info={"dataset": name, "config": config, "split": "train", "text_field": text_field,
+                               "shuffle_buffer_docs": HUB_SHUFFLE_BUFFER})
+        self.name, self.config, self.text_field = name, config, text_field
+
+    def documents(self, seed: int) -> Iterator[Document]:
+        import datasets
+
+        try:
+            stream = datasets.load_dataset(self.name, self.config, split="train", streaming=True)
+        except Exception as exc:  # the hub's errors are long; keep the first line
+            raise ReproError(f"cannot open dataset {self.name!r}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__} "
+                             "(check the name, the network, or HF_HUB_OFFLINE)") from exc
+        stream = stream.shuffle(seed=seed, buffer_size=HUB_SHUFFLE_BUFFER)
+        yield from _stream_records(stream, self.text_field, self.spec, prefix="")
+
+
+class LocalFilesSource(Source):
+    """.txt / .jsonl / .parquet files (a path, a directory or a glob) through datasets' builders."""
+
+    def __init__(self, pattern: str, text_field: str, text_unit: str) -> None:
+        if text_unit not in TEXT_UNITS:
+            raise ReproError(f"unknown --text-unit {text_unit!r}; choose one of: {', '.join(TEXT_UNITS)}")
+        path = Path(pattern)
+        if path.is_dir():
+            files = sorted(str(p) for p in path.rglob("*") if p.suffix in LOCAL_BUILDERS)
+        else:
+            files = sorted(glob.glob(pattern, recursive=True))
+        if not files:
+            raise ReproError(f"no files match {pattern!r}; give a .txt/.jsonl/.parquet path, directory or glob")
+        kinds = {Path(f).suffix for f in files}
+        unknown = kinds - set(LOCAL_BUILDERS)
+        if unknown:
+            raise ReproError(f"unsupported file type {sorted(unknown)[0]!r} in {pattern!r}; use .txt, .jsonl or .parquet")
+        builders = {LOCAL_BUILDERS[k] for k in kinds}
+        if len(builders) > 1:
+            raise ReproError(f"{pattern!r} mixes file types {sorted(kinds)}; build from one type at a time")
+        for f in files:
+            if not os.access(f, os.R_OK):
+                raise ReproError(f"cannot read {f}; check its permissions")
+        self.files, self.builder = files, builders.pop()
+        self.text_field = "text" if self.builder == "text" else text_field
+        self.text_unit = text_unit
+        digest = hashlib.sha256()
+        for f in files:
+            stat = os.stat(f)
+            digest.update(f"{Path(f).name}:{stat.st_size}".encode())
+        super().__init__(pattern, finite=True, info={
+            "files": len(files), "builder": self.builder, "text_field": self.text_field,
+            "text_unit": text_unit if self.builder == "text" else None, "names_sizes_sha256": digest.hexdigest()})
+
+    def documents(self, seed: int) -> Iterator[Document]:
+        import datasets
+
+        kwargs = {"sample_by": TEXT_UNITS[self.text_unit]} if self.builder == "text" else {}
+        try:
+            stream = datasets.load_dataset(self.builder, data_files=self.files, split="train", streaming=True, **kwargs)
+            yield from _stream_records(stream, self.text_field, self.spec, prefix="")
+        except ReproError:
+            raise
+        except Exception as exc:
+            raise ReproError(f"cannot read {self.spec!r}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from exc
+
+
+def open_source(spec: str, text_field: str = "text", text_unit: str = "file") -> Source:
+    """`stdlib` | `synthetic` | `hf:NAME[:CONFIG]` | a path, directory or glob of local files."""
+    if spec == "stdlib":
+        return StdlibSource()
+    if spec == "synthetic":
+        return SyntheticSource()
+    if spec.startswith("hf:"):
+        name, _, config = spec[3:].partition(":")
+        if not name:
+            raise ReproError("empty dataset name in 'hf:'; write hf:NAME or hf:NAME:CONFIG")
+        return HubSource(name, config or None, text_field)
+    return LocalFilesSource(spec, text_field, text_unit)

@@ -1,0 +1,277 @@
+"""Dense Llama-style decoder-only transformer.
+
+Pre-norm blocks with RMSNorm, rotary position embeddings (the HF/Llama "rotate_half"
+convention), grouped-query causal attention and a SwiGLU MLP; no biases anywhere.
+Parameter names and layouts map 1:1 onto `transformers.LlamaForCausalLM`:
+
+    tok_embeddings           -> model.embed_tokens
+    layers.i.attention.wq    -> model.layers.i.self_attn.q_proj   (also wk/k, wv/v, wo/o)
+    layers.i.feed_forward.w1 -> model.layers.i.mlp.gate_proj      (w3: up_proj, w2: down_proj)
+    layers.i.attention_norm  -> model.layers.i.input_layernorm
+    layers.i.ffn_norm        -> model.layers.i.post_attention_layernorm
+    norm                     -> model.norm
+    output                   -> lm_head
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    vocab_size: int
+    d_model: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int  # n_heads for multi-head attention; fewer for grouped-query attention
+    d_ff: int  # hidden width of the SwiGLU MLP
+    max_seq_len: int  # tokens; rotary tables are built for this length
+    tie_embeddings: bool = False  # output head shares the token-embedding matrix
+    rope_theta: float = 500000.0
+    norm_eps: float = 1e-5
+    init_std: float = 0.02
+
+    def __post_init__(self) -> None:
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(f"n_heads={self.n_heads} is not divisible by n_kv_heads={self.n_kv_heads}")
+        if self.head_dim % 2:
+            raise ValueError(f"head_dim={self.head_dim} must be even for rotary embeddings")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """Architecture of one model size, independent of the vocabulary."""
+
+    d_model: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    d_ff: int
+    max_seq_len: int  # tokens
+
+
+SIZES: dict[str, ModelShape] = {
+    # CPU sizes for a 2-core laptop; "tiny" is for tests and CI smoke runs.
+    "tiny": ModelShape(32, 2, 2, 2, 96, 512),
+    "cpu-s": ModelShape(96, 3, 3, 3, 256, 512),
+    "cpu-m": ModelShape(128, 4, 4, 4, 352, 512),
+    "cpu-l": ModelShape(192, 6, 6, 6, 512, 512),
+    # The paper's ladder; names are total (untied) parameters with the Llama-3 vocabulary.
+    "150m": ModelShape(512, 6, 8, 8, 1792, 4096),
+    "300m": ModelShape(768, 12, 12, 12, 2688, 4096),
+    "600m": ModelShape(1024, 24, 16, 8, 3584, 4096),
+    "1.4b": ModelShape(2048, 16, 16, 8, 7168, 4096),
+    "1.5b": ModelShape(1536, 36, 16, 8, 5376, 4096),
+}
+
+
+def model_config(size: str, vocab_size: int, tie_embeddings: bool = False) -> ModelConfig:
+    """The ModelConfig of a named size from SIZES."""
+    if size not in SIZES:
+        raise ValueError(f"unknown model size {size!r}; choose one of: {', '.join(SIZES)}")
+    s = SIZES[size]
+    return ModelConfig(
+        vocab_size=vocab_size,
+        d_model=s.d_model,
+        n_layers=s.n_layers,
+        n_heads=s.n_heads,
+        n_kv_heads=s.n_kv_heads,
+        d_ff=s.d_ff,
+        max_seq_len=s.max_seq_len,
+        tie_embeddings=tie_embeddings,
+    )
+
+
+class RMSNorm(nn.Module):
+    """x / rms(x) * weight, computed in float32 (as in HF Llama)."""
+
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(x.dtype)
+
+
+def rotary_tables(head_dim: int, max_seq_len: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin tables of shape [max_seq_len, head_dim] for the rotate_half convention."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+    freqs = torch.outer(torch.arange(max_seq_len, dtype=torch.float32), inv_freq)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos(), emb.sin()
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate x [B, heads, T, head_dim] by position; cos/sin are [T, head_dim]."""
+    return x * cos + rotate_half(x) * sin
+
+
+class Attention(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.n_heads = config.n_heads
+        self.n_kv_heads = config.n_kv_heads
+        self.head_dim = config.head_dim
+        self.wq = nn.Linear(config.d_model, config.n_heads * config.head_dim, bias=False)
+        self.wk = nn.Linear(config.d_model, config.n_kv_heads * config.head_dim, bias=False)
+        self.wv = nn.Linear(config.d_model, config.n_kv_heads * config.head_dim, bias=False)
+        self.wo = nn.Linear(config.n_heads * config.head_dim, config.d_model, bias=False)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        B, T, _ = x.shape
+        q = self.wq(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
+        k = self.wk(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        v = self.wv(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        if self.n_kv_heads != self.n_heads:
+            # Grouped-query attention: kv head j serves query heads j*rep .. (j+1)*rep - 1.
+            rep = self.n_heads // self.n_kv_heads
+            k = k.repeat_interleave(rep, dim=1)
+            v = v.repeat_interleave(rep, dim=1)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.wo(y.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
+
+
+class FeedForward(nn.Module):
+    """SwiGLU MLP: w2(silu(w1 x) * w3 x)."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.w1 = nn.Linear(config.d_model, config.d_ff, bias=False)
+        self.w2 = nn.Linear(config.d_ff, config.d_model, bias=False)
+        self.w3 = nn.Linear(config.d_model, config.d_ff, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class Block(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.attention_norm = RMSNorm(config.d_model, config.norm_eps)
+        self.attention = Attention(config)
+        self.ffn_norm = RMSNorm(config.d_model, config.norm_eps)
+        self.feed_forward = FeedForward(config)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        x = x + self.attention(self.attention_norm(x), cos, sin)
+        return x + self.feed_forward(self.ffn_norm(x))
+
+
+class Transformer(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        self.tok_embeddings = nn.Embedding(config.vocab_size, config.d_model)
+        self.layers = nn.ModuleList(Block(config) for _ in range(config.n_layers))
+        self.norm = RMSNorm(config.d_model, config.norm_eps)
+        self.output = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        if config.tie_embeddings:
+            self.output.weight = self.tok_embeddings.weight
+        cos, sin = rotary_tables(config.head_dim, config.max_seq_len, config.rope_theta)
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
+        self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """N(0, init_std) for embeddings and matrices; the residual output projections
+        (attention.wo, feed_forward.w2) use init_std / sqrt(2 * n_layers) (GPT-2 scaling);
+        norm weights are 1. A tied matrix is initialised once, as an embedding."""
+        std = self.config.init_std
+        nn.init.normal_(self.tok_embeddings.weight, 0.0, std)
+        if not self.config.tie_embeddings:
+            nn.init.normal_(self.output.weight, 0.0, std)
+        residual_std = std / math.sqrt(2 * self.config.n_layers)
+        for layer in self.layers:
+            for lin in (layer.attention.wq, layer.attention.wk, layer.attention.wv,
+                        layer.feed_forward.w1, layer.feed_forward.w3):
+                nn.init.normal_(lin.weight, 0.0, std)
+            for lin in (layer.attention.wo, layer.feed_forward.w2):
+                nn.init.normal_(lin.weight, 0.0, residual_std)
+        for module in self.modules():
+            if isinstance(module, RMSNorm):
+                nn.init.ones_(module.weight)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """tokens: LongTensor [B, T] with T <= max_seq_len -> logits FloatTensor [B, T, vocab_size]."""
+        T = tokens.shape[1]
+        if T > self.config.max_seq_len:
+            raise ValueError(f"sequence length {T} exceeds max_seq_len={self.config.max_seq_len}")
+        x = self.tok_embeddings(tokens)
+        cos, sin = self.rope_cos[:T].to(x.dtype), self.rope_sin[:T].to(x.dtype)
+        for layer in self.layers:
+            x = layer(x, cos, sin)
+        return self.output(self.norm(x))
+
+    def num_params(self, non_embedding: bool = False) -> int:
+        """Unique parameters; non_embedding excludes the token embedding and the output
+        head matrix (one matrix if tied)."""
+        n = sum(p.numel() for p in self.parameters())  # parameters() yields a tied matrix once
+        if non_embedding:
+            n -= self.tok_embeddings.weight.numel()
+            if not self.config.tie_embeddings:
+                n -= self.output.weight.numel()
+        return n
+
+
+def _non_embedding_params(config: ModelConfig) -> int:
+    """Parameters in the blocks and the final norm, computed from the shape."""
+    d, h = config.d_model, config.head_dim
+    attention = d * h * (2 * config.n_heads + 2 * config.n_kv_heads)  # wq, wo; wk, wv
+    mlp = 3 * d * config.d_ff
+    norms = 2 * d
+    return config.n_layers * (attention + mlp + norms) + d
+
+
+def param_count_table(vocab_size: int) -> list[dict]:
+    """One row per entry of SIZES with shape and parameter counts (computed arithmetically)."""
+    rows = []
+    for name, shape in SIZES.items():
+        config = model_config(name, vocab_size)
+        non_embedding = _non_embedding_params(config)
+        embedding = vocab_size * shape.d_model
+        rows.append({
+            "name": name,
+            "d_model": shape.d_model,
+            "n_layers": shape.n_layers,
+            "n_heads": shape.n_heads,
+            "n_kv_heads": shape.n_kv_heads,
+            "d_ff": shape.d_ff,
+            "params": non_embedding + 2 * embedding,
+            "params_tied": non_embedding + embedding,
+            "params_non_embedding": non_embedding,
+        })
+    return rows
+
+
+def flops_per_token(config: ModelConfig, seq_len: int) -> float:
+    """Training FLOPs per token (forward + backward) at sequence length seq_len (tokens).
+
+    6 * N + 12 * n_layers * d_model * seq_len (Kaplan et al. 2020; PaLM appendix B), where
+    N = non-embedding parameters + vocab_size * d_model: the output-head matmul counts
+    (tied or not) but the embedding lookup does not. The second term is the attention
+    score and value matmuls, counted without the causal-mask saving.
+    """
+    n = _non_embedding_params(config) + config.vocab_size * config.d_model
+    return 6.0 * n + 12.0 * config.n_layers * config.d_model * seq_len
