@@ -1,0 +1,333 @@
+"""One training run: a model, a pool, a loader, AdamW and a schedule, single process or torchrun/DDP.
+
+Units: batch_size and micro_batch are sequences of seq_len tokens; epochs count passes over the
+pool's training split; a step is one optimizer update; `tokens` in the metrics are training
+tokens consumed (steps * batch_size * seq_len).
+
+Run directory (shared/DESIGN.md):
+    RUN/config.json     the resolved RunConfig
+    RUN/metrics.jsonl   one object per line: step, epoch, tokens, lr, train_loss, wall_s [, val_loss]
+    RUN/status.json     {"status": "running" | "done" | "diverged" | "failed", ...}
+    RUN/checkpoint.pt   model, optimizer, RNG and progress at the last evaluation point
+
+Starting a run whose directory holds a checkpoint resumes it; on CPU the continued run is
+bit-identical to an uninterrupted one (the loader is a pure function of (seed, epoch, step)).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import time
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+import yaml
+from tqdm.auto import tqdm
+
+from repro.data.pool import Pool, load_pool
+from repro.errors import ReproError
+from repro.loaders import LOADERS, EpochLoader, validation_sequences
+from repro.model import SIZES, Transformer, model_config
+from repro.optim import GRAD_CLIP, Schedule, build_optimizer, lr_multiplier
+
+
+@dataclass
+class RunConfig:
+    pool: str = ""
+    model: str = "tiny"
+    seq_len: int = 128  # tokens per sequence
+    batch_size: int = 16  # sequences per optimizer step, over all processes
+    micro_batch: int = 0  # sequences per forward/backward in one process; 0: the whole per-process batch
+    lr: float = 3e-3
+    weight_decay: float = 0.1  # hidden matrices
+    embedding_weight_decay: float = 0.0  # token embedding and output head
+    tie_embeddings: bool = False
+    loader: str = "repack"  # repeat | shuffle | repack
+    schedule: str = "cosine"  # cosine | wsd | constant
+    warmup: float = 0.01  # fraction of all steps
+    min_lr_ratio: float = 0.1
+    decay_fraction: float = 0.2  # wsd: last fraction of steps
+    decay_shape: str = "linear"  # wsd: linear | 1-sqrt
+    epochs: int = 8
+    eval_every: float = 1.0  # epochs between evaluations (at most 1)
+    log_every: int = 0  # steps between train-loss lines; 0: only at evaluations
+    seed: int = 0
+    device: str = "auto"  # auto | cpu | cuda
+    compile: bool = False
+    threads: int = 0  # CPU threads per process; 0: torch's default
+    vocab_size: int = 0  # 0: the pool's; otherwise must equal it
+
+
+def _coerce(name: str, kind: type, value):
+    if kind is bool and isinstance(value, str):
+        if value.lower() in ("true", "1", "yes", "on"):
+            return True
+        if value.lower() in ("false", "0", "no", "off"):
+            return False
+        raise ReproError(f"{name}={value!r} is not a boolean; use true or false")
+    try:
+        return kind(value) if not isinstance(value, kind) or kind is float else value
+    except (TypeError, ValueError):
+        raise ReproError(f"{name}={value!r} is not a valid {kind.__name__}") from None
+
+
+def make_run_config(values: dict) -> RunConfig:
+    """A RunConfig from a dict of field values (strings are converted to the field's type)."""
+    types = {f.name: {"int": int, "float": float, "bool": bool, "str": str}[f.type] for f in fields(RunConfig)}
+    unknown = sorted(set(values) - set(types))
+    if unknown:
+        raise ReproError(f"unknown run field {unknown[0]!r}; valid fields: {', '.join(types)}")
+    return RunConfig(**{k: _coerce(k, types[k], v) for k, v in values.items()})
+
+
+def load_run_config(config_file: str | None, overrides: list[str], pool: str | None = None) -> RunConfig:
+    """RunConfig from an optional YAML file, then `key=value` overrides, then --pool."""
+    values: dict = {}
+    if config_file:
+        try:
+            values = yaml.safe_load(Path(config_file).read_text()) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise ReproError(f"cannot read config {config_file}: {exc}") from None
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ReproError(f"override {item!r} is not key=value, e.g. lr=3e-3")
+        values[key.strip()] = value.strip()
+    if pool:
+        values["pool"] = pool
+    return make_run_config(values)
+
+
+# --- validation before any compute ------------------------------------------------------------
+
+def check_config(config: RunConfig, pool: Pool, world_size: int = 1) -> EpochLoader:
+    """Raise a one-line ReproError for a bad config; return the training loader."""
+    if config.model not in SIZES:
+        raise ReproError(f"unknown model size {config.model!r}; choose one of: {', '.join(SIZES)}")
+    if config.loader not in LOADERS:
+        raise ReproError(f"unknown loader {config.loader!r}; choose one of: {', '.join(LOADERS)}")
+    try:
+        Schedule(config.schedule, config.warmup, config.min_lr_ratio, config.decay_fraction, config.decay_shape)
+    except ValueError as exc:
+        raise ReproError(str(exc)) from None
+    for name in ("lr", "epochs", "batch_size", "seq_len", "eval_every"):
+        if getattr(config, name) <= 0:
+            raise ReproError(f"{name} must be positive, got {getattr(config, name)}")
+    if config.eval_every > 1:
+        raise ReproError(f"eval_every={config.eval_every} epochs; evaluate at least once per epoch (eval_every <= 1)")
+    if config.weight_decay < 0 or config.embedding_weight_decay < 0:
+        raise ReproError("weight decays must be >= 0")
+    micro = config.micro_batch or config.batch_size // world_size
+    if config.batch_size % (micro * world_size):
+        raise ReproError(f"batch_size {config.batch_size} is not divisible by micro_batch {micro} x world size {world_size}")
+    max_len = SIZES[config.model].max_seq_len
+    if config.seq_len > max_len:
+        raise ReproError(f"seq_len {config.seq_len} exceeds model {config.model}'s limit of {max_len} tokens")
+    if config.vocab_size and config.vocab_size != pool.vocab_size:
+        raise ReproError(f"pool vocab {pool.vocab_size} does not match the model's vocab_size {config.vocab_size}")
+    loader = EpochLoader(pool.train, pool.eos_id, config.seq_len, config.batch_size, config.loader, config.seed)
+    if loader.steps_per_epoch == 0:
+        raise ReproError(f"the pool's training split packs into {loader.sequences_per_epoch} sequences of {config.seq_len + 1} "
+                         f"tokens, less than one batch of {config.batch_size}; lower seq_len or batch_size, or use a larger pool")
+    if (pool.val.n_tokens + pool.val.n_docs) // (config.seq_len + 1) == 0:
+        raise ReproError(f"the validation split is shorter than one sequence of {config.seq_len + 1} tokens; lower seq_len")
+    return loader
+
+
+# --- the run ----------------------------------------------------------------------------------
+
+def _evaluation_steps(steps_per_epoch: int, epochs: int, eval_every: float) -> list[int]:
+    """Steps (counted from 1) after which validation runs: evenly spaced, always at each epoch end."""
+    per_epoch = max(1, round(1 / eval_every))
+    points = {e * steps_per_epoch + max(1, round(i * steps_per_epoch / per_epoch))
+              for e in range(epochs) for i in range(1, per_epoch + 1)}
+    return sorted(points)
+
+
+def _write_json(path: Path, obj: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+@torch.no_grad()
+def evaluate(model: torch.nn.Module, sequences: np.ndarray, micro_batch: int, device: torch.device, autocast,
+             rank: int = 0, world_size: int = 1) -> float:
+    """Mean validation loss (nats/token) over all sequences; ranks split the sequences."""
+    model.eval()
+    total = torch.zeros(2, dtype=torch.float64, device=device)
+    mine = sequences[rank::world_size]
+    for start in range(0, len(mine), micro_batch):
+        batch = torch.from_numpy(mine[start:start + micro_batch]).to(device)
+        with autocast:
+            logits = model(batch[:, :-1])
+        loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1), reduction="sum")
+        total += torch.stack([loss.double(), torch.tensor(batch[:, 1:].numel(), dtype=torch.float64, device=device)])
+    if world_size > 1:
+        dist.all_reduce(total)
+    model.train()
+    return (total[0] / total[1]).item()
+
+
+def train(config: RunConfig, out: str | Path, progress: bool = True) -> dict:
+    """Train (or resume, or skip if done) the run in `out`; returns the final status dict."""
+    out = Path(out)
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    if not config.pool:
+        raise ReproError("no pool given; pass --pool DIR or pool=DIR")
+    pool = load_pool(config.pool)
+    loader = check_config(config, pool, world_size)
+    resolved = asdict(config)
+    config_path, status_path = out / "config.json", out / "status.json"
+    if config_path.exists():
+        existing = json.loads(config_path.read_text())
+        if existing != resolved:
+            diff = sorted(k for k in resolved if existing.get(k) != resolved[k])
+            raise ReproError(f"{out} holds a different run (differs in {', '.join(diff)}); choose another --out")
+        if status_path.exists():
+            status = json.loads(status_path.read_text())
+            if status["status"] in ("done", "diverged"):
+                return status
+
+    device = torch.device("cuda" if config.device == "auto" and torch.cuda.is_available() else
+                          ("cpu" if config.device == "auto" else config.device))
+    if world_size > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        if device.type == "cuda":
+            device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+            torch.cuda.set_device(device)
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    if rank == 0:
+        out.mkdir(parents=True, exist_ok=True)
+        _write_json(config_path, resolved)
+    try:
+        status = _run(config, pool, loader, out, device, rank, world_size, progress)
+    except Exception as exc:
+        if rank == 0:
+            _write_json(status_path, {"status": "failed", "error": f"{type(exc).__name__}: {exc}"})
+        raise
+    return status
+
+
+def _run(config: RunConfig, pool: Pool, loader: EpochLoader, out: Path, device: torch.device,
+         rank: int, world_size: int, progress: bool) -> dict:
+    torch.manual_seed(config.seed)
+    model = Transformer(model_config(config.model, pool.vocab_size, config.tie_embeddings)).to(device)
+    optimizer = build_optimizer(model, config.lr, config.weight_decay, config.embedding_weight_decay)
+    schedule = Schedule(config.schedule, config.warmup, config.min_lr_ratio, config.decay_fraction, config.decay_shape)
+    train_model = model
+    if world_size > 1:
+        train_model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    if config.compile:
+        train_model = torch.compile(train_model)
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
+
+    micro = config.micro_batch or config.batch_size // world_size
+    per_rank = config.batch_size // world_size
+    n_micro = per_rank // micro
+    steps_per_epoch = loader.steps_per_epoch
+    total_steps = steps_per_epoch * config.epochs
+    eval_steps = set(_evaluation_steps(steps_per_epoch, config.epochs, config.eval_every))
+    val_sequences = validation_sequences(pool.val, pool.eos_id, config.seq_len)
+    tokens_per_step = config.batch_size * config.seq_len
+
+    metrics_path, status_path, ckpt_path = out / "metrics.jsonl", out / "status.json", out / "checkpoint.pt"
+    step, wall_offset = 0, 0.0
+    loss_sum, loss_steps = 0.0, 0
+    best = {"best_val_loss": None, "best_step": None, "best_epoch": None}
+    if ckpt_path.exists():
+        ckpt = torch.load(ckpt_path, map_location=device, weights_only=False)
+        model.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        torch.set_rng_state(ckpt["torch_rng"])
+        random.setstate(ckpt["python_rng"])
+        step, wall_offset, best = ckpt["step"], ckpt["wall_s"], ckpt["best"]
+        if rank == 0:  # drop metric lines written after the checkpoint
+            lines = [line for line in metrics_path.read_text().splitlines() if json.loads(line)["step"] <= step]
+            tmp = metrics_path.with_name("metrics.jsonl.tmp")
+            tmp.write_text("".join(line + "\n" for line in lines))
+            os.replace(tmp, metrics_path)
+    elif rank == 0:
+        metrics_path.write_text("")
+    if rank == 0:
+        _write_json(status_path, {"status": "running", "step": step, "total_steps": total_steps})
+
+    def log(record: dict) -> None:
+        if rank == 0:
+            with metrics_path.open("a") as f:
+                f.write(json.dumps(record) + "\n")
+
+    started = time.perf_counter() - wall_offset
+    bar = tqdm(total=total_steps, initial=step, desc=out.name, unit="step", disable=not progress or rank != 0, leave=False)
+    status = "done"
+    while step < total_steps:
+        epoch, step_in_epoch = divmod(step, steps_per_epoch)
+        lr = config.lr * lr_multiplier(schedule, step, total_steps)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        rows = loader.batch(epoch, step_in_epoch)[rank * per_rank:(rank + 1) * per_rank]
+        batch = torch.from_numpy(rows).to(device)
+        step_loss = torch.zeros((), device=device)
+        for m in range(n_micro):
+            chunk = batch[m * micro:(m + 1) * micro]
+            sync = world_size == 1 or m == n_micro - 1
+            with (nullcontext() if sync else train_model.no_sync()), autocast:
+                logits = train_model(chunk[:, :-1])
+                loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), chunk[:, 1:].reshape(-1)) / n_micro
+            loss.backward()
+            step_loss += loss.detach()
+        if world_size > 1:
+            dist.all_reduce(step_loss, op=dist.ReduceOp.AVG)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        step_loss_value = step_loss.item()
+        step += 1
+        bar.update()
+        if not math.isfinite(step_loss_value):
+            log({"step": step, "epoch": step / steps_per_epoch, "tokens": step * tokens_per_step, "lr": lr,
+                 "train_loss": None, "wall_s": time.perf_counter() - started, "diverged": True})
+            status = "diverged"
+            break
+        loss_sum += step_loss_value
+        loss_steps += 1
+        record = {"step": step, "epoch": step / steps_per_epoch, "tokens": step * tokens_per_step, "lr": lr,
+                  "train_loss": loss_sum / loss_steps}  # mean since the last evaluation
+        if step in eval_steps:
+            val_loss = evaluate(train_model, val_sequences, micro, device, autocast, rank, world_size)
+            record |= {"wall_s": time.perf_counter() - started, "val_loss": val_loss}
+            if not math.isfinite(val_loss):
+                record["val_loss"] = None
+                log(record)
+                status = "diverged"
+                break
+            if best["best_val_loss"] is None or val_loss < best["best_val_loss"]:
+                best = {"best_val_loss": val_loss, "best_step": step, "best_epoch": step / steps_per_epoch}
+            bar.set_postfix(val=f"{val_loss:.3f}")
+            log(record)
+            loss_sum, loss_steps = 0.0, 0
+            if rank == 0:
+                tmp = ckpt_path.with_name("checkpoint.pt.tmp")
+                torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "torch_rng": torch.get_rng_state(),
+                            "python_rng": random.getstate(), "step": step, "wall_s": record["wall_s"], "best": best}, tmp)
+                os.replace(tmp, ckpt_path)
+            if world_size > 1:
+                dist.barrier()
+        elif config.log_every and step % config.log_every == 0:
+            log(record | {"wall_s": time.perf_counter() - started})
+    bar.close()
+    final = {"status": status, "step": step, "total_steps": total_steps, "steps_per_epoch": steps_per_epoch,
+             "wall_s": time.perf_counter() - started, **best}
+    if rank == 0:
+        _write_json(status_path, final)
+    return final
