@@ -35,8 +35,29 @@ def _train(args: argparse.Namespace) -> None:
     status = train(config, args.out, progress=not args.quiet)
     print(f"{args.out}: {status['status']}" + (f", best val loss {status['best_val_loss']:.4f} at epoch {status['best_epoch']}"
                                                if status.get("best_val_loss") is not None else ""))
-    if status["status"] != "done":
+    if status["status"] not in ("done", "diverged"):
         sys.exit(1)
+
+
+def _bench(args: argparse.Namespace) -> None:
+    import torch
+
+    from repro import bench
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.what == "repack":
+        result = bench.repack(args.pool, parse_count(args.tokens), args.seq_len or 4096, args.batch_size or 64)
+        for key, value in result.items():
+            print(f"{key:<22} {value:,.4f}" if isinstance(value, float) else f"{key:<22} {value:,}")
+        rows = result
+    else:
+        rows = [bench.throughput(m, args.vocab_size, args.seq_len or 128, args.batch_size or 16) for m in args.models.split(",")]
+        print(f"{'model':<8} {'params':>10} {'seq':>5} {'batch':>6} {'threads':>7} {'step ms':>9} {'tokens/s':>10}")
+        for r in rows:
+            print(f"{r['model']:<8} {r['params']:>10,} {r['seq_len']:>5} {r['micro_batch']:>6} {r['threads']:>7} "
+                  f"{r['step_s'] * 1e3:>9.1f} {r['tokens_per_s']:>10,.0f}")
+    print(f"written to {bench.save(rows, args.what, args.out)}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -70,6 +91,18 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     train.add_argument("overrides", nargs="*", help="key=value run fields, e.g. model=cpu-s epochs=8 loader=repack")
     train.set_defaults(func=_train)
+
+    bench = commands.add_parser("bench", help="benchmarks: repack cost, training throughput")
+    bench.add_argument("what", choices=["repack", "throughput"])
+    bench.add_argument("--pool", default=None, help="repack: take document lengths from this pool")
+    bench.add_argument("--tokens", default="200M", help="repack: pool size in tokens")
+    bench.add_argument("--models", default="tiny,cpu-s,cpu-m,cpu-l", help="throughput: comma-separated model sizes")
+    bench.add_argument("--vocab-size", type=int, default=2048)
+    bench.add_argument("--seq-len", type=int, default=0, help="tokens (default: 4096 for repack, 128 for throughput)")
+    bench.add_argument("--batch-size", type=int, default=0, help="sequences (default: 64 for repack, 16 for throughput)")
+    bench.add_argument("--threads", type=int, default=0)
+    bench.add_argument("--out", default="benchmarks/results", help="directory for the JSON results")
+    bench.set_defaults(func=_bench)
     return parser
 
 

@@ -1,0 +1,69 @@
+"""Benchmarks (not tests): loader cost at paper scale and training throughput per model size.
+
+Results are printed as a table and written as JSON to benchmarks/results/ (or --out).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from repro.data.pool import Split, load_pool
+from repro.loaders import EpochLoader
+from repro.model import Transformer, model_config
+from repro.optim import GRAD_CLIP, build_optimizer
+
+
+def repack(pool_path: str | None, tokens: int = 200_000_000, seq_len: int = 4096, batch_size: int = 64) -> dict:
+    """REPACK of a `tokens`-token pool with the document lengths of `pool_path` (resampled; token
+    values random, which does not change the cost): per-epoch preparation (document and sequence
+    permutations, start positions), one batch's gather, and the gather of the whole epoch (seconds)."""
+    rng = np.random.default_rng(0)
+    lengths = np.diff(load_pool(pool_path).train.doc_offsets) if pool_path else rng.integers(16, 2400, size=1000)
+    doc_lengths = rng.choice(lengths, size=int(tokens / lengths.mean()))
+    offsets = np.concatenate([[0], np.cumsum(doc_lengths)]).astype(np.int64)
+    split = Split(rng.integers(1, 2048, size=int(offsets[-1]), dtype=np.uint16), offsets)
+    loader = EpochLoader(split, 0, seq_len, batch_size, "repack", seed=0)
+    t0 = time.perf_counter()
+    loader.epoch_sequence_ids(1)
+    prepare_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    loader.batch(1, 0)
+    batch_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for step in range(loader.steps_per_epoch):
+        loader.batch(1, step)
+    return {"tokens": split.n_tokens, "docs": split.n_docs, "seq_len": seq_len, "batch_size": batch_size,
+            "steps_per_epoch": loader.steps_per_epoch, "prepare_epoch_s": prepare_s, "gather_one_batch_s": batch_s,
+            "gather_full_epoch_s": time.perf_counter() - t0}
+
+
+def throughput(size: str, vocab_size: int, seq_len: int, micro_batch: int, steps: int = 10, warmup: int = 3) -> dict:
+    """Training tokens/s of one model size: forward, backward, clipping and AdamW step, float32 on CPU."""
+    torch.manual_seed(0)
+    model = Transformer(model_config(size, vocab_size))
+    optimizer = build_optimizer(model, 1e-3, 0.1, 0.0)
+    batch = torch.randint(0, vocab_size, (micro_batch, seq_len + 1))
+    for i in range(warmup + steps):
+        if i == warmup:
+            t0 = time.perf_counter()
+        logits = model(batch[:, :-1])
+        F.cross_entropy(logits.reshape(-1, vocab_size), batch[:, 1:].reshape(-1)).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    elapsed = time.perf_counter() - t0
+    return {"model": size, "params": model.num_params(), "seq_len": seq_len, "micro_batch": micro_batch,
+            "threads": torch.get_num_threads(), "step_s": elapsed / steps, "tokens_per_s": steps * micro_batch * seq_len / elapsed}
+
+
+def save(results: dict | list, name: str, out_dir: str | Path = "benchmarks/results") -> Path:
+    out = Path(out_dir) / f"{name}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    return out
