@@ -39,6 +39,46 @@ def _train(args: argparse.Namespace) -> None:
         sys.exit(1)
 
 
+def _sweep_run(args: argparse.Namespace) -> None:
+    from repro.sweep import run_sweep
+
+    slurm = {"slurm_partition": args.partition, "gpus_per_node": args.gpus, "timeout_min": args.timeout_min} if args.executor == "slurm" else None
+    started = time.perf_counter()
+    outcomes = run_sweep(args.grid, args.out, workers=args.workers, executor=args.executor, retry_failed=args.retry_failed,
+                         slurm=slurm, progress=not args.quiet)
+    print(f"{args.out}: " + (", ".join(f"{n} {k}" for k, n in sorted(outcomes.items())) or "nothing to run")
+          + f" in {time.perf_counter() - started:.0f} s")
+
+
+def _sweep_status(args: argparse.Namespace) -> None:
+    from repro.sweep import sweep_status
+
+    counts = sweep_status(args.dir)
+    print(f"{args.dir}: {sum(counts.values())} runs: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
+
+
+def _sweep_table(args: argparse.Namespace) -> None:
+    import warnings
+
+    import pandas as pd
+
+    from repro.results import load_results, tuned_endpoints
+
+    runs, evals = load_results(args.dir)
+    if evals.empty:
+        raise ReproError(f"{args.dir} has no evaluated runs yet; run: repro sweep run GRID.yaml --out {args.dir}")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        table = tuned_endpoints(runs, evals, args.group_by.split(",") if args.group_by else None)
+    columns = [c for c in table.columns if c not in ("run_id", "edge", "stop_tokens")]
+    with pd.option_context("display.width", 200, "display.max_columns", 30):
+        print(table[columns].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    for w in caught:
+        print(f"warning: {w.message}", file=sys.stderr)
+    if args.parquet:
+        table.to_parquet(args.parquet)
+
+
 def _bench(args: argparse.Namespace) -> None:
     import torch
 
@@ -91,6 +131,27 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     train.add_argument("overrides", nargs="*", help="key=value run fields, e.g. model=cpu-s epochs=8 loader=repack")
     train.set_defaults(func=_train)
+
+    sweep = commands.add_parser("sweep", help="grids of runs").add_subparsers(dest="sweep_command", required=True)
+    run = sweep.add_parser("run", help="run what is missing of a grid")
+    run.add_argument("grid", help="grid YAML file")
+    run.add_argument("--out", required=True, help="sweep directory (one subdirectory per run)")
+    run.add_argument("--workers", type=int, default=1, help="parallel runs (CPU threads are split among them; one per GPU)")
+    run.add_argument("--executor", default="local", choices=["local", "slurm", "submitit-local"])
+    run.add_argument("--retry-failed", action="store_true", help="run failed configs again")
+    run.add_argument("--partition", default=None, help="slurm partition")
+    run.add_argument("--gpus", type=int, default=1, help="slurm: GPUs per job")
+    run.add_argument("--timeout-min", type=int, default=240, help="slurm: minutes per job")
+    run.add_argument("--quiet", action="store_true")
+    run.set_defaults(func=_sweep_run)
+    status = sweep.add_parser("status", help="counts of done / running / failed / pending runs")
+    status.add_argument("dir")
+    status.set_defaults(func=_sweep_status)
+    table = sweep.add_parser("table", help="tuned endpoints: one row per group")
+    table.add_argument("dir")
+    table.add_argument("--group-by", default=None, help="comma-separated fields (default: the varying untuned fields)")
+    table.add_argument("--parquet", default=None, help="also write the table to this parquet file")
+    table.set_defaults(func=_sweep_table)
 
     bench = commands.add_parser("bench", help="benchmarks: repack cost, training throughput")
     bench.add_argument("what", choices=["repack", "throughput"])

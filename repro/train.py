@@ -53,6 +53,7 @@ class RunConfig:
     loader: str = "repack"  # repeat | shuffle | repack
     schedule: str = "cosine"  # cosine | wsd | constant
     warmup: float = 0.01  # fraction of all steps
+    warmup_steps: int = 0  # if > 0, the warmup length in steps (overrides `warmup`; WSD branches need it fixed)
     min_lr_ratio: float = 0.1
     decay_fraction: float = 0.2  # wsd: last fraction of steps
     decay_shape: str = "linear"  # wsd: linear | 1-sqrt
@@ -64,6 +65,12 @@ class RunConfig:
     compile: bool = False
     threads: int = 0  # CPU threads per process; 0: torch's default
     vocab_size: int = 0  # 0: the pool's; otherwise must equal it
+    save_steps: str = ""  # comma-separated steps at which to keep checkpoints/step-N.pt (a WSD trunk)
+    init_from: str = ""  # a checkpoints/step-N.pt of another run to continue from (a WSD branch)
+
+    def schedule_for(self, total_steps: int) -> Schedule:
+        warmup = self.warmup_steps / total_steps if self.warmup_steps else self.warmup
+        return Schedule(self.schedule, min(warmup, 1.0), self.min_lr_ratio, self.decay_fraction, self.decay_shape)
 
 
 def _coerce(name: str, kind: type, value):
@@ -115,9 +122,15 @@ def check_config(config: RunConfig, pool: Pool, world_size: int = 1) -> EpochLoa
     if config.loader not in LOADERS:
         raise ReproError(f"unknown loader {config.loader!r}; choose one of: {', '.join(LOADERS)}")
     try:
-        Schedule(config.schedule, config.warmup, config.min_lr_ratio, config.decay_fraction, config.decay_shape)
+        config.schedule_for(1)
     except ValueError as exc:
         raise ReproError(str(exc)) from None
+    if config.init_from and not Path(config.init_from).is_file():
+        raise ReproError(f"init_from checkpoint {config.init_from} does not exist; run the trunk first")
+    try:
+        _save_steps(config)
+    except ValueError:
+        raise ReproError(f"save_steps={config.save_steps!r} is not a comma-separated list of steps") from None
     for name in ("lr", "epochs", "batch_size", "seq_len", "eval_every"):
         if getattr(config, name) <= 0:
             raise ReproError(f"{name} must be positive, got {getattr(config, name)}")
@@ -143,6 +156,10 @@ def check_config(config: RunConfig, pool: Pool, world_size: int = 1) -> EpochLoa
 
 
 # --- the run ----------------------------------------------------------------------------------
+
+def _save_steps(config: RunConfig) -> set[int]:
+    return {int(x) for x in config.save_steps.split(",") if x.strip()}
+
 
 def _evaluation_steps(steps_per_epoch: int, epochs: int, eval_every: float) -> list[int]:
     """Steps (counted from 1) after which validation runs: evenly spaced, always at each epoch end."""
@@ -189,7 +206,7 @@ def train(config: RunConfig, out: str | Path, progress: bool = True) -> dict:
     resolved = asdict(config)
     config_path, status_path = out / "config.json", out / "status.json"
     if config_path.exists():
-        existing = json.loads(config_path.read_text())
+        existing = asdict(make_run_config(json.loads(config_path.read_text())))  # fields added later take defaults
         if existing != resolved:
             diff = sorted(k for k in resolved if existing.get(k) != resolved[k])
             raise ReproError(f"{out} holds a different run (differs in {', '.join(diff)}); choose another --out")
@@ -219,12 +236,22 @@ def train(config: RunConfig, out: str | Path, progress: bool = True) -> dict:
     return status
 
 
+def _save_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int, wall_s: float,
+                     best: dict, loss_sum: float, loss_steps: int) -> None:
+    """Everything needed to continue exactly: weights, AdamW state, RNG, progress, the open loss window."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "torch_rng": torch.get_rng_state(),
+                "python_rng": random.getstate(), "step": step, "wall_s": wall_s, "best": best,
+                "loss_sum": loss_sum, "loss_steps": loss_steps}, tmp)
+    os.replace(tmp, path)
+
+
 def _run(config: RunConfig, pool: Pool, loader: EpochLoader, out: Path, device: torch.device,
          rank: int, world_size: int, progress: bool) -> dict:
     torch.manual_seed(config.seed)
     model = Transformer(model_config(config.model, pool.vocab_size, config.tie_embeddings)).to(device)
     optimizer = build_optimizer(model, config.lr, config.weight_decay, config.embedding_weight_decay)
-    schedule = Schedule(config.schedule, config.warmup, config.min_lr_ratio, config.decay_fraction, config.decay_shape)
     train_model = model
     if world_size > 1:
         train_model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
@@ -237,6 +264,8 @@ def _run(config: RunConfig, pool: Pool, loader: EpochLoader, out: Path, device: 
     n_micro = per_rank // micro
     steps_per_epoch = loader.steps_per_epoch
     total_steps = steps_per_epoch * config.epochs
+    schedule = config.schedule_for(total_steps)
+    save_steps = _save_steps(config)
     eval_steps = set(_evaluation_steps(steps_per_epoch, config.epochs, config.eval_every))
     val_sequences = validation_sequences(pool.val, pool.eos_id, config.seq_len)
     tokens_per_step = config.batch_size * config.seq_len
@@ -245,15 +274,18 @@ def _run(config: RunConfig, pool: Pool, loader: EpochLoader, out: Path, device: 
     step, wall_offset = 0, 0.0
     loss_sum, loss_steps = 0.0, 0
     best = {"best_val_loss": None, "best_step": None, "best_epoch": None}
-    if ckpt_path.exists():
-        ckpt = torch.load(ckpt_path, map_location=device, weights_only=False)
+    start_from = ckpt_path if ckpt_path.exists() else (Path(config.init_from) if config.init_from else None)
+    if start_from is not None:
+        ckpt = torch.load(start_from, map_location=device, weights_only=False)
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         torch.set_rng_state(ckpt["torch_rng"])
         random.setstate(ckpt["python_rng"])
         step, wall_offset, best = ckpt["step"], ckpt["wall_s"], ckpt["best"]
-        if rank == 0:  # drop metric lines written after the checkpoint
-            lines = [line for line in metrics_path.read_text().splitlines() if json.loads(line)["step"] <= step]
+        loss_sum, loss_steps = ckpt["loss_sum"], ckpt["loss_steps"]
+        if rank == 0:  # keep the metric lines up to the checkpoint (of this run, or of the trunk for a branch)
+            source = metrics_path if start_from == ckpt_path else start_from.parent.parent / "metrics.jsonl"
+            lines = [line for line in source.read_text().splitlines() if json.loads(line)["step"] <= step]
             tmp = metrics_path.with_name("metrics.jsonl.tmp")
             tmp.write_text("".join(line + "\n" for line in lines))
             os.replace(tmp, metrics_path)
@@ -317,14 +349,14 @@ def _run(config: RunConfig, pool: Pool, loader: EpochLoader, out: Path, device: 
             log(record)
             loss_sum, loss_steps = 0.0, 0
             if rank == 0:
-                tmp = ckpt_path.with_name("checkpoint.pt.tmp")
-                torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "torch_rng": torch.get_rng_state(),
-                            "python_rng": random.getstate(), "step": step, "wall_s": record["wall_s"], "best": best}, tmp)
-                os.replace(tmp, ckpt_path)
+                _save_checkpoint(ckpt_path, model, optimizer, step, record["wall_s"], best, 0.0, 0)
             if world_size > 1:
                 dist.barrier()
         elif config.log_every and step % config.log_every == 0:
             log(record | {"wall_s": time.perf_counter() - started})
+        if step in save_steps and rank == 0:
+            _save_checkpoint(out / "checkpoints" / f"step-{step}.pt", model, optimizer, step, time.perf_counter() - started,
+                             best, loss_sum, loss_steps)
     bar.close()
     final = {"status": status, "step": step, "total_steps": total_steps, "steps_per_epoch": steps_per_epoch,
              "wall_s": time.perf_counter() - started, **best}

@@ -1,0 +1,265 @@
+"""Sweeps: grids of runs, a run store keyed by config hash, and executors (local processes, Slurm).
+
+A grid (YAML or dict):
+
+    fixed:   {pool: data/pools/stdlib-1m, model: cpu-s, epochs: 8}
+    axes:    {batch_size: [4, 16, 64], lr: [1e-3, 3e-3, 1e-2], weight_decay: [0.0, 0.1]}
+    when:    # optional conditional axes: the first rule whose `if` matches replaces those axes
+      - {if: {batch_size: 64}, axes: {lr: [3e-3, 1e-2, 3e-2]}}
+    wsd_branches: false   # see below
+
+Every point is a RunConfig; its identity is a hash of the resolved config and it lives in
+DIR/<hash>/ (config.json, metrics.jsonl, status.json as written by the trainer).
+
+WSD branches (`wsd_branches: true`, with `schedule: wsd` and an `epochs` axis): runs that differ
+only in `epochs` share one stable phase. The longest one is the trunk and keeps checkpoints at the
+decay starts of the others; each shorter run continues from its checkpoint and trains only its
+decay, giving exactly the run it replaces (tested) at a fraction of the cost.
+
+Claims: a worker runs a config only while holding an exclusive `flock` on DIR/<hash>/.lock, and
+re-reads the status after taking it. The lock dies with its process, so a claim whose process died
+is taken over by the next executor, which resumes the run from its last checkpoint.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import itertools
+import json
+import math
+import os
+import traceback
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass
+from multiprocessing import get_context
+from pathlib import Path
+
+import yaml
+from tqdm.auto import tqdm
+
+from repro.errors import ReproError
+from repro.train import RunConfig, make_run_config, train
+
+FINISHED = ("done", "diverged")
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    config: RunConfig
+    run_id: str
+    after: str | None = None  # run_id of the WSD trunk this branch continues from
+
+
+def run_id(config: RunConfig) -> str:
+    """Stable 12-hex-digit identity of a resolved config: a hash of the fields that differ from their
+    defaults, so adding a new field (with a default that keeps old behaviour) keeps existing ids."""
+    defaults = asdict(RunConfig())
+    changed = {k: v for k, v in asdict(config).items() if v != defaults[k]}
+    return hashlib.sha256(json.dumps(changed, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def load_grid(grid: str | Path | dict) -> dict:
+    if isinstance(grid, dict):
+        return grid
+    try:
+        spec = yaml.safe_load(Path(grid).read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ReproError(f"cannot read grid {grid}: {str(exc).splitlines()[0]}") from None
+    if not isinstance(spec, dict) or not set(spec) <= {"fixed", "axes", "when", "wsd_branches", "name", "group_by"}:
+        raise ReproError(f"grid {grid} must be a mapping with keys fixed, axes, when, wsd_branches (and optionally name, group_by)")
+    return spec
+
+
+def expand(grid: dict) -> list[RunConfig]:
+    """All points of a grid, in a deterministic order."""
+    fixed, axes, rules = grid.get("fixed", {}), grid.get("axes", {}), grid.get("when", [])
+    for name, values in axes.items():
+        if not isinstance(values, list) or not values:
+            raise ReproError(f"axis {name!r} must be a non-empty list of values")
+    ruled = sorted({k for rule in rules for k in rule.get("axes", {})})
+    free = [k for k in axes if k not in ruled]
+    configs = []
+    for combo in itertools.product(*(axes[k] for k in free)):
+        point = dict(fixed) | dict(zip(free, combo))
+        values = {k: axes.get(k, [point.get(k)]) for k in ruled}
+        for rule in rules:
+            if all(point.get(k) == v for k, v in rule.get("if", {}).items()):
+                values |= rule["axes"]
+                break
+        for inner in itertools.product(*(values[k] for k in ruled)):
+            configs.append(make_run_config(point | dict(zip(ruled, inner))))
+    return configs
+
+
+def plan(grid: dict, store: Path) -> list[PlannedRun]:
+    """The runs of a grid; with wsd_branches, shorter WSD runs become branches of the longest."""
+    configs = expand(grid)
+    if not grid.get("wsd_branches"):
+        return [PlannedRun(c, run_id(c)) for c in configs]
+    families: dict[str, list[RunConfig]] = {}
+    for c in configs:
+        if c.schedule != "wsd" or not c.warmup_steps:
+            raise ReproError("wsd_branches needs schedule: wsd and a fixed warmup_steps in every run")
+        families.setdefault(run_id(_replace(c, epochs=0)), []).append(c)
+    planned: list[PlannedRun] = []
+    for members in families.values():
+        members.sort(key=lambda c: c.epochs)
+        longest = members[-1]
+        steps_per_epoch = _steps_per_epoch(longest)
+        starts = {c.epochs: _decay_start(c, steps_per_epoch) for c in members[:-1]}
+        trunk = _replace(longest, save_steps=",".join(str(s) for s in sorted(set(starts.values()))))
+        trunk_id = run_id(trunk)
+        planned.append(PlannedRun(trunk, trunk_id))
+        for c in members[:-1]:
+            branch = _replace(c, init_from=str(store / trunk_id / "checkpoints" / f"step-{starts[c.epochs]}.pt"))
+            planned.append(PlannedRun(branch, run_id(branch), after=trunk_id))
+    return planned
+
+
+def _replace(config: RunConfig, **changes) -> RunConfig:
+    return make_run_config(asdict(config) | changes)
+
+
+def _steps_per_epoch(config: RunConfig) -> int:
+    from repro.data.pool import load_pool
+    from repro.loaders import EpochLoader
+
+    pool = load_pool(config.pool)
+    return EpochLoader(pool.train, pool.eos_id, config.seq_len, config.batch_size, config.loader, config.seed).steps_per_epoch
+
+
+def _decay_start(config: RunConfig, steps_per_epoch: int) -> int:
+    total = config.epochs * steps_per_epoch
+    return total - math.ceil(round(config.decay_fraction * total, 9))
+
+
+# --- the store ----------------------------------------------------------------------------------
+
+def run_status(run_dir: Path) -> str:
+    """done | diverged | failed | running (a run that was started, maybe interrupted) | pending."""
+    status = run_dir / "status.json"
+    if status.exists():
+        try:
+            return json.loads(status.read_text())["status"]
+        except (json.JSONDecodeError, KeyError):
+            return "running"
+    return "pending"
+
+
+def execute_one(store: str, rid: str, config: dict, retry_failed: bool = False, threads: int = 0) -> str:
+    """Claim and run one config unless finished or held by another process; returns what happened."""
+    run_dir = Path(store) / rid
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with open(run_dir / ".lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return "busy"
+        status = run_status(run_dir)
+        if status in FINISHED or (status == "failed" and not retry_failed):
+            return f"skipped ({status})"
+        if status == "failed":
+            (run_dir / "status.json").unlink()
+        if threads:
+            import torch
+
+            torch.set_num_threads(threads)
+        try:
+            return train(make_run_config(config), run_dir, progress=False)["status"]
+        except Exception as exc:  # one failing run never stops the sweep
+            (run_dir / "status.json").write_text(json.dumps({"status": "failed", "error": f"{type(exc).__name__}: {exc}",
+                                                             "traceback": traceback.format_exc()}, indent=2) + "\n")
+            return "failed"
+
+
+def _gpu_initializer(queue) -> None:
+    os.environ["CUDA_VISIBLE_DEVICES"] = str(queue.get())
+
+
+def run_sweep(grid: str | Path | dict, store: str | Path, workers: int = 1, executor: str = "local", retry_failed: bool = False,
+              slurm: dict | None = None, progress: bool = True) -> dict[str, int]:
+    """Run every missing config of `grid` into `store`; returns counts of outcomes."""
+    spec = load_grid(grid)
+    store = Path(store)
+    planned = plan(spec, store)
+    store.mkdir(parents=True, exist_ok=True)
+    _write_manifest(store, spec, planned)
+    if workers < 1:
+        raise ReproError(f"--workers must be at least 1, got {workers}")
+    outcomes: dict[str, int] = {}
+    trunks = [p for p in planned if p.after is None]
+    branches = [p for p in planned if p.after is not None]
+    with tqdm(total=len(planned), desc="runs", unit="run", disable=not progress) as bar:
+        for phase in (trunks, branches):
+            todo = [p for p in phase if run_status(store / p.run_id) not in FINISHED]
+            bar.update(len(phase) - len(todo))
+            run = _executor(executor, workers, slurm, store)
+            for outcome in run([(str(store), p.run_id, asdict(p.config), retry_failed) for p in todo]):
+                outcomes[outcome] = outcomes.get(outcome, 0) + 1
+                bar.update()
+    return outcomes
+
+
+def _executor(kind: str, workers: int, slurm: dict | None, store: Path) -> Callable:
+    """A function that runs a list of execute_one argument tuples and yields their outcomes."""
+    if kind == "local":
+        def local(jobs):
+            import torch
+
+            gpus = torch.cuda.device_count()
+            n = min(workers, gpus) if gpus else workers
+            threads = 0 if gpus else max(1, (os.cpu_count() or 1) // n)
+            if n == 1 or len(jobs) <= 1:
+                for job in jobs:
+                    yield execute_one(*job, threads=threads)
+                return
+            context = get_context("spawn")
+            kwargs = {}
+            if gpus:
+                queue = context.Queue()
+                for i in range(n):
+                    queue.put(i)
+                kwargs = {"initializer": _gpu_initializer, "initargs": (queue,)}
+            with ProcessPoolExecutor(n, mp_context=context, **kwargs) as pool:
+                futures = [pool.submit(execute_one, *job, threads=threads) for job in jobs]
+                for future in as_completed(futures):
+                    yield future.result()
+        return local
+    if kind in ("slurm", "submitit-local"):
+        def submitted(jobs):
+            import submitit
+
+            folder = store / ".submitit"
+            if kind == "slurm":
+                ex = submitit.AutoExecutor(folder=folder)
+                ex.update_parameters(**(slurm or {}))
+            else:
+                ex = submitit.LocalExecutor(folder=folder)
+                ex.update_parameters(timeout_min=(slurm or {}).get("timeout_min", 60))
+            handles = ex.map_array(execute_one, *zip(*jobs)) if jobs else []
+            for handle in handles:
+                yield handle.result()
+        return submitted
+    raise ReproError(f"unknown executor {kind!r}; choose one of: local, slurm, submitit-local")
+
+
+def _write_manifest(store: Path, spec: dict, planned: list[PlannedRun]) -> None:
+    manifest = {"grid": spec, "runs": [{"run_id": p.run_id, "after": p.after} for p in planned]}
+    tmp = store / "sweep.json.tmp"
+    tmp.write_text(json.dumps(manifest, indent=2, default=str) + "\n")
+    os.replace(tmp, store / "sweep.json")
+
+
+def sweep_status(store: str | Path) -> dict[str, int]:
+    """Counts of run states in a store (from its manifest, so pending runs count too)."""
+    store = Path(store)
+    manifest = store / "sweep.json"
+    if not manifest.exists():
+        raise ReproError(f"{store} is not a sweep directory (no sweep.json); start one with: repro sweep run GRID.yaml --out {store}")
+    counts: dict[str, int] = {}
+    for entry in json.loads(manifest.read_text())["runs"]:
+        state = run_status(store / entry["run_id"])
+        counts[state] = counts.get(state, 0) + 1
+    return counts
