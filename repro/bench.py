@@ -62,6 +62,27 @@ def throughput(size: str, vocab_size: int, seq_len: int, micro_batch: int, steps
             "threads": torch.get_num_threads(), "step_s": elapsed / steps, "tokens_per_s": steps * micro_batch * seq_len / elapsed}
 
 
+def load_results_speed(n_runs: int = 10_000, evals_per_run: int = 16) -> dict:
+    """Seconds to load the metrics of `n_runs` run directories (written to a temporary store)."""
+    import tempfile
+
+    from repro.results import load_results
+
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(n_runs):
+            run = Path(tmp) / f"{i:012x}"
+            run.mkdir()
+            (run / "config.json").write_text(json.dumps({"pool": "p", "lr": 1e-3 * (1 + i % 7), "batch_size": 2 ** (i % 8)}))
+            (run / "status.json").write_text(json.dumps({"status": "done", "best_val_loss": 3.0}))
+            (run / "metrics.jsonl").write_text("".join(json.dumps({"step": 10 * k, "epoch": k, "tokens": 1000 * k, "lr": 1e-3,
+                                                                   "train_loss": 3.0, "wall_s": 1.0, "val_loss": 3.1}) + "\n"
+                                                       for k in range(1, evals_per_run + 1)))
+        t0 = time.perf_counter()
+        runs, evals = load_results(tmp)
+        elapsed = time.perf_counter() - t0
+    return {"runs": len(runs), "evaluation_points": len(evals), "load_s": elapsed}
+
+
 def save(results: dict | list, name: str, out_dir: str | Path = "benchmarks/results") -> Path:
     out = Path(out_dir) / f"{name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -79,6 +79,16 @@ def _sweep_table(args: argparse.Namespace) -> None:
         table.to_parquet(args.parquet)
 
 
+def _reproduce(args: argparse.Namespace) -> None:
+    from repro.reproduce import reproduce
+
+    times = reproduce(args.preset, args.only.split(",") if args.only else None, args.workers)
+    print(f"\n{'notebook':<28} {'wall s':>8}")
+    for name, seconds in times:
+        print(f"{name:<28} {seconds:8.1f}")
+    print(f"{'total':<28} {sum(s for _, s in times):8.1f}")
+
+
 def _bench(args: argparse.Namespace) -> None:
     import torch
 
@@ -91,6 +101,9 @@ def _bench(args: argparse.Namespace) -> None:
         for key, value in result.items():
             print(f"{key:<22} {value:,.4f}" if isinstance(value, float) else f"{key:<22} {value:,}")
         rows = result
+    elif args.what == "load-results":
+        rows = bench.load_results_speed()
+        print(", ".join(f"{k} {v:,.2f}" if isinstance(v, float) else f"{k} {v:,}" for k, v in rows.items()))
     else:
         rows = [bench.throughput(m, args.vocab_size, args.seq_len or 128, args.batch_size or 16) for m in args.models.split(",")]
         print(f"{'model':<8} {'params':>10} {'seq':>5} {'batch':>6} {'threads':>7} {'step ms':>9} {'tokens/s':>10}")
@@ -153,8 +166,14 @@ def build_parser() -> argparse.ArgumentParser:
     table.add_argument("--parquet", default=None, help="also write the table to this parquet file")
     table.set_defaults(func=_sweep_table)
 
-    bench = commands.add_parser("bench", help="benchmarks: repack cost, training throughput")
-    bench.add_argument("what", choices=["repack", "throughput"])
+    reproduce = commands.add_parser("reproduce", help="run the notebook series with papermill")
+    reproduce.add_argument("--preset", required=True, help="smoke | cpu | gpu-small | gpu")
+    reproduce.add_argument("--only", default=None, help="comma-separated notebook numbers, e.g. 02,03")
+    reproduce.add_argument("--workers", type=int, default=None, help="parallel runs (default: the preset's)")
+    reproduce.set_defaults(func=_reproduce)
+
+    bench = commands.add_parser("bench", help="benchmarks: repack cost, training throughput, loading sweep results")
+    bench.add_argument("what", choices=["repack", "throughput", "load-results"])
     bench.add_argument("--pool", default=None, help="repack: take document lengths from this pool")
     bench.add_argument("--tokens", default="200M", help="repack: pool size in tokens")
     bench.add_argument("--models", default="tiny,cpu-s,cpu-m,cpu-l", help="throughput: comma-separated model sizes")

@@ -25,11 +25,12 @@ EVAL_COLUMNS = ["run_id", "step", "epoch", "tokens", "lr_t", "train_loss", "val_
 CONFIG_FIELDS = [f.name for f in fields(RunConfig)]
 
 
-def load_results(store: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Runs and evaluation points of every run directory under `store`."""
+def load_results(store: str | Path, run_ids: list[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Runs and evaluation points of every run directory under `store` (or only of `run_ids`)."""
     store = Path(store)
     run_rows, eval_rows = [], []
-    for run_dir in sorted(p for p in store.iterdir() if (p / "config.json").is_file()):
+    dirs = [store / rid for rid in run_ids] if run_ids is not None else sorted(store.iterdir())
+    for run_dir in (p for p in dirs if (p / "config.json").is_file()):
         rid = run_dir.name
         config = json.loads((run_dir / "config.json").read_text())
         status_path = run_dir / "status.json"

@@ -180,7 +180,8 @@ def _gpu_initializer(queue) -> None:
 
 def run_sweep(grid: str | Path | dict, store: str | Path, workers: int = 1, executor: str = "local", retry_failed: bool = False,
               slurm: dict | None = None, progress: bool = True) -> dict[str, int]:
-    """Run every missing config of `grid` into `store`; returns counts of outcomes."""
+    """Run every missing config of `grid` into `store`; returns counts of outcomes. Several grids may
+    share one store: identical configs are then run once."""
     spec = load_grid(grid)
     store = Path(store)
     planned = plan(spec, store)
@@ -246,10 +247,18 @@ def _executor(kind: str, workers: int, slurm: dict | None, store: Path) -> Calla
 
 
 def _write_manifest(store: Path, spec: dict, planned: list[PlannedRun]) -> None:
-    manifest = {"grid": spec, "runs": [{"run_id": p.run_id, "after": p.after} for p in planned]}
-    tmp = store / "sweep.json.tmp"
-    tmp.write_text(json.dumps(manifest, indent=2, default=str) + "\n")
-    os.replace(tmp, store / "sweep.json")
+    """Record the grid's runs in DIR/sweep.json, added to those of earlier grids run into the same store."""
+    path = store / "sweep.json"
+    with open(store / ".manifest.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # two sweeps on one store must not drop each other's runs
+        manifest = json.loads(path.read_text()) if path.exists() else {"grids": [], "runs": []}
+        known = {r["run_id"] for r in manifest["runs"]}
+        if spec not in manifest["grids"]:
+            manifest["grids"].append(spec)
+        manifest["runs"] += [{"run_id": p.run_id, "after": p.after} for p in planned if p.run_id not in known]
+        tmp = store / f"sweep.json.tmp-{os.getpid()}"
+        tmp.write_text(json.dumps(manifest, indent=2, default=str) + "\n")
+        os.replace(tmp, path)
 
 
 def sweep_status(store: str | Path) -> dict[str, int]:

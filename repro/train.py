@@ -39,13 +39,16 @@ from repro.model import SIZES, Transformer, model_config
 from repro.optim import GRAD_CLIP, Schedule, build_optimizer, lr_multiplier
 
 
+EVAL_BATCH = 16  # sequences per validation forward pass, at least (no gradients, so larger than tiny micro-batches)
+
+
 @dataclass
 class RunConfig:
     pool: str = ""
     model: str = "tiny"
     seq_len: int = 128  # tokens per sequence
     batch_size: int = 16  # sequences per optimizer step, over all processes
-    micro_batch: int = 0  # sequences per forward/backward in one process; 0: the whole per-process batch
+    micro_batch: int = 0  # sequences per forward/backward in one process (capped at its share of the batch); 0: that share
     lr: float = 3e-3
     weight_decay: float = 0.1  # hidden matrices
     embedding_weight_decay: float = 0.0  # token embedding and output head
@@ -138,8 +141,8 @@ def check_config(config: RunConfig, pool: Pool, world_size: int = 1) -> EpochLoa
         raise ReproError(f"eval_every={config.eval_every} epochs; evaluate at least once per epoch (eval_every <= 1)")
     if config.weight_decay < 0 or config.embedding_weight_decay < 0:
         raise ReproError("weight decays must be >= 0")
-    micro = config.micro_batch or config.batch_size // world_size
-    if config.batch_size % (micro * world_size):
+    micro = min(config.micro_batch, config.batch_size // world_size) if config.micro_batch else config.batch_size // world_size
+    if micro == 0 or config.batch_size % (micro * world_size):
         raise ReproError(f"batch_size {config.batch_size} is not divisible by micro_batch {micro} x world size {world_size}")
     max_len = SIZES[config.model].max_seq_len
     if config.seq_len > max_len:
@@ -259,8 +262,8 @@ def _run(config: RunConfig, pool: Pool, loader: EpochLoader, out: Path, device: 
         train_model = torch.compile(train_model)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
 
-    micro = config.micro_batch or config.batch_size // world_size
     per_rank = config.batch_size // world_size
+    micro = min(config.micro_batch, per_rank) if config.micro_batch else per_rank
     n_micro = per_rank // micro
     steps_per_epoch = loader.steps_per_epoch
     total_steps = steps_per_epoch * config.epochs
@@ -336,7 +339,7 @@ def _run(config: RunConfig, pool: Pool, loader: EpochLoader, out: Path, device: 
         record = {"step": step, "epoch": step / steps_per_epoch, "tokens": step * tokens_per_step, "lr": lr,
                   "train_loss": loss_sum / loss_steps}  # mean since the last evaluation
         if step in eval_steps:
-            val_loss = evaluate(train_model, val_sequences, micro, device, autocast, rank, world_size)
+            val_loss = evaluate(train_model, val_sequences, max(micro, EVAL_BATCH), device, autocast, rank, world_size)
             record |= {"wall_s": time.perf_counter() - started, "val_loss": val_loss}
             if not math.isfinite(val_loss):
                 record["val_loss"] = None

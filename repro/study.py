@@ -1,0 +1,70 @@
+"""The notebooks' entry point: a preset plus where its pools, runs and figures live.
+
+    study = open_study("cpu")          # or $REPRO_PRESET
+    pools = study.pools()              # built once, reused afterwards
+    runs, evals = study.sweep(grid)    # runs what is missing, returns this grid's results
+
+All sweeps of a preset share one run store (runs/<preset>/store), so a configuration that two
+notebooks need is trained once.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from repro import plots
+from repro.data.pool import build_pool
+from repro.presets import Preset, get_preset, project_root
+from repro.results import load_results
+from repro.sweep import plan, run_sweep
+
+
+@dataclass
+class Study:
+    preset: Preset
+    root: Path
+    data_dir: Path
+    results_dir: Path
+    workers: int
+    progress: bool = True
+
+    @property
+    def store(self) -> Path:
+        return self.results_dir / "store"
+
+    def pools(self) -> list[Path]:
+        """Build (or reuse) the preset's pools: the first trains the tokenizer, the others share it
+        and its validation documents."""
+        paths = []
+        for seed in self.preset.pool_seeds:
+            tokenizer = str(paths[0] / "tokenizer.json") if paths else None
+            paths.append(build_pool(self.preset.pool_spec(seed, tokenizer), self.preset.pool_dir(self.data_dir, seed),
+                                    progress=self.progress))
+        return paths
+
+    def sweep(self, grid: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """Run what is missing of `grid`, then return (runs, evals) of exactly its runs."""
+        run_sweep(grid, self.store, workers=self.workers, progress=self.progress)
+        return load_results(self.store, [p.run_id for p in plan(grid, self.store)])
+
+    def save(self, fig: plt.Figure, name: str) -> None:
+        plots.save(fig, self.preset.name, name, self.root / "figures" / self.preset.name)
+
+
+def open_study(preset: str | None = None, data_dir: str | None = None, results_dir: str | None = None,
+               workers: int | None = None, source: str | None = None, progress: bool = True) -> Study:
+    """Resolve a preset (default $REPRO_PRESET, else cpu) and its folders under the project root."""
+    chosen = get_preset(preset)
+    if source:
+        chosen = replace(chosen, pool=replace(chosen.pool, source=source))
+    root = project_root()
+    return Study(preset=chosen, root=root,
+                 data_dir=Path(data_dir) if data_dir else root / "data" / "pools",
+                 results_dir=Path(results_dir) if results_dir else root / "runs" / chosen.name,
+                 workers=workers or int(os.environ.get("REPRO_WORKERS", 0)) or chosen.workers,
+                 progress=progress)
