@@ -43,23 +43,38 @@ def repack(pool_path: str | None, tokens: int = 200_000_000, seq_len: int = 4096
             "gather_full_epoch_s": time.perf_counter() - t0}
 
 
-def throughput(size: str, vocab_size: int, seq_len: int, micro_batch: int, steps: int = 10, warmup: int = 3) -> dict:
-    """Training tokens/s of one model size: forward, backward, clipping and AdamW step, float32 on CPU."""
+def throughput(size: str, vocab_size: int, seq_len: int, micro_batch: int, steps: int = 10, warmup: int = 3,
+               device: str = "cpu") -> dict:
+    """Training tokens/s of one model size: forward, backward, clipping and AdamW step (float32 on CPU,
+    bf16 autocast on CUDA)."""
     torch.manual_seed(0)
-    model = Transformer(model_config(size, vocab_size))
+    model = Transformer(model_config(size, vocab_size)).to(device)
     optimizer = build_optimizer(model, 1e-3, 0.1, 0.0)
-    batch = torch.randint(0, vocab_size, (micro_batch, seq_len + 1))
+    batch = torch.randint(0, vocab_size, (micro_batch, seq_len + 1), device=device)
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.startswith("cuda") else torch.autocast("cpu", enabled=False)
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     for i in range(warmup + steps):
         if i == warmup:
+            sync()
             t0 = time.perf_counter()
-        logits = model(batch[:, :-1])
-        F.cross_entropy(logits.reshape(-1, vocab_size), batch[:, 1:].reshape(-1)).backward()
+        with autocast:
+            logits = model(batch[:, :-1])
+        F.cross_entropy(logits.float().reshape(-1, vocab_size), batch[:, 1:].reshape(-1)).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+    sync()
     elapsed = time.perf_counter() - t0
-    return {"model": size, "params": model.num_params(), "seq_len": seq_len, "micro_batch": micro_batch,
+    return {"model": size, "params": model.num_params(), "seq_len": seq_len, "micro_batch": micro_batch, "device": device,
             "threads": torch.get_num_threads(), "step_s": elapsed / steps, "tokens_per_s": steps * micro_batch * seq_len / elapsed}
+
+
+def step_time(size: str, vocab_size: int, seq_len: int, max_micro_batch: int, device: str = "cpu") -> dict:
+    """Seconds per training step for micro-batches 1..max_micro_batch (the measured step-time model of
+    repro.frontier.MeasuredStepTime); gradient bytes assume float32 gradients."""
+    rows = [throughput(size, vocab_size, seq_len, m, steps=5, warmup=2, device=device) for m in range(1, max_micro_batch + 1)]
+    return {"model": size, "device": device, "seq_len": seq_len, "seconds_by_micro_batch": {r["micro_batch"]: r["step_s"] for r in rows},
+            "gradient_bytes": 4 * rows[0]["params"]}
 
 
 def load_results_speed(n_runs: int = 10_000, evals_per_run: int = 16) -> dict:

@@ -101,6 +101,13 @@ def _bench(args: argparse.Namespace) -> None:
         for key, value in result.items():
             print(f"{key:<22} {value:,.4f}" if isinstance(value, float) else f"{key:<22} {value:,}")
         rows = result
+    elif args.what == "step-time":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        rows = bench.step_time(args.models.split(",")[0], args.vocab_size, args.seq_len or 128, args.batch_size or 8, device)
+        print(f"{rows['model']} on {device}, seq_len {rows['seq_len']}")
+        print(f"{'micro-batch':>11} {'step ms':>9} {'tokens/s':>10}")
+        for m, seconds in rows["seconds_by_micro_batch"].items():
+            print(f"{m:>11} {seconds * 1e3:>9.1f} {m * rows['seq_len'] / seconds:>10,.0f}")
     elif args.what == "load-results":
         rows = bench.load_results_speed()
         print(", ".join(f"{k} {v:,.2f}" if isinstance(v, float) else f"{k} {v:,}" for k, v in rows.items()))
@@ -110,7 +117,8 @@ def _bench(args: argparse.Namespace) -> None:
         for r in rows:
             print(f"{r['model']:<8} {r['params']:>10,} {r['seq_len']:>5} {r['micro_batch']:>6} {r['threads']:>7} "
                   f"{r['step_s'] * 1e3:>9.1f} {r['tokens_per_s']:>10,.0f}")
-    print(f"written to {bench.save(rows, args.what, args.out)}")
+    name = f"step-time-{rows['model']}-{rows['device']}" if args.what == "step-time" else args.what
+    print(f"written to {bench.save(rows, name, args.out)}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -172,14 +180,15 @@ def build_parser() -> argparse.ArgumentParser:
     reproduce.add_argument("--workers", type=int, default=None, help="parallel runs (default: the preset's)")
     reproduce.set_defaults(func=_reproduce)
 
-    bench = commands.add_parser("bench", help="benchmarks: repack cost, training throughput, loading sweep results")
-    bench.add_argument("what", choices=["repack", "throughput", "load-results"])
+    bench = commands.add_parser("bench", help="benchmarks: repack cost, training throughput, step time per micro-batch, loading sweep results")
+    bench.add_argument("what", choices=["repack", "throughput", "step-time", "load-results"])
     bench.add_argument("--pool", default=None, help="repack: take document lengths from this pool")
     bench.add_argument("--tokens", default="200M", help="repack: pool size in tokens")
     bench.add_argument("--models", default="tiny,cpu-s,cpu-m,cpu-l", help="throughput: comma-separated model sizes")
     bench.add_argument("--vocab-size", type=int, default=2048)
     bench.add_argument("--seq-len", type=int, default=0, help="tokens (default: 4096 for repack, 128 for throughput)")
-    bench.add_argument("--batch-size", type=int, default=0, help="sequences (default: 64 for repack, 16 for throughput)")
+    bench.add_argument("--batch-size", type=int, default=0,
+                       help="sequences (default: 64 for repack, 16 for throughput; step-time: the largest micro-batch, 8)")
     bench.add_argument("--threads", type=int, default=0)
     bench.add_argument("--out", default="benchmarks/results", help="directory for the JSON results")
     bench.set_defaults(func=_bench)

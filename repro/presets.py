@@ -30,6 +30,8 @@ class Preset:
     ablation_batch_sizes: tuple[int, int] = (4, 32)  # notebook 03: loaders at a small and a large batch
     embedding_weight_decays: tuple[float, ...] = (0.0, 0.1)  # notebook 03: tying x embedding decay
     micro_batch: int = 0  # sequences; 0: whole batch
+    frontier_micro_batch: int = 4  # notebook 04: sequences one GPU processes per step unit
+    gpu_counts: tuple[int, ...] = (1, 2, 4, 8)  # notebook 04
     workers: int = 2
     extra: dict = field(default_factory=dict)  # fixed run fields added to every run (device, compile, ...)
 
@@ -68,19 +70,22 @@ PRESETS: dict[str, Preset] = {
         pool=PoolSpec(source="synthetic", tokens=8_000, val_tokens=2_000, vocab_size=300),
         pool_seeds=(0, 1), models=("tiny",), seq_len=32, batch_sizes=(2, 8),
         lrs={2: (3e-3, 1e-2), 8: (3e-3, 1e-2)}, weight_decays=(0.1,), epochs=2, eval_every=0.5,
-        ablation_batch_sizes=(2, 8), embedding_weight_decays=(0.0, 0.1), workers=2),
+        ablation_batch_sizes=(2, 8), embedding_weight_decays=(0.0, 0.1), frontier_micro_batch=2, gpu_counts=(1, 2, 4),
+        workers=2),
+    # calibrated on a 2-core machine: ~24M training tokens in ~95 runs, two runs in parallel
     "cpu": Preset(
         name="cpu",
-        pool=PoolSpec(source="stdlib", tokens=25_000, val_tokens=20_000, vocab_size=512),
+        pool=PoolSpec(source="synthetic", tokens=30_000, val_tokens=8_000, vocab_size=512),
         pool_seeds=(0, 1), models=("cpu-s",), seq_len=128, batch_sizes=(1, 2, 4, 8, 16, 32),
-        lrs=_lr_ladder((1, 2, 4, 8, 16, 32), 8, (1e-3, 3e-3, 1e-2)), weight_decays=(0.1, 1.0), epochs=10, eval_every=0.5,
+        lrs=_lr_ladder((1, 2, 4, 8, 16, 32), 8, (1e-3, 3e-3, 1e-2)), weight_decays=(0.1, 1.0), epochs=8, eval_every=1.0,
         ablation_batch_sizes=(2, 16), embedding_weight_decays=(0.0, 0.1, 1.0), workers=2),
     "gpu-small": Preset(
         name="gpu-small",
         pool=PoolSpec(source="synthetic", tokens=20_000_000, val_tokens=1_000_000, vocab_size=8192),
         pool_seeds=(0, 1), models=("150m",), seq_len=1024, batch_sizes=(8, 16, 32, 64, 128),
         lrs=_lr_ladder((8, 16, 32, 64, 128), 32, (1e-3, 3e-3, 1e-2)), weight_decays=(0.1, 0.8), epochs=8, eval_every=0.5,
-        ablation_batch_sizes=(16, 64), embedding_weight_decays=(0.0, 0.1, 0.8), micro_batch=16, workers=1,
+        ablation_batch_sizes=(16, 64), embedding_weight_decays=(0.0, 0.1, 0.8), micro_batch=16, frontier_micro_batch=16,
+        gpu_counts=(1, 2, 4, 8), workers=1,
         extra={"device": "cuda", "compile": True}),
     "gpu": Preset(
         name="gpu",
@@ -90,7 +95,8 @@ PRESETS: dict[str, Preset] = {
         batch_sizes=(16, 32, 64, 128, 256, 512),
         lrs=_lr_ladder((16, 32, 64, 128, 256, 512), 64, (1e-3, 3e-3, 1e-2)), weight_decays=(0.1, 0.4, 0.8, 1.6, 3.2),
         epochs=32, eval_every=1.0, ablation_batch_sizes=(32, 128), embedding_weight_decays=(0.0, 0.1, 0.8),
-        micro_batch=8, workers=8, extra={"device": "cuda", "compile": True}),
+        micro_batch=8, frontier_micro_batch=8, gpu_counts=(1, 2, 4, 8, 16, 32, 64), workers=8,
+        extra={"device": "cuda", "compile": True}),
 }
 
 

@@ -269,16 +269,143 @@ original.merge(combined, on="batch_size", suffixes=(" original", " combined"))""
     ("code", """claims = analyses.recipe_claims(loaders, embeddings, original, combined)
 claims"""),
 ]
+NB04 = [
+    ("md", """# 04 — The GPU-time frontier: GPUs and wall-clock time as separate resources
+
+**Question.** Notebook 02 treated compute as free. But a small batch needs many *sequential* steps,
+and more GPUs cannot shorten that chain. With G GPUs and a deadline T, which batch size reaches the
+lowest validation loss? The study finds that tight deadlines favour larger batches, and that under a
+fixed deadline a smaller batch on fewer GPUs can still beat a larger batch on more GPUs.
+
+**Method.** We reuse the runs of notebook 02 (pool 0, every lr / weight decay, every evaluation point)
+and price each evaluation point by the time of the steps before it. Main frontier: the idealised
+model in *step units* (one GPU processes `frontier_micro_batch` sequences per unit; a step of batch B
+on G GPUs costs max(1, ceil(B / (G m))) units). The frontier is computed from the observed curves,
+never from fitted ones. Latency-oriented parallelism is a *projection* and drawn dashed."""),
+    ("code", PARAMETERS, "parameters"),
+    ("code", SETUP),
+    ("code", """from repro import frontier
+from repro.presets import ORIGINAL_RECIPE
+
+pools = study.pools()
+runs, evals = study.sweep(P.batch_sweep_grid(pools, **ORIGINAL_RECIPE))
+runs0 = runs[(runs["pool"] == str(pools[0])) & (runs["model"] == P.models[0])]
+evals0 = evals[evals["run_id"].isin(runs0["run_id"])]
+m = P.frontier_micro_batch
+step = lambda b, g: frontier.step_units(b, g, m)
+points = evals0.merge(runs0[["run_id", "batch_size"]], on="run_id")
+first = min(step(int(b), max(P.gpu_counts)) * s for b, s in zip(points["batch_size"], points["step"]))
+last = max(step(int(b), 1) * s for b, s in zip(points["batch_size"], points["step"]))
+deadlines = np.unique(np.geomspace(first, last, 24).round(1))
+table = frontier.frontier(evals0, runs0, P.gpu_counts, deadlines, step)
+print(f"{len(runs0)} runs, {len(evals0)} evaluation points; deadlines {deadlines[0]:g} .. {deadlines[-1]:g} step units")"""),
+    ("code", """# NBVAL_CHECK_OUTPUT
+print(f"GPU counts {list(P.gpu_counts)}, {m} sequences per GPU per step unit")"""),
+    ("md", "## Best loss vs deadline, per GPU count"),
+    ("code", """fig, ax = plt.subplots()
+for g, part in table.groupby("gpus"):
+    ax.step(part["deadline"], part["best_val_loss"], where="post", label=f"{g} GPU{'s' if g > 1 else ''}")
+ax.set_xscale("log")
+ax.set_xlabel("deadline (step units: one micro-batch forward+backward on one GPU)")
+ax.set_ylabel("best validation loss (nats/token)")
+ax.set_title("Frontier from observed curves")
+ax.legend()
+study.save(fig, "04_loss_vs_deadline")"""),
+    ("md", "## Optimal batch size over (GPUs, deadline)"),
+    ("code", """grid = table.pivot(index="gpus", columns="deadline", values="batch_size")
+fig, ax = plt.subplots(figsize=(7, 3))
+image = ax.imshow(np.log2(grid.values.astype(float)), aspect="auto", origin="lower", cmap="viridis")
+ax.set_yticks(range(len(grid.index)))
+ax.set_yticklabels(grid.index)
+ticks = np.linspace(0, len(grid.columns) - 1, 6).astype(int)
+ax.set_xticks(ticks)
+ax.set_xticklabels([f"{grid.columns[i]:g}" for i in ticks])
+ax.set_xlabel("deadline (step units)")
+ax.set_ylabel("GPUs")
+bar = fig.colorbar(image, ax=ax)
+bar.set_label("optimal batch size (log2 sequences)")
+ax.set_title("Optimal batch size")
+study.save(fig, "04_optimal_batch_heatmap")
+grid"""),
+    ("md", """## Fewer GPUs with a smaller batch vs more GPUs with a larger batch
+
+Each batch size runs on the GPUs it fills (B / m of them). Where does the smaller batch on fewer GPUs
+reach the lower loss under the same deadline?"""),
+    ("code", """cross = frontier.crossovers(evals0, runs0, deadlines, step, m)
+wins = cross[cross["smaller_wins"]]
+fig, ax = plt.subplots()
+for (b1, b2), part in cross.groupby(["small_batch", "large_batch"]):
+    if part["smaller_wins"].any():
+        ax.plot(part["deadline"], part["large_loss"] - part["small_loss"], label=f"{b1} on {part['small_gpus'].iloc[0]} vs {b2} on {part['large_gpus'].iloc[0]} GPUs", **plots.MEASURED)
+ax.axhline(0, color="k", linewidth=0.8)
+ax.set_xscale("log")
+ax.set_xlabel("deadline (step units)")
+ax.set_ylabel("loss(larger batch) - loss(smaller batch) (nats)")
+ax.set_title("Positive: the smaller batch on fewer GPUs wins")
+if wins.size:
+    ax.legend(fontsize=7)
+study.save(fig, "04_fewer_gpus_smaller_batch")
+wins.sort_values("deadline").head(20)"""),
+    ("md", """## Projection: latency-oriented parallelism
+
+k GPUs per replica shorten a step to step_time / (1 + e (k - 1)) without enlarging the batch
+(tensor / sequence / pipeline style), here with parallel efficiency e = 0.7. This is a projection
+from the same observed curves, not a measurement."""),
+    ("code", """efficiency = 0.7
+g_max = max(P.gpu_counts)
+fig, ax = plt.subplots()
+measured = table[table["gpus"] == g_max]
+ax.step(measured["deadline"], measured["best_val_loss"], where="post", label=f"{g_max} GPUs, data parallel (measured curves)")
+for k in (2, 4):
+    projected = frontier.frontier(evals0, runs0, [g_max], deadlines, step, speedup=frontier.latency_speedup(k, efficiency))
+    ax.step(projected["deadline"], projected["best_val_loss"], where="post", label=f"x{k} GPUs per replica (projection, e={efficiency})", **plots.PROJECTED)
+ax.set_xscale("log")
+ax.set_xlabel("deadline (step units)")
+ax.set_ylabel("best validation loss (nats/token)")
+ax.set_title("Latency-oriented parallelism (projection)")
+ax.legend(fontsize=8)
+study.save(fig, "04_latency_projection")"""),
+    ("md", """## The measured step-time model on this machine
+
+`repro bench step-time` times forward + backward + optimizer for micro-batches 1..m of the preset's
+model on this device. On more than one GPU the ring all-reduce model adds
+2 (G-1)/G · bytes / bandwidth + 2 (G-1) · latency (NVLink inside a node, InfiniBand across)."""),
+    ("code", """import torch
+from repro import bench
+from repro.data.pool import load_pool
+
+device = "cuda" if torch.cuda.is_available() else "cpu"
+measured_steps = bench.step_time(P.models[0], load_pool(pools[0]).vocab_size, P.seq_len, m, device)
+step_model = frontier.MeasuredStepTime(measured_steps["seconds_by_micro_batch"], measured_steps["gradient_bytes"])
+frontier.step_time_table(P.batch_sizes, P.gpu_counts, step_model.step_seconds).pivot(index="batch_size", columns="gpus", values="step_time")"""),
+    ("md", "## Claims vs measurement"),
+    ("code", """feasible = table[(table["gpus"] == g_max)].dropna()
+tight, loose = feasible.iloc[0], feasible.iloc[-1]
+claims = pd.DataFrame([
+    ["tight deadlines favour larger batches", "yes",
+     f"{g_max} GPUs: optimal batch {int(tight['batch_size'])} at T={tight['deadline']:g} vs {int(loose['batch_size'])} at T={loose['deadline']:g}",
+     "yes" if tight["batch_size"] > loose["batch_size"] else "no"],
+    ["under a fixed deadline a smaller batch on fewer GPUs can beat a larger batch on more GPUs", "yes",
+     f"{len(wins)} of {len(cross)} (deadline, pair) comparisons" + (f", first at T={wins['deadline'].min():g}: batch {int(wins.iloc[0]['small_batch'])} on {int(wins.iloc[0]['small_gpus'])} vs {int(wins.iloc[0]['large_batch'])} on {int(wins.iloc[0]['large_gpus'])} GPUs" if len(wins) else ""),
+     "yes" if len(wins) else "no"],
+    ["latency-oriented parallelism trades extra GPUs for shorter steps", "yes (projection in the paper too)",
+     "projected only (dashed curves above)", "n/a"],
+], columns=analyses.CLAIM_COLUMNS)
+claims"""),
+]
+
 
 def checked_outputs(executed: Path) -> dict[str, list]:
     """Outputs of the NBVAL_CHECK_OUTPUT cells of an executed notebook, keyed by cell source."""
+    if not executed.exists():
+        return {}
     nb = nbformat.read(executed, as_version=4)
     return {c.source: c.outputs for c in nb.cells if c.cell_type == "code" and c.source.startswith("# NBVAL_CHECK_OUTPUT")}
 
 
 if __name__ == "__main__":
     folder = Path(__file__).resolve().parent.parent / "notebooks"
-    for name, cells in (("01_data_pool", NB01), ("02_batch_sweep", NB02), ("03_recipe_ablations", NB03)):
+    for name, cells in (("01_data_pool", NB01), ("02_batch_sweep", NB02), ("03_recipe_ablations", NB03), ("04_gpu_time_frontier", NB04)):
         nb = notebook(cells)
         if len(sys.argv) > 1:
             outputs = checked_outputs(Path(sys.argv[1]) / f"{name}.ipynb")

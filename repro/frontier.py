@@ -1,0 +1,130 @@
+"""GPUs and wall-clock time as separate resources.
+
+A small batch needs many sequential optimizer steps, and more GPUs do not shorten that chain. We
+price a training run by the time of its steps:
+
+- idealised model, in *step units*: one GPU processes `micro_batch` sequences per unit, so a step of
+  batch B (sequences) on G GPUs costs max(1, ceil(B / (G * micro_batch))) units, plus an optional
+  all-reduce term (units per step, when G > 1);
+- measured model, in *seconds*: `repro bench step-time` times forward + backward + optimizer for
+  micro-batches 1..m on this device; a step of B on G GPUs runs ceil(B / (G m)) micro-batches of at
+  most m sequences, plus a ring all-reduce of the gradients (alpha-beta model, defaults below).
+
+The frontier is computed from *observed* curves (never from fitted ones): for a GPU count G and a
+deadline T, the best validation loss reachable is the minimum over runs (any batch size, tuned or
+not) and their evaluation points whose cumulative step time fits in T.
+
+Latency-oriented parallelism (tensor / sequence / pipeline style) is only *projected*: k GPUs per
+replica shorten a step to step_time / (1 + efficiency * (k - 1)) without changing the batch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+# Link defaults for the ring all-reduce (per direction): NVLink 4 (H100/H200 within a node) and
+# NDR InfiniBand (400 Gb/s per GPU across nodes).
+NVLINK_BANDWIDTH_BYTES_PER_S = 450e9
+NVLINK_LATENCY_S = 5e-6
+INFINIBAND_BANDWIDTH_BYTES_PER_S = 50e9
+INFINIBAND_LATENCY_S = 10e-6
+GPUS_PER_NODE = 8
+
+
+def step_units(batch_size: int, gpus: int, micro_batch: int, allreduce_units: float = 0.0) -> float:
+    """Idealised time of one optimizer step, in units of one micro-batch forward+backward on one GPU."""
+    return max(1, math.ceil(batch_size / (gpus * micro_batch))) + (allreduce_units if gpus > 1 else 0.0)
+
+
+def ring_allreduce_seconds(n_bytes: float, gpus: int, gpus_per_node: int = GPUS_PER_NODE) -> float:
+    """Alpha-beta ring all-reduce: 2 (G-1)/G * bytes / bandwidth + 2 (G-1) * latency, over NVLink
+    inside one node and InfiniBand once the ring spans nodes."""
+    if gpus <= 1:
+        return 0.0
+    bandwidth, latency = ((NVLINK_BANDWIDTH_BYTES_PER_S, NVLINK_LATENCY_S) if gpus <= gpus_per_node
+                          else (INFINIBAND_BANDWIDTH_BYTES_PER_S, INFINIBAND_LATENCY_S))
+    return 2 * (gpus - 1) / gpus * n_bytes / bandwidth + 2 * (gpus - 1) * latency
+
+
+@dataclass(frozen=True)
+class MeasuredStepTime:
+    """Seconds per forward+backward+optimizer step for every micro-batch 1..m (`repro bench step-time`)."""
+
+    seconds_by_micro_batch: dict[int, float]
+    gradient_bytes: float  # bytes all-reduced per step (parameters x bytes per gradient element)
+
+    def step_seconds(self, batch_size: int, gpus: int) -> float:
+        """A step of `batch_size` sequences on `gpus` GPUs: accumulation over the largest measured micro-batch."""
+        per_gpu = math.ceil(batch_size / gpus)
+        m = max(self.seconds_by_micro_batch)
+        full, rest = divmod(per_gpu, m)
+        compute = full * self.seconds_by_micro_batch[m] + (self.seconds_by_micro_batch[rest] if rest else 0.0)
+        return compute + ring_allreduce_seconds(self.gradient_bytes, gpus)
+
+
+def step_time_table(batch_sizes, gpu_counts, step_time) -> pd.DataFrame:
+    """Step time (units of `step_time`) for every batch size x GPU count; `step_time(B, G)`."""
+    return pd.DataFrame([{"batch_size": b, "gpus": g, "step_time": step_time(b, g)} for b in batch_sizes for g in gpu_counts])
+
+
+def frontier(evals: pd.DataFrame, runs: pd.DataFrame, gpu_counts, deadlines, step_time, speedup: float = 1.0) -> pd.DataFrame:
+    """Best observed validation loss per (GPUs, deadline), with the batch size and run that reach it.
+
+    `evals` has run_id, step, val_loss; `runs` has run_id, batch_size. An evaluation point at step s of
+    a run with batch B costs s * step_time(B, G) / speedup. Deadlines shorter than every run's first
+    evaluation give NaN loss (nothing is reachable). Ties go to the smaller batch, then the earlier step.
+    """
+    points = evals.dropna(subset=["val_loss"]).merge(runs[["run_id", "batch_size"]], on="run_id")
+    rows = []
+    for g in gpu_counts:
+        cost = points["batch_size"].map(lambda b: step_time(int(b), g)) * points["step"] / speedup
+        ranked = points.assign(time=cost).sort_values(["val_loss", "batch_size", "step"], kind="mergesort")
+        for t in deadlines:
+            feasible = ranked[ranked["time"] <= t]
+            if feasible.empty:
+                rows.append({"gpus": g, "deadline": t, "best_val_loss": np.nan, "batch_size": np.nan, "run_id": None, "time": np.nan})
+                continue
+            best = feasible.iloc[0]
+            rows.append({"gpus": g, "deadline": t, "best_val_loss": best["val_loss"], "batch_size": int(best["batch_size"]),
+                         "run_id": best["run_id"], "time": best["time"]})
+    return pd.DataFrame(rows)
+
+
+def best_per_batch(evals: pd.DataFrame, runs: pd.DataFrame, gpus: int, deadline: float, step_time) -> pd.Series:
+    """Best observed val loss for each batch size alone on `gpus` GPUs within `deadline`."""
+    points = evals.dropna(subset=["val_loss"]).merge(runs[["run_id", "batch_size"]], on="run_id")
+    time = points["batch_size"].map(lambda b: step_time(int(b), gpus)) * points["step"]
+    return points[time <= deadline].groupby("batch_size")["val_loss"].min()
+
+
+def crossovers(evals: pd.DataFrame, runs: pd.DataFrame, deadlines, step_time, micro_batch: int) -> pd.DataFrame:
+    """Deadlines at which a smaller batch on fewer GPUs beats a larger batch on more GPUs.
+
+    Each batch B runs on the GPUs it can fill, G = max(1, B / micro_batch); for every deadline and every
+    pair B1 < B2 (so G1 <= G2, strictly fewer GPUs when B1 fills fewer), the row says whether B1 on G1
+    reaches a lower validation loss than B2 on G2.
+    """
+    batches = sorted(runs["batch_size"].unique())
+    gpus = {b: max(1, int(b) // micro_batch) for b in batches}
+    rows = []
+    for t in deadlines:
+        best = {b: best_per_batch(evals, runs, gpus[b], t, step_time).get(b, np.nan) for b in batches}
+        for i, b1 in enumerate(batches):
+            for b2 in batches[i + 1:]:
+                if gpus[b1] >= gpus[b2] or (np.isnan(best[b1]) and np.isnan(best[b2])):
+                    continue
+                rows.append({"deadline": t, "small_batch": int(b1), "small_gpus": gpus[b1], "small_loss": best[b1],
+                             "large_batch": int(b2), "large_gpus": gpus[b2], "large_loss": best[b2],
+                             "smaller_wins": bool(best[b1] < best[b2]) if not np.isnan(best[b1]) else False})
+    return pd.DataFrame(rows)
+
+
+def latency_speedup(gpus_per_replica: int, efficiency: float) -> float:
+    """Projected step-time speed-up of k-way latency-oriented parallelism at parallel efficiency e."""
+    if gpus_per_replica < 1 or not 0 <= efficiency <= 1:
+        raise ValueError("gpus_per_replica must be >= 1 and efficiency in [0, 1]")
+    return 1 + efficiency * (gpus_per_replica - 1)
