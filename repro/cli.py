@@ -42,7 +42,9 @@ def _train(args: argparse.Namespace) -> None:
 def _sweep_run(args: argparse.Namespace) -> None:
     from repro.sweep import run_sweep
 
-    slurm = {"slurm_partition": args.partition, "gpus_per_node": args.gpus, "timeout_min": args.timeout_min} if args.executor == "slurm" else None
+    slurm = None
+    if args.executor == "slurm":  # one run per job, one GPU each (train() is a single process)
+        slurm = {"gpus_per_node": 1, "timeout_min": args.timeout_min} | ({"slurm_partition": args.partition} if args.partition else {})
     started = time.perf_counter()
     outcomes = run_sweep(args.grid, args.out, workers=args.workers, executor=args.executor, retry_failed=args.retry_failed,
                          slurm=slurm, progress=not args.quiet)
@@ -93,6 +95,11 @@ def _bench(args: argparse.Namespace) -> None:
     import torch
 
     from repro import bench
+    from repro.model import SIZES
+
+    unknown = [m for m in args.models.split(",") if m not in SIZES]
+    if unknown:
+        raise ReproError(f"unknown model size {unknown[0]!r}; choose from: {', '.join(SIZES)}")
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -161,7 +168,6 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--executor", default="local", choices=["local", "slurm", "submitit-local"])
     run.add_argument("--retry-failed", action="store_true", help="run failed configs again")
     run.add_argument("--partition", default=None, help="slurm partition")
-    run.add_argument("--gpus", type=int, default=1, help="slurm: GPUs per job")
     run.add_argument("--timeout-min", type=int, default=240, help="slurm: minutes per job")
     run.add_argument("--quiet", action="store_true")
     run.set_defaults(func=_sweep_run)

@@ -65,8 +65,9 @@ class EpochLoader:
         self.sequences_per_epoch = (split.n_tokens + split.n_docs) // (seq_len + 1)
         self.steps_per_epoch = self.sequences_per_epoch // batch_size
         self._epoch: int | None = None
-        self._fixed = pack(split, self._rng(-1).permutation(split.n_docs))
-        self._fixed_order = self._rng(-2).permutation(self.sequences_per_epoch)
+        if kind != "repack":  # REPEAT and SHUFFLE pack once
+            self._fixed = pack(split, self._rng(-1).permutation(split.n_docs))
+            self._fixed_order = self._rng(-2).permutation(self.sequences_per_epoch)
 
     def _rng(self, epoch: int) -> np.random.Generator:
         return np.random.default_rng([self.seed, epoch + 2, 0x5EED])

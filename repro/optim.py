@@ -84,6 +84,11 @@ def _num_steps(fraction: float, total_steps: int) -> int:
     return math.ceil(round(fraction * total_steps, 9))
 
 
+def decay_start_step(schedule: Schedule, total_steps: int) -> int:
+    """First step of the WSD decay phase."""
+    return max(_num_steps(schedule.warmup_fraction, total_steps), total_steps - _num_steps(schedule.decay_fraction, total_steps))
+
+
 def lr_multiplier(schedule: Schedule, step: int, total_steps: int) -> float:
     """Multiplier of the base learning rate at optimizer step `step` in [0, total_steps).
 
@@ -103,7 +108,7 @@ def lr_multiplier(schedule: Schedule, step: int, total_steps: int) -> float:
     if schedule.name == "cosine":
         progress = (step - warmup_steps) / (last - warmup_steps) if last > warmup_steps else 1.0
         return schedule.min_lr_ratio + (1 - schedule.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
-    decay_start = max(warmup_steps, total_steps - _num_steps(schedule.decay_fraction, total_steps))
+    decay_start = decay_start_step(schedule, total_steps)
     if step < decay_start:
         return 1.0
     progress = (step - decay_start) / (last - decay_start) if last > decay_start else 1.0

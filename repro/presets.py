@@ -1,7 +1,7 @@
 """Scales of the study: smoke (CI), cpu (a laptop), gpu-small (one GPU), gpu (paper scale).
 
 A preset fixes the pools, model sizes, sequence length, batch sizes, the lr / weight-decay grids
-(lr grids widen with batch size), the epoch budget and the recipe ablations. The notebooks turn a
+(lr grids move with sqrt(batch size)), the epoch budget and the recipe ablations. The notebooks turn a
 preset into sweeps with the grid builders below; nothing here trains.
 """
 
@@ -33,6 +33,7 @@ class Preset:
     frontier_micro_batch: int = 4  # notebook 04: sequences one GPU processes per step unit
     gpu_counts: tuple[int, ...] = (1, 2, 4, 8)  # notebook 04
     workers: int = 2
+    one_pass_batch_size: int = 16  # the batch a one-pass recipe uses at this scale (Kim et al.: 64 at paper scale)
     extra: dict = field(default_factory=dict)  # fixed run fields added to every run (device, compile, ...)
 
     def pool_dir(self, data_dir: str | Path, seed: int) -> Path:
@@ -71,7 +72,7 @@ PRESETS: dict[str, Preset] = {
         pool_seeds=(0, 1), models=("tiny",), seq_len=32, batch_sizes=(2, 8),
         lrs={2: (3e-3, 1e-2), 8: (3e-3, 1e-2)}, weight_decays=(0.1,), epochs=2, eval_every=0.5,
         ablation_batch_sizes=(2, 8), embedding_weight_decays=(0.0, 0.1), frontier_micro_batch=2, gpu_counts=(1, 2, 4),
-        workers=2),
+        workers=2, one_pass_batch_size=8),
     # calibrated on a 2-core machine: ~24M training tokens in ~95 runs, two runs in parallel
     "cpu": Preset(
         name="cpu",
@@ -85,7 +86,7 @@ PRESETS: dict[str, Preset] = {
         pool_seeds=(0, 1), models=("150m",), seq_len=1024, batch_sizes=(8, 16, 32, 64, 128),
         lrs=_lr_ladder((8, 16, 32, 64, 128), 32, (1e-3, 3e-3, 1e-2)), weight_decays=(0.1, 0.8), epochs=8, eval_every=0.5,
         ablation_batch_sizes=(16, 64), embedding_weight_decays=(0.0, 0.1, 0.8), micro_batch=16, frontier_micro_batch=16,
-        gpu_counts=(1, 2, 4, 8), workers=1,
+        gpu_counts=(1, 2, 4, 8), workers=1, one_pass_batch_size=64,
         extra={"device": "cuda", "compile": True}),
     "gpu": Preset(
         name="gpu",
@@ -95,7 +96,7 @@ PRESETS: dict[str, Preset] = {
         batch_sizes=(16, 32, 64, 128, 256, 512),
         lrs=_lr_ladder((16, 32, 64, 128, 256, 512), 64, (1e-3, 3e-3, 1e-2)), weight_decays=(0.1, 0.4, 0.8, 1.6, 3.2),
         epochs=32, eval_every=1.0, ablation_batch_sizes=(32, 128), embedding_weight_decays=(0.0, 0.1, 0.8),
-        micro_batch=8, frontier_micro_batch=8, gpu_counts=(1, 2, 4, 8, 16, 32, 64), workers=8,
+        micro_batch=8, frontier_micro_batch=8, gpu_counts=(1, 2, 4, 8, 16, 32, 64), workers=8, one_pass_batch_size=64,
         extra={"device": "cuda", "compile": True}),
 }
 

@@ -17,10 +17,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from repro.errors import ReproError
 from repro.train import RunConfig
 
 TUNED = ("lr", "weight_decay", "epochs")
-BOOKKEEPING = ("save_steps", "init_from", "log_every", "threads", "device", "compile", "eval_every", "micro_batch", "pool")
+BOOKKEEPING = ("save_steps", "init_from", "log_every", "threads", "device", "compile", "eval_every", "micro_batch")
 EVAL_COLUMNS = ["run_id", "step", "epoch", "tokens", "lr_t", "train_loss", "val_loss", "wall_s"]
 CONFIG_FIELDS = [f.name for f in fields(RunConfig)]
 
@@ -28,6 +29,8 @@ CONFIG_FIELDS = [f.name for f in fields(RunConfig)]
 def load_results(store: str | Path, run_ids: list[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Runs and evaluation points of every run directory under `store` (or only of `run_ids`)."""
     store = Path(store)
+    if not store.is_dir():
+        raise ReproError(f"{store} is not a directory of runs")
     run_rows, eval_rows = [], []
     dirs = [store / rid for rid in run_ids] if run_ids is not None else sorted(store.iterdir())
     for run_dir in (p for p in dirs if (p / "config.json").is_file()):
@@ -42,7 +45,10 @@ def load_results(store: str | Path, run_ids: list[str] | None = None) -> tuple[p
         if metrics.exists():
             with metrics.open() as f:
                 for line in f:
-                    record = json.loads(line)
+                    try:
+                        record = json.loads(line)
+                    except json.JSONDecodeError:  # a line being written by a live run
+                        continue
                     if "val_loss" in record:
                         record["lr_t"] = record.pop("lr")  # the scheduled lr at that step; `lr` is the run's peak lr
                         eval_rows.append({"run_id": rid, **record})
@@ -65,6 +71,9 @@ def tuned_endpoints(runs: pd.DataFrame, evals: pd.DataFrame, group_by: list[str]
     """One row per group: best val loss over tuned fields and stopping points, chosen values, edge flags."""
     if group_by is None:
         group_by = default_group_by(runs, tuned)
+    missing = [g for g in group_by if g not in runs]
+    if missing:
+        raise ReproError(f"cannot group by {missing[0]!r}; run fields are: {', '.join(c for c in CONFIG_FIELDS if c in runs)}")
     points = evals.dropna(subset=["val_loss"]).merge(runs.drop(columns=["wall_s"]), on="run_id")
     rows = []
     for key, group in (points.groupby(group_by, sort=True, dropna=False) if group_by else [((), points)]):

@@ -19,6 +19,7 @@ import pandas as pd
 
 from repro import plots
 from repro.data.pool import build_pool
+from repro.errors import ReproError
 from repro.presets import Preset, get_preset, project_root
 from repro.results import load_results
 from repro.sweep import plan, run_sweep
@@ -55,6 +56,24 @@ class Study:
     def save(self, fig: plt.Figure, name: str) -> None:
         plots.save(fig, self.preset.name, name, self.root / "figures" / self.preset.name)
 
+    def save_table(self, table: pd.DataFrame, name: str) -> Path:
+        """Write a table as figures/<preset>/<name>.md (a Markdown table, for the README) and .csv."""
+        folder = self.root / "figures" / self.preset.name
+        folder.mkdir(parents=True, exist_ok=True)
+        table.to_csv(folder / f"{name}.csv", index=False)
+        cells = [[str(v) for v in table.columns]] + [[str(v) for v in row] for row in table.itertuples(index=False)]
+        lines = ["| " + " | ".join(row) + " |" for row in cells]
+        lines.insert(1, "|" + "---|" * len(table.columns))
+        (folder / f"{name}.md").write_text("\n".join(lines) + "\n")
+        return folder / f"{name}.md"
+
+
+def _env_workers() -> int:
+    value = os.environ.get("REPRO_WORKERS", "0")
+    if not value.isdigit():
+        raise ReproError(f"REPRO_WORKERS={value!r} must be a whole number")
+    return int(value)
+
 
 def open_study(preset: str | None = None, data_dir: str | None = None, results_dir: str | None = None,
                workers: int | None = None, source: str | None = None, progress: bool = True) -> Study:
@@ -66,5 +85,5 @@ def open_study(preset: str | None = None, data_dir: str | None = None, results_d
     return Study(preset=chosen, root=root,
                  data_dir=Path(data_dir) if data_dir else root / "data" / "pools",
                  results_dir=Path(results_dir) if results_dir else root / "runs" / chosen.name,
-                 workers=workers or int(os.environ.get("REPRO_WORKERS", 0)) or chosen.workers,
+                 workers=workers or _env_workers() or chosen.workers,
                  progress=progress)

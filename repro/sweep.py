@@ -27,7 +27,6 @@ import fcntl
 import hashlib
 import itertools
 import json
-import math
 import os
 import traceback
 from collections.abc import Callable
@@ -40,7 +39,8 @@ import yaml
 from tqdm.auto import tqdm
 
 from repro.errors import ReproError
-from repro.train import RunConfig, make_run_config, train
+from repro.optim import decay_start_step
+from repro.train import RunConfig, _write_json, make_run_config, train
 
 FINISHED = ("done", "diverged")
 
@@ -67,13 +67,26 @@ def load_grid(grid: str | Path | dict) -> dict:
         spec = yaml.safe_load(Path(grid).read_text())
     except (OSError, yaml.YAMLError) as exc:
         raise ReproError(f"cannot read grid {grid}: {str(exc).splitlines()[0]}") from None
-    if not isinstance(spec, dict) or not set(spec) <= {"fixed", "axes", "when", "wsd_branches", "name", "group_by"}:
-        raise ReproError(f"grid {grid} must be a mapping with keys fixed, axes, when, wsd_branches (and optionally name, group_by)")
+    if not isinstance(spec, dict):
+        raise ReproError(f"grid {grid} must be a mapping with keys fixed, axes, when, wsd_branches")
     return spec
+
+
+def _check_grid(grid: dict) -> None:
+    unknown = set(grid) - {"fixed", "axes", "when", "wsd_branches"}
+    if unknown:
+        raise ReproError(f"unknown grid key {sorted(unknown)[0]!r}; a grid has fixed, axes, when, wsd_branches")
+    if not isinstance(grid.get("fixed", {}), dict) or not isinstance(grid.get("axes", {}), dict):
+        raise ReproError("grid 'fixed' and 'axes' must be mappings of run fields")
+    rules = grid.get("when", [])
+    if not isinstance(rules, list) or not all(isinstance(r, dict) and isinstance(r.get("if", {}), dict) and isinstance(r.get("axes"), dict)
+                                              for r in rules):
+        raise ReproError("grid 'when' must be a list of {if: {field: value}, axes: {field: [values]}} rules")
 
 
 def expand(grid: dict) -> list[RunConfig]:
     """All points of a grid, in a deterministic order."""
+    _check_grid(grid)
     fixed, axes, rules = grid.get("fixed", {}), grid.get("axes", {}), grid.get("when", [])
     for name, values in axes.items():
         if not isinstance(values, list) or not values:
@@ -132,7 +145,7 @@ def _steps_per_epoch(config: RunConfig) -> int:
 
 def _decay_start(config: RunConfig, steps_per_epoch: int) -> int:
     total = config.epochs * steps_per_epoch
-    return total - math.ceil(round(config.decay_fraction * total, 9))
+    return decay_start_step(config.schedule_for(total), total)
 
 
 # --- the store ----------------------------------------------------------------------------------
@@ -169,8 +182,8 @@ def execute_one(store: str, rid: str, config: dict, retry_failed: bool = False, 
         try:
             return train(make_run_config(config), run_dir, progress=False)["status"]
         except Exception as exc:  # one failing run never stops the sweep
-            (run_dir / "status.json").write_text(json.dumps({"status": "failed", "error": f"{type(exc).__name__}: {exc}",
-                                                             "traceback": traceback.format_exc()}, indent=2) + "\n")
+            _write_json(run_dir / "status.json", {"status": "failed", "error": f"{type(exc).__name__}: {exc}",
+                                                  "traceback": traceback.format_exc()})
             return "failed"
 
 
@@ -182,13 +195,13 @@ def run_sweep(grid: str | Path | dict, store: str | Path, workers: int = 1, exec
               slurm: dict | None = None, progress: bool = True) -> dict[str, int]:
     """Run every missing config of `grid` into `store`; returns counts of outcomes. Several grids may
     share one store: identical configs are then run once."""
+    if workers < 1:
+        raise ReproError(f"--workers must be at least 1, got {workers}")
     spec = load_grid(grid)
     store = Path(store)
     planned = plan(spec, store)
     store.mkdir(parents=True, exist_ok=True)
     _write_manifest(store, spec, planned)
-    if workers < 1:
-        raise ReproError(f"--workers must be at least 1, got {workers}")
     outcomes: dict[str, int] = {}
     trunks = [p for p in planned if p.after is None]
     branches = [p for p in planned if p.after is not None]
@@ -196,6 +209,10 @@ def run_sweep(grid: str | Path | dict, store: str | Path, workers: int = 1, exec
         for phase in (trunks, branches):
             todo = [p for p in phase if run_status(store / p.run_id) not in FINISHED]
             bar.update(len(phase) - len(todo))
+            waiting = [p for p in todo if p.after and not Path(p.config.init_from).is_file()]  # trunk held by another sweep
+            for _ in waiting:
+                outcomes["waiting for trunk"] = outcomes.get("waiting for trunk", 0) + 1
+            todo = [p for p in todo if p not in waiting]
             run = _executor(executor, workers, slurm, store)
             for outcome in run([(str(store), p.run_id, asdict(p.config), retry_failed) for p in todo]):
                 outcomes[outcome] = outcomes.get(outcome, 0) + 1

@@ -20,6 +20,7 @@ import json
 import math
 import os
 import random
+import re
 import time
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, fields
@@ -83,6 +84,10 @@ def _coerce(name: str, kind: type, value):
         if value.lower() in ("false", "0", "no", "off"):
             return False
         raise ReproError(f"{name}={value!r} is not a boolean; use true or false")
+    if kind is int and isinstance(value, float):
+        if not value.is_integer():
+            raise ReproError(f"{name}={value!r} is not a whole number")
+        return int(value)
     try:
         return kind(value) if not isinstance(value, kind) or kind is float else value
     except (TypeError, ValueError):
@@ -105,7 +110,9 @@ def load_run_config(config_file: str | None, overrides: list[str], pool: str | N
         try:
             values = yaml.safe_load(Path(config_file).read_text()) or {}
         except (OSError, yaml.YAMLError) as exc:
-            raise ReproError(f"cannot read config {config_file}: {exc}") from None
+            raise ReproError(f"cannot read config {config_file}: {str(exc).splitlines()[0]}") from None
+        if not isinstance(values, dict):
+            raise ReproError(f"config {config_file} must be a mapping of run fields (key: value lines)")
     for item in overrides:
         key, sep, value = item.partition("=")
         if not sep:
@@ -141,6 +148,14 @@ def check_config(config: RunConfig, pool: Pool, world_size: int = 1) -> EpochLoa
         raise ReproError(f"eval_every={config.eval_every} epochs; evaluate at least once per epoch (eval_every <= 1)")
     if config.weight_decay < 0 or config.embedding_weight_decay < 0:
         raise ReproError("weight decays must be >= 0")
+    if config.micro_batch < 0 or config.seed < 0 or config.threads < 0 or config.warmup_steps < 0:
+        raise ReproError("micro_batch, seed, threads and warmup_steps must be >= 0")
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", config.device):
+        raise ReproError(f"device={config.device!r}; use auto, cpu, cuda or cuda:N")
+    if config.device.startswith("cuda") and not torch.cuda.is_available():
+        raise ReproError(f"device={config.device} but no CUDA device is visible; use device=cpu or auto")
+    if abs(1 / config.eval_every - round(1 / config.eval_every)) > 1e-9:
+        raise ReproError(f"eval_every={config.eval_every} epochs must be 1/k for a whole number k (1, 0.5, 0.25, ...)")
     micro = min(config.micro_batch, config.batch_size // world_size) if config.micro_batch else config.batch_size // world_size
     if micro == 0 or config.batch_size % (micro * world_size):
         raise ReproError(f"batch_size {config.batch_size} is not divisible by micro_batch {micro} x world size {world_size}")
@@ -153,12 +168,21 @@ def check_config(config: RunConfig, pool: Pool, world_size: int = 1) -> EpochLoa
     if loader.steps_per_epoch == 0:
         raise ReproError(f"the pool's training split packs into {loader.sequences_per_epoch} sequences of {config.seq_len + 1} "
                          f"tokens, less than one batch of {config.batch_size}; lower seq_len or batch_size, or use a larger pool")
-    if (pool.val.n_tokens + pool.val.n_docs) // (config.seq_len + 1) == 0:
-        raise ReproError(f"the validation split is shorter than one sequence of {config.seq_len + 1} tokens; lower seq_len")
+    if (pool.val.n_tokens + pool.val.n_docs) // (config.seq_len + 1) < world_size:
+        raise ReproError(f"the validation split packs into fewer than {world_size} sequence(s) of {config.seq_len + 1} tokens "
+                         "(one per process); lower seq_len or use a larger validation split")
     return loader
 
 
 # --- the run ----------------------------------------------------------------------------------
+
+def _parsed_step(line: str) -> float:
+    """Step of a metrics line; a line torn by a kill counts as after every checkpoint."""
+    try:
+        return json.loads(line)["step"]
+    except (json.JSONDecodeError, KeyError):
+        return math.inf
+
 
 def _save_steps(config: RunConfig) -> set[int]:
     return {int(x) for x in config.save_steps.split(",") if x.strip()}
@@ -220,8 +244,9 @@ def train(config: RunConfig, out: str | Path, progress: bool = True) -> dict:
 
     device = torch.device("cuda" if config.device == "auto" and torch.cuda.is_available() else
                           ("cpu" if config.device == "auto" else config.device))
-    if world_size > 1 and not dist.is_initialized():
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    if world_size > 1:
+        if not dist.is_initialized():
+            dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
         if device.type == "cuda":
             device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
             torch.cuda.set_device(device)
@@ -282,13 +307,13 @@ def _run(config: RunConfig, pool: Pool, loader: EpochLoader, out: Path, device: 
         ckpt = torch.load(start_from, map_location=device, weights_only=False)
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
-        torch.set_rng_state(ckpt["torch_rng"])
+        torch.set_rng_state(ckpt["torch_rng"].cpu())
         random.setstate(ckpt["python_rng"])
         step, wall_offset, best = ckpt["step"], ckpt["wall_s"], ckpt["best"]
         loss_sum, loss_steps = ckpt["loss_sum"], ckpt["loss_steps"]
         if rank == 0:  # keep the metric lines up to the checkpoint (of this run, or of the trunk for a branch)
             source = metrics_path if start_from == ckpt_path else start_from.parent.parent / "metrics.jsonl"
-            lines = [line for line in source.read_text().splitlines() if json.loads(line)["step"] <= step]
+            lines = [line for line in source.read_text().splitlines() if _parsed_step(line) <= step]
             tmp = metrics_path.with_name("metrics.jsonl.tmp")
             tmp.write_text("".join(line + "\n" for line in lines))
             os.replace(tmp, metrics_path)
@@ -339,7 +364,7 @@ def _run(config: RunConfig, pool: Pool, loader: EpochLoader, out: Path, device: 
         record = {"step": step, "epoch": step / steps_per_epoch, "tokens": step * tokens_per_step, "lr": lr,
                   "train_loss": loss_sum / loss_steps}  # mean since the last evaluation
         if step in eval_steps:
-            val_loss = evaluate(train_model, val_sequences, max(micro, EVAL_BATCH), device, autocast, rank, world_size)
+            val_loss = evaluate(model, val_sequences, max(micro, EVAL_BATCH), device, autocast, rank, world_size)
             record |= {"wall_s": time.perf_counter() - started, "val_loss": val_loss}
             if not math.isfinite(val_loss):
                 record["val_loss"] = None

@@ -84,8 +84,13 @@ def test_validation_is_packed_once_in_full(split):
     assert np.array_equal(val, stream[:n * (SEQ + 1)].reshape(n, SEQ + 1))
 
 
-def test_real_pool_sequences_decode_to_pool_text(synthetic_pool):
+def test_real_pool_batches_are_slices_of_the_packed_stream(synthetic_pool):
     pool = load_pool(synthetic_pool)
     loader = EpochLoader(pool.train, pool.eos_id, 64, 8, "repack", seed=0)
     batch = loader.batch(2, 1)
-    assert batch.shape == (8, 65) and batch.max() < pool.vocab_size
+    order = loader._packing.doc_order
+    stream = np.concatenate([np.append(pool.train.doc(i), pool.eos_id) for i in order])
+    ids = loader.epoch_sequence_ids(2)[8:16]
+    assert batch.shape == (8, 65)
+    for row, j in zip(batch, ids):
+        assert np.array_equal(row, stream[j * 65:(j + 1) * 65])

@@ -105,6 +105,11 @@ def test_small_model_overfits_a_tiny_pool(tmp_path):
     ({"epochs": 0}, "epochs must be positive"),
     ({"colour": "red"}, "unknown run field"),
     ({"tie_embeddings": "maybe"}, "not a boolean"),
+    ({"micro_batch": -1}, "must be >= 0"),
+    ({"seed": -3}, "must be >= 0"),
+    ({"device": "gpu"}, "use auto, cpu, cuda"),
+    ({"eval_every": 0.4}, "must be 1/k"),
+    ({"batch_size": 8.5}, "is not a valid int"),
 ])
 def test_bad_configs_fail_before_compute(synthetic_pool, tmp_path, overrides, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
@@ -120,6 +125,12 @@ def test_config_file_and_overrides(tmp_path, synthetic_pool):
     assert (config.lr, config.epochs, config.tie_embeddings, config.loader, config.model) == (2e-3, 3, True, "shuffle", "tiny")
     with pytest.raises(ReproError, match="key=value"):
         load_run_config(None, ["lr"])
+    (tmp_path / "float.yaml").write_text("batch_size: 8.7\n")
+    with pytest.raises(ReproError, match="not a whole number"):
+        load_run_config(str(tmp_path / "float.yaml"), [])
+    (tmp_path / "list.yaml").write_text("- lr\n")
+    with pytest.raises(ReproError, match="must be a mapping"):
+        load_run_config(str(tmp_path / "list.yaml"), [])
     train(make_run_config(BASE | {"pool": str(synthetic_pool), "epochs": 1}), tmp_path / "a", progress=False)
     with pytest.raises(ReproError, match="holds a different run.*lr"):
         train(make_run_config(BASE | {"pool": str(synthetic_pool), "epochs": 1, "lr": 1e-3}), tmp_path / "a", progress=False)

@@ -1,7 +1,7 @@
 """Write notebooks/*.ipynb from the cell sources below.
 
-    python tools/make_notebooks.py                      # sources only
-    python tools/make_notebooks.py runs/smoke/notebooks # and the outputs of the `# NBVAL_CHECK_OUTPUT`
+    python tools/make_notebooks.py                      # keeps the stored outputs of checked cells
+    python tools/make_notebooks.py runs/smoke/notebooks # takes the outputs of the `# NBVAL_CHECK_OUTPUT`
                                                         # cells from smoke-executed copies (nbval compares them)
 """
 
@@ -113,14 +113,17 @@ beat it on average; the gap to it is what training can still win."""),
 print(f"Bayes floor of the validation split: {floor:.4f} nats/token" if floor is not None
       else f"source {P.pool.source!r} has no known Bayes floor")"""),
     ("md", "## Claims vs measurement"),
-    ("code", """claims = pd.DataFrame([
-    ["no validation document contributes to training", "by construction", "checked in tests/test_data.py", "yes"],
+    ("code", """leaks = analyses.train_val_shared_docs(pools)
+claims = pd.DataFrame([
+    ["no validation document contributes to training", "yes (document-level split)",
+     f"validation documents found in training: {leaks}", "yes" if sum(leaks) == 0 else "no"],
     ["independent pools share the validation set", "yes (fixed held-out set)",
      f"identical val: {bool(overlap['identical val'].all())}", "yes" if overlap["identical val"].all() else "no"],
     ["independent pools differ in training documents", "yes",
      f"shared train docs: {overlap['shared train docs'].tolist()} of {overlap['train docs a'].tolist()}",
      "yes" if (overlap["shared train docs"] < overlap["train docs a"]).all() else "no"],
 ], columns=analyses.CLAIM_COLUMNS)
+study.save_table(claims, "01_claims")
 claims"""),
 ]
 
@@ -132,8 +135,8 @@ loss? The study finds a U-shape: smaller batches than usual win (gradient noise 
 smallest batch overfits (lower training loss, worse validation loss).
 
 **Method.** For every batch size we sweep the learning rate (a grid that moves with √batch) and the
-weight decay, evaluate validation loss twice per epoch, and keep the best (lr, weight decay,
-evaluation point) — the *tuned endpoint*. The recipe is the one-pass recipe of Kim et al.:
+weight decay, evaluate validation loss every `eval_every` epochs (a preset setting), and keep the best
+(lr, weight decay, evaluation point) — the *tuned endpoint*. The recipe is the one-pass recipe of Kim et al.:
 sequences packed once and reshuffled each epoch (SHUFFLE), untied embeddings, no embedding decay,
 AdamW (0.9, 0.95), cosine with 1% warmup. Every sweep runs on two independently sampled pools."""),
     ("code", PARAMETERS, "parameters"),
@@ -172,7 +175,7 @@ pool0 = endpoints[(endpoints["pool"] == endpoints["pool"].iloc[0]) & (endpoints[
 picks = pool0.iloc[sorted({0, len(pool0) // 2, len(pool0) - 1})]
 fig, ax = plt.subplots()
 for color, (_, end) in zip(plots.PALETTE, picks.iterrows()):
-    curve = analyses.endpoint_curve(runs, evals, end)
+    curve = analyses.endpoint_curve(evals, end)
     ax.plot(curve["epoch"], curve["val_loss"], color=color, label=f"batch {end['batch_size']} val", **plots.MEASURED)
     ax.plot(curve["epoch"], curve["train_loss"], color=color, linestyle="--", label=f"batch {end['batch_size']} train")
 ax.set_xlabel("epoch")
@@ -181,7 +184,8 @@ ax.set_title(f"Tuned runs, {model}")
 ax.legend(ncol=2, fontsize=8)
 study.save(fig, "02_curves")"""),
     ("md", "## Claims vs measurement"),
-    ("code", """claims = analyses.batch_sweep_claims(runs, evals, endpoints)
+    ("code", """claims = analyses.batch_sweep_claims(runs, evals, endpoints, P.one_pass_batch_size)
+study.save_table(claims, "02_claims")
 claims"""),
 ]
 
@@ -265,8 +269,11 @@ ax.set_title("Combined recipe vs original")
 ax.legend()
 study.save(fig, "03_combined_vs_original")
 original.merge(combined, on="batch_size", suffixes=(" original", " combined"))"""),
+    ("code", """# NBVAL_CHECK_OUTPUT
+print(f"{len(loaders)} loader endpoints, {len(embeddings)} tying x embedding-decay endpoints, {len(combined)} batch sizes compared")"""),
     ("md", "## Claims vs measurement"),
     ("code", """claims = analyses.recipe_claims(loaders, embeddings, original, combined)
+study.save_table(claims, "03_claims")
 claims"""),
 ]
 NB04 = [
@@ -300,7 +307,7 @@ deadlines = np.unique(np.geomspace(first, last, 24).round(1))
 table = frontier.frontier(evals0, runs0, P.gpu_counts, deadlines, step)
 print(f"{len(runs0)} runs, {len(evals0)} evaluation points; deadlines {deadlines[0]:g} .. {deadlines[-1]:g} step units")"""),
     ("code", """# NBVAL_CHECK_OUTPUT
-print(f"GPU counts {list(P.gpu_counts)}, {m} sequences per GPU per step unit")"""),
+print(f"{len(table)} (GPUs, deadline) cells, {int(table['best_val_loss'].notna().sum())} reachable")"""),
     ("md", "## Best loss vs deadline, per GPU count"),
     ("code", """fig, ax = plt.subplots()
 for g, part in table.groupby("gpus"):
@@ -347,6 +354,7 @@ ax.set_title("Positive: the smaller batch on fewer GPUs wins")
 if wins.size:
     ax.legend(fontsize=7)
 study.save(fig, "04_fewer_gpus_smaller_batch")
+study.save_table(table.pivot(index="deadline", columns="gpus", values="best_val_loss").round(3).reset_index(), "04_frontier_table")
 wins.sort_values("deadline").head(20)"""),
     ("md", """## Projection: latency-oriented parallelism
 
@@ -393,6 +401,7 @@ claims = pd.DataFrame([
     ["latency-oriented parallelism trades extra GPUs for shorter steps", "yes (projection in the paper too)",
      "projected only (dashed curves above)", "n/a"],
 ], columns=analyses.CLAIM_COLUMNS)
+study.save_table(claims, "04_claims")
 claims"""),
 ]
 
@@ -407,12 +416,12 @@ def checked_outputs(executed: Path) -> dict[str, list]:
 
 if __name__ == "__main__":
     folder = Path(__file__).resolve().parent.parent / "notebooks"
+    source = Path(sys.argv[1]) if len(sys.argv) > 1 else folder  # default: keep the outputs already stored
     for name, cells in (("01_data_pool", NB01), ("02_batch_sweep", NB02), ("03_recipe_ablations", NB03), ("04_gpu_time_frontier", NB04)):
         nb = notebook(cells)
-        if len(sys.argv) > 1:
-            outputs = checked_outputs(Path(sys.argv[1]) / f"{name}.ipynb")
-            for cell in nb.cells:
-                if cell.cell_type == "code" and cell.source in outputs:
-                    cell.outputs = outputs[cell.source]
-                    cell.execution_count = 1
+        outputs = checked_outputs(source / f"{name}.ipynb")
+        for cell in nb.cells:
+            if cell.cell_type == "code" and cell.source in outputs:
+                cell.outputs = outputs[cell.source]
+                cell.execution_count = 1
         nbformat.write(nb, folder / f"{name}.ipynb")

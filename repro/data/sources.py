@@ -159,10 +159,10 @@ class LocalFilesSource(Source):
         digest = hashlib.sha256()
         for f in files:
             stat = os.stat(f)
-            digest.update(f"{Path(f).name}:{stat.st_size}".encode())
+            digest.update(f"{Path(f).resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode())
         super().__init__(pattern, finite=True, info={
             "files": len(files), "builder": self.builder, "text_field": self.text_field,
-            "text_unit": text_unit if self.builder == "text" else None, "names_sizes_sha256": digest.hexdigest()})
+            "text_unit": text_unit if self.builder == "text" else None, "paths_sizes_mtimes_sha256": digest.hexdigest()})
 
     def documents(self, seed: int) -> Iterator[Document]:
         import datasets

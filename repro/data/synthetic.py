@@ -201,7 +201,7 @@ def _draw_one(cdf: np.ndarray, rng: np.random.Generator) -> int:
 def synthetic_documents(seed: int, grammar: Grammar = Grammar()) -> Iterator[tuple[str, str, float]]:
     """Endless stream of (doc_id, text, log_prob_nats) for one seed."""
     language = SyntheticLanguage(grammar)
-    rng = np.random.default_rng([seed, 1_000_003])
+    rng = np.random.default_rng([seed % 2**63, 1_000_003])  # any int seed, negative ones included
     index = 0
     while True:
         text, logp = language.sample(rng)
