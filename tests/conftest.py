@@ -1,16 +1,15 @@
-"""Shared fixtures. Every test runs offline: the hub is never contacted."""
+"""Shared fixtures (the offline environment is set by the conftest.py at the project root)."""
 
-import os
+import pytest
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-import pytest  # noqa: E402
-
-from repro.data.pool import PoolSpec, build_pool  # noqa: E402
+from repro.data.pool import PoolSpec, build_pool
 
 SMALL_SYNTHETIC = PoolSpec(source="synthetic", tokens=30_000, val_tokens=5_000, vocab_size=300)
+
+
+@pytest.fixture(scope="session")
+def small_synthetic_spec():
+    return SMALL_SYNTHETIC
 
 
 @pytest.fixture(scope="session")

@@ -16,8 +16,6 @@ from repro.data.synthetic import Grammar, SyntheticLanguage, synthetic_documents
 from repro.errors import ReproError
 from repro.units import parse_count
 
-from conftest import SMALL_SYNTHETIC
-
 
 def _decoded_docs(pool, split):
     tok = Tokenizer.from_file(str(pool.path / "tokenizer.json"))
@@ -29,15 +27,15 @@ def _array_bytes(path):
     return {f"{s}/{n}": (path / s / n).read_bytes() for s in ("train", "val") for n in ("tokens.npy", "doc_offsets.npy")}
 
 
-def test_same_arguments_give_identical_bytes(synthetic_pool, tmp_path):
-    again = build_pool(SMALL_SYNTHETIC, tmp_path / "again", progress=False)
+def test_same_arguments_give_identical_bytes(synthetic_pool, small_synthetic_spec, tmp_path):
+    again = build_pool(small_synthetic_spec, tmp_path / "again", progress=False)
     assert _array_bytes(again) == _array_bytes(synthetic_pool)
     assert (again / "tokenizer.json").read_bytes() == (synthetic_pool / "tokenizer.json").read_bytes()
 
 
-def test_rebuild_is_a_noop(synthetic_pool):
+def test_rebuild_is_a_noop(synthetic_pool, small_synthetic_spec):
     before = (synthetic_pool / "meta.json").stat().st_mtime_ns
-    assert build_pool(SMALL_SYNTHETIC, synthetic_pool, progress=False) == synthetic_pool
+    assert build_pool(small_synthetic_spec, synthetic_pool, progress=False) == synthetic_pool
     assert (synthetic_pool / "meta.json").stat().st_mtime_ns == before
 
 
@@ -194,10 +192,10 @@ def test_errors_of_the_source(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["broken.parquet", "empty.txt", "small.jsonl"]
 
 
-def test_existing_different_pool_needs_force(synthetic_pool, tmp_path):
+def test_existing_different_pool_needs_force(small_synthetic_spec, tmp_path):
     out = tmp_path / "pool"
-    build_pool(SMALL_SYNTHETIC, out, progress=False)
-    other = replace(SMALL_SYNTHETIC, seed=3)
+    build_pool(small_synthetic_spec, out, progress=False)
+    other = replace(small_synthetic_spec, seed=3)
     with pytest.raises(ReproError, match="already holds a different pool.*--force"):
         build_pool(other, out, progress=False)
     build_pool(other, out, force=True, progress=False)

@@ -1,0 +1,9 @@
+"""Environment for every test and for the notebooks that nbval runs (their kernels inherit it):
+offline, and the smoke preset."""
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("REPRO_PRESET", "smoke")
