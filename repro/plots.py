@@ -28,8 +28,8 @@ def save(fig: plt.Figure, preset: str, name: str, figures_dir: str | Path | None
     folder = Path(figures_dir) if figures_dir else project_root() / "figures" / preset
     folder.mkdir(parents=True, exist_ok=True)
     paths = [folder / f"{name}.{ext}" for ext in ("png", "pdf")]
-    for path in paths:
-        fig.savefig(path)
+    for path in paths:  # no creation date in the PDF, so regenerated figures are byte-identical
+        fig.savefig(path, metadata={"CreationDate": None} if path.suffix == ".pdf" else None)
     return paths
 
 
