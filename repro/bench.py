@@ -1,4 +1,5 @@
-"""Benchmarks (not tests): loader cost at paper scale and training throughput per model size.
+"""Benchmarks (not tests): loader cost at paper scale, training throughput and MFU per model size,
+step time per micro-batch, and the cost of loading sweep results.
 
 Results are printed as a table and written as JSON to benchmarks/results/ (or --out).
 """
@@ -15,7 +16,7 @@ import torch.nn.functional as F
 
 from repro.data.pool import Split, load_pool
 from repro.loaders import EpochLoader
-from repro.model import Transformer, model_config
+from repro.model import Transformer, flops_per_token, model_config
 from repro.optim import GRAD_CLIP, build_optimizer
 
 
@@ -43,10 +44,33 @@ def repack(pool_path: str | None, tokens: int = 200_000_000, seq_len: int = 4096
             "gather_full_epoch_s": time.perf_counter() - t0}
 
 
+def peak_matmul_flops(device: str = "cpu", n: int = 2048, repeats: int = 5) -> float:
+    """Measured matmul FLOP/s of this device: an n x n x n product (float32 on CPU, bf16 on CUDA)."""
+    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    a @ b
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(repeats):
+        a @ b
+    sync()
+    return 2 * n**3 * repeats / (time.perf_counter() - t0)
+
+
+def _peak_memory_bytes(device: str) -> int:
+    if device.startswith("cuda"):
+        return torch.cuda.max_memory_allocated()
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # the process's peak resident set (Linux: KiB)
+
+
 def throughput(size: str, vocab_size: int, seq_len: int, micro_batch: int, steps: int = 10, warmup: int = 3,
-               device: str = "cpu") -> dict:
+               device: str = "cpu", peak_flops: float | None = None) -> dict:
     """Training tokens/s of one model size: forward, backward, clipping and AdamW step (float32 on CPU,
-    bf16 autocast on CUDA)."""
+    bf16 autocast on CUDA). With `peak_flops` (FLOP/s, measured in the same run), also model FLOPs
+    utilisation: flops_per_token * tokens/s / peak_flops."""
     torch.manual_seed(0)
     model = Transformer(model_config(size, vocab_size)).to(device)
     optimizer = build_optimizer(model, 1e-3, 0.1, 0.0)
@@ -65,8 +89,12 @@ def throughput(size: str, vocab_size: int, seq_len: int, micro_batch: int, steps
         optimizer.zero_grad(set_to_none=True)
     sync()
     elapsed = time.perf_counter() - t0
+    tokens_per_s = steps * micro_batch * seq_len / elapsed
+    model_flops = flops_per_token(model.config, seq_len) * tokens_per_s
     return {"model": size, "params": model.num_params(), "seq_len": seq_len, "micro_batch": micro_batch, "device": device,
-            "threads": torch.get_num_threads(), "step_s": elapsed / steps, "tokens_per_s": steps * micro_batch * seq_len / elapsed}
+            "threads": torch.get_num_threads(), "step_s": elapsed / steps, "tokens_per_s": tokens_per_s,
+            "model_flops_per_s": model_flops, "mfu": model_flops / peak_flops if peak_flops else None,
+            "peak_memory_bytes": _peak_memory_bytes(device)}
 
 
 def step_time(size: str, vocab_size: int, seq_len: int, max_micro_batch: int, device: str = "cpu") -> dict:

@@ -119,11 +119,15 @@ def _bench(args: argparse.Namespace) -> None:
         rows = bench.load_results_speed()
         print(", ".join(f"{k} {v:,.2f}" if isinstance(v, float) else f"{k} {v:,}" for k, v in rows.items()))
     else:
-        rows = [bench.throughput(m, args.vocab_size, args.seq_len or 128, args.batch_size or 16) for m in args.models.split(",")]
-        print(f"{'model':<8} {'params':>10} {'seq':>5} {'batch':>6} {'threads':>7} {'step ms':>9} {'tokens/s':>10}")
+        peak = bench.peak_matmul_flops()
+        rows = [bench.throughput(m, args.vocab_size, args.seq_len or 128, args.batch_size or 16, peak_flops=peak)
+                for m in args.models.split(",")]
+        print(f"measured matmul peak: {peak / 1e9:,.1f} GFLOP/s (float32, {torch.get_num_threads()} threads)")
+        print(f"{'model':<8} {'params':>10} {'seq':>5} {'batch':>6} {'step ms':>9} {'tokens/s':>10} {'MFU':>6} {'peak MiB':>9}")
         for r in rows:
-            print(f"{r['model']:<8} {r['params']:>10,} {r['seq_len']:>5} {r['micro_batch']:>6} {r['threads']:>7} "
-                  f"{r['step_s'] * 1e3:>9.1f} {r['tokens_per_s']:>10,.0f}")
+            print(f"{r['model']:<8} {r['params']:>10,} {r['seq_len']:>5} {r['micro_batch']:>6} {r['step_s'] * 1e3:>9.1f} "
+                  f"{r['tokens_per_s']:>10,.0f} {r['mfu']:>6.1%} {r['peak_memory_bytes'] / 2**20:>9,.0f}")
+        rows = {"peak_matmul_flops_per_s": peak, "runs": rows}
     name = f"step-time-{rows['model']}-{rows['device']}" if args.what == "step-time" else args.what
     print(f"written to {bench.save(rows, name, args.out)}")
 
@@ -186,7 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     reproduce.add_argument("--workers", type=int, default=None, help="parallel runs (default: the preset's)")
     reproduce.set_defaults(func=_reproduce)
 
-    bench = commands.add_parser("bench", help="benchmarks: repack cost, training throughput, step time per micro-batch, loading sweep results")
+    bench = commands.add_parser("bench", help="benchmarks: repack cost, training throughput and MFU, step time per micro-batch, loading sweep results")
     bench.add_argument("what", choices=["repack", "throughput", "step-time", "load-results"])
     bench.add_argument("--pool", default=None, help="repack: take document lengths from this pool")
     bench.add_argument("--tokens", default="200M", help="repack: pool size in tokens")
