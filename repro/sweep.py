@@ -40,7 +40,7 @@ from tqdm.auto import tqdm
 
 from repro.errors import ReproError
 from repro.optim import decay_start_step
-from repro.train import RunConfig, _write_json, make_run_config, train
+from repro.train import RunConfig, _write_json, make_run_config, run_identity, train
 
 FINISHED = ("done", "diverged")
 
@@ -54,9 +54,10 @@ class PlannedRun:
 
 def run_id(config: RunConfig) -> str:
     """Stable 12-hex-digit identity of a resolved config: a hash of the fields that differ from their
-    defaults, so adding a new field (with a default that keeps old behaviour) keeps existing ids."""
+    defaults (so adding a new field with a default that keeps old behaviour keeps existing ids), with
+    the pool and a branch's checkpoint identified independently of absolute paths (run_identity)."""
     defaults = asdict(RunConfig())
-    changed = {k: v for k, v in asdict(config).items() if v != defaults[k]}
+    changed = {k: v for k, v in run_identity(config).items() if v != defaults[k]}
     return hashlib.sha256(json.dumps(changed, sort_keys=True).encode()).hexdigest()[:12]
 
 

@@ -123,6 +123,18 @@ def load_run_config(config_file: str | None, overrides: list[str], pool: str | N
     return make_run_config(values)
 
 
+def run_identity(config: RunConfig) -> dict:
+    """The fields that identify a run wherever the checkout lives: the pool by its content fingerprint
+    (once built) and a WSD branch's start by <trunk run>/checkpoints/<file>, not by absolute paths."""
+    fields = asdict(config)
+    meta = Path(config.pool) / "meta.json" if config.pool else None
+    if meta is not None and meta.is_file():
+        fields["pool"] = "fingerprint:" + json.loads(meta.read_text())["fingerprint"]
+    if config.init_from:
+        fields["init_from"] = "/".join(Path(config.init_from).parts[-3:])
+    return fields
+
+
 # --- validation before any compute ------------------------------------------------------------
 
 def check_config(config: RunConfig, pool: Pool, world_size: int = 1) -> EpochLoader:
@@ -233,9 +245,10 @@ def train(config: RunConfig, out: str | Path, progress: bool = True) -> dict:
     resolved = asdict(config)
     config_path, status_path = out / "config.json", out / "status.json"
     if config_path.exists():
-        existing = asdict(make_run_config(json.loads(config_path.read_text())))  # fields added later take defaults
-        if existing != resolved:
-            diff = sorted(k for k in resolved if existing.get(k) != resolved[k])
+        existing = run_identity(make_run_config(json.loads(config_path.read_text())))  # fields added later take defaults
+        wanted = run_identity(config)
+        if existing != wanted:
+            diff = sorted(k for k in wanted if existing.get(k) != wanted[k])
             raise ReproError(f"{out} holds a different run (differs in {', '.join(diff)}); choose another --out")
         if status_path.exists():
             status = json.loads(status_path.read_text())

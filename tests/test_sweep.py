@@ -6,6 +6,7 @@ import subprocess
 import sys
 import time
 import warnings
+from dataclasses import replace
 
 import pytest
 
@@ -158,3 +159,22 @@ def test_wsd_branches_equal_standalone_runs(synthetic_pool, tmp_path):
     for b, alone in zip(branches, expand(standalone)):
         strip = lambda p: [{k: v for k, v in json.loads(x).items() if k != "wall_s"} for x in p.read_text().splitlines()]  # noqa: E731
         assert strip(tmp_path / "s" / b.run_id / "metrics.jsonl") == strip(tmp_path / "alone" / run_id(alone) / "metrics.jsonl")
+
+
+def test_moving_the_checkout_keeps_pools_and_runs(tmp_path):
+    import shutil
+
+    from repro.data.pool import PoolSpec, build_pool
+
+    first = build_pool(PoolSpec(source="synthetic", tokens=6_000, val_tokens=2_000, vocab_size=300), tmp_path / "a" / "p0", progress=False)
+    second_spec = PoolSpec(source="synthetic", tokens=6_000, val_tokens=2_000, seed=1, val_seed=0, tokenizer=str(first / "tokenizer.json"))
+    second = build_pool(second_spec, tmp_path / "a" / "p1", progress=False)
+    grid = {"fixed": TINY | {"pool": str(second), "batch_size": 8}, "axes": {"lr": [1e-3]}}
+    assert run_sweep(grid, tmp_path / "a" / "store", progress=False) == {"done": 1}
+    shutil.move(tmp_path / "a", tmp_path / "b")
+    moved = tmp_path / "b" / "p1"
+    stamp = (moved / "meta.json").stat().st_mtime_ns
+    build_pool(replace(second_spec, tokenizer=str(tmp_path / "b" / "p0" / "tokenizer.json")), moved, progress=False)
+    assert (moved / "meta.json").stat().st_mtime_ns == stamp  # same pool: nothing rebuilt
+    grid["fixed"]["pool"] = str(moved)
+    assert run_sweep(grid, tmp_path / "b" / "store", progress=False) == {}  # same runs: nothing retrained

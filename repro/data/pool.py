@@ -240,9 +240,14 @@ def build_pool(spec: PoolSpec, out: str | Path, force: bool = False, progress: b
         raise ReproError(f"vocab size {spec.vocab_size} does not fit dtype uint16 (at most 65536 ids); use --dtype uint32 or auto")
     source = open_source(spec.source, spec.text_field, spec.text_unit)
     build_args = spec.build_args() | {"source_info": source.info}
+    local_tokenizer = spec.tokenizer is not None and Path(spec.tokenizer).exists()
+    given = load_tokenizer(spec.tokenizer) if local_tokenizer else None
+    if given is not None:  # a local tokenizer is identified by its content, not by where it lies
+        build_args["tokenizer"] = f"sha256:{tokenizer_sha256(given)}"
     if _check_existing(out, build_args, force):
         return out
-    given = load_tokenizer(spec.tokenizer) if spec.tokenizer else None
+    if spec.tokenizer and given is None:
+        given = load_tokenizer(spec.tokenizer)
     if given is not None:
         vocab = given.get_vocab_size(with_added_tokens=True)
         if spec.dtype == "uint16" and vocab > 65536:
