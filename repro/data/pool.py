@@ -129,10 +129,6 @@ class _Candidates:
     duplicates: int = 0
 
 
-def _sha(text: str) -> bytes:
-    return hashlib.sha256(text.encode("utf-8", errors="surrogatepass")).digest()
-
-
 def _key(seed: int, sha: bytes) -> int:
     return int.from_bytes(hashlib.blake2b(sha, digest_size=8, key=seed.to_bytes(8, "little", signed=True)).digest(), "little")
 
@@ -142,40 +138,38 @@ def _gather(docs: Iterator[Document], budget_bytes: int, seed: int, finite: bool
     """The first documents of the seeded order whose UTF-8 size reaches `budget_bytes`."""
     out = _Candidates()
     held: set[bytes] = set()
-    heap: list[tuple[int, bytes, int, Document]] = []  # max-heap on key via negation
+    heap: list[tuple[int, bytes, int, int, Document]] = []  # (-key, sha, index, bytes, doc): a max-heap on key
     total = 0
     bar = tqdm(desc=desc, unit=" docs", disable=not progress, leave=False)
     for index, doc in enumerate(docs):
         bar.update()
         if not doc.text.strip():
             continue
-        sha = _sha(doc.text)
+        data = doc.text.encode("utf-8", errors="surrogatepass")
+        sha = hashlib.sha256(data).digest()
         if sha in exclude:
             continue
         if sha in held:
             out.duplicates += 1
             continue
-        size = len(doc.text.encode("utf-8", errors="surrogatepass"))
+        held.add(sha)
+        total += len(data)
         if not finite:
             out.docs.append(doc)
             out.shas.append(sha)
-            held.add(sha)
-            total += size
             if total >= budget_bytes:
                 bar.close()
                 return out
             continue
-        heapq.heappush(heap, (-_key(seed, sha), sha, index, doc))
-        held.add(sha)
-        total += size
-        while total - len(heap[0][3].text.encode("utf-8", errors="surrogatepass")) >= budget_bytes:
-            _, gone, _, dropped = heapq.heappop(heap)
+        heapq.heappush(heap, (-_key(seed, sha), sha, index, len(data), doc))
+        while total - heap[0][3] >= budget_bytes:  # drop the largest key while the rest still meets the budget
+            _, gone, _, size, _ = heapq.heappop(heap)
             held.discard(gone)
-            total -= len(dropped.text.encode("utf-8", errors="surrogatepass"))
+            total -= size
     bar.close()
-    heap.sort(key=lambda item: -item[0])
-    out.docs = [item[3] for item in heap] if finite else out.docs
-    out.shas = [item[1] for item in heap] if finite else out.shas
+    if finite:
+        heap.sort(key=lambda item: -item[0])
+        out.docs, out.shas = [item[4] for item in heap], [item[1] for item in heap]
     out.exhausted = not finite or total < budget_bytes
     return out
 
