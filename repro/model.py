@@ -94,6 +94,27 @@ def model_config(size: str, vocab_size: int, tie_embeddings: bool = False) -> Mo
     )
 
 
+# --- stacked weights ----------------------------------------------------------------------------
+# Every parameter may carry a leading "config" dimension K (torch.func.functional_call with stacked
+# parameters): K models of one shape then train in one pass, config k's weights acting on x[k] of
+# activations [K, B, T, d]. The unstacked model is the K-less special case and runs the usual kernels.
+
+def per_config(weight: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """A vector weight [d] as is, or a stacked one [K, d] shaped to broadcast over x [K, ..., d]."""
+    if weight.ndim == 1:
+        return weight
+    return weight.view(weight.shape[0], *[1] * (x.ndim - 2), weight.shape[1])
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """x @ weight.T for weight [out, in]; for a stacked weight [K, out, in], one batched matmul
+    applying config k's matrix to x[k] (x: [K, ..., in])."""
+    if weight.ndim == 2:
+        return F.linear(x, weight)
+    K, n_out, n_in = weight.shape
+    return torch.bmm(x.reshape(K, -1, n_in), weight.mT).view(*x.shape[:-1], n_out)
+
+
 class RMSNorm(nn.Module):
     """x / rms(x) * weight, computed in float32 (as in HF Llama)."""
 
@@ -105,7 +126,7 @@ class RMSNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x32 = x.float()
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(x.dtype)
+        return per_config(self.weight, x) * x32.to(x.dtype)
 
 
 def rotary_tables(head_dim: int, max_seq_len: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -138,10 +159,11 @@ class Attention(nn.Module):
         self.wo = nn.Linear(config.n_heads * config.head_dim, config.d_model, bias=False)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        B, T, _ = x.shape
-        q = self.wq(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
-        k = self.wk(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
-        v = self.wv(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        """x: [..., T, d_model]; leading dims (batch, or configs x batch) are one batch to attention."""
+        T = x.shape[-2]
+        q = linear(x, self.wq.weight).reshape(-1, T, self.n_heads, self.head_dim).transpose(1, 2)
+        k = linear(x, self.wk.weight).reshape(-1, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        v = linear(x, self.wv.weight).reshape(-1, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         if self.n_kv_heads != self.n_heads:
             # Grouped-query attention: kv head j serves query heads j*rep .. (j+1)*rep - 1.
@@ -149,7 +171,7 @@ class Attention(nn.Module):
             k = k.repeat_interleave(rep, dim=1)
             v = v.repeat_interleave(rep, dim=1)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.wo(y.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
+        return linear(y.transpose(1, 2).reshape(*x.shape[:-1], self.n_heads * self.head_dim), self.wo.weight)
 
 
 class FeedForward(nn.Module):
@@ -162,7 +184,7 @@ class FeedForward(nn.Module):
         self.w3 = nn.Linear(config.d_model, config.d_ff, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+        return linear(F.silu(linear(x, self.w1.weight)) * linear(x, self.w3.weight), self.w2.weight)
 
 
 class Block(nn.Module):
@@ -214,15 +236,22 @@ class Transformer(nn.Module):
                 nn.init.ones_(module.weight)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        """tokens: LongTensor [B, T] with T <= max_seq_len -> logits FloatTensor [B, T, vocab_size]."""
+        """tokens: LongTensor [B, T] with T <= max_seq_len -> logits FloatTensor [B, T, vocab_size];
+        with stacked parameters (functional_call), logits [K, B, T, vocab_size] of K configs."""
         T = tokens.shape[1]
         if T > self.config.max_seq_len:
             raise ValueError(f"sequence length {T} exceeds max_seq_len={self.config.max_seq_len}")
-        x = self.tok_embeddings(tokens)
+        embedding = self.tok_embeddings.weight
+        if embedding.ndim == 2:
+            x = F.embedding(tokens, embedding)
+        else:  # config k looks up rows k * vocab + token of the flattened [K * vocab, d] table
+            K, vocab, d = embedding.shape
+            offsets = torch.arange(K, device=tokens.device).view(K, 1, 1) * vocab
+            x = F.embedding(tokens + offsets, embedding.reshape(K * vocab, d))
         cos, sin = self.rope_cos[:T].to(x.dtype), self.rope_sin[:T].to(x.dtype)
         for layer in self.layers:
             x = layer(x, cos, sin)
-        return self.output(self.norm(x))
+        return linear(self.norm(x), self.output.weight)
 
     def num_params(self, non_embedding: bool = False) -> int:
         """Unique parameters; non_embedding excludes the token embedding and the output

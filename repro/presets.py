@@ -33,6 +33,7 @@ class Preset:
     frontier_micro_batch: int = 4  # notebook 04: sequences one GPU processes per step unit
     gpu_counts: tuple[int, ...] = (1, 2, 4, 8)  # notebook 04
     workers: int = 2
+    stack: int = 1  # sweeps train up to this many lr / weight-decay configs of one shape at once (repro.stacked)
     one_pass_batch_size: int = 16  # the batch a one-pass recipe uses at this scale (Kim et al.: 64 at paper scale)
     extra: dict = field(default_factory=dict)  # fixed run fields added to every run (device, compile, ...)
 
@@ -72,14 +73,14 @@ PRESETS: dict[str, Preset] = {
         pool_seeds=(0, 1), models=("tiny",), seq_len=32, batch_sizes=(2, 8),
         lrs={2: (3e-3, 1e-2), 8: (3e-3, 1e-2)}, weight_decays=(0.1,), epochs=2, eval_every=0.5,
         ablation_batch_sizes=(2, 8), embedding_weight_decays=(0.0, 0.1), frontier_micro_batch=2, gpu_counts=(1, 2, 4),
-        workers=2, one_pass_batch_size=8),
+        workers=2, stack=2, one_pass_batch_size=8),
     # calibrated on a 2-core machine: 93 runs of 240k training tokens, two at a time, 19 minutes for 01-04
     "cpu": Preset(
         name="cpu",
         pool=PoolSpec(source="synthetic", tokens=30_000, val_tokens=8_000, vocab_size=512),
         pool_seeds=(0, 1), models=("cpu-s",), seq_len=128, batch_sizes=(1, 2, 4, 8, 16, 32),
         lrs=_lr_ladder((1, 2, 4, 8, 16, 32), 8, (1e-3, 3e-3, 1e-2)), weight_decays=(0.1, 1.0), epochs=8, eval_every=1.0,
-        ablation_batch_sizes=(2, 16), embedding_weight_decays=(0.0, 0.1, 1.0), workers=2),
+        ablation_batch_sizes=(2, 16), embedding_weight_decays=(0.0, 0.1, 1.0), workers=2, stack=6),
     "gpu-small": Preset(
         name="gpu-small",
         pool=PoolSpec(source="synthetic", tokens=20_000_000, val_tokens=1_000_000, vocab_size=8192),

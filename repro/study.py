@@ -50,7 +50,7 @@ class Study:
 
     def sweep(self, grid: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
         """Run what is missing of `grid`, then return (runs, evals) of exactly its runs."""
-        run_sweep(grid, self.store, workers=self.workers, progress=self.progress)
+        run_sweep(grid, self.store, workers=self.workers, progress=self.progress, stack=self.preset.stack)
         return load_results(self.store, [p.run_id for p in plan(grid, self.store)])
 
     def save(self, fig: plt.Figure, name: str) -> None:

@@ -30,6 +30,7 @@ import json
 import os
 import traceback
 from collections.abc import Callable
+from contextlib import ExitStack
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from multiprocessing import get_context
@@ -40,7 +41,7 @@ from tqdm.auto import tqdm
 
 from repro.errors import ReproError
 from repro.optim import decay_start_step
-from repro.train import RunConfig, _write_json, make_run_config, run_identity, train
+from repro.train import RunConfig, _write_json, make_run_config, run_identity, stack_key, train_stacked
 
 FINISHED = ("done", "diverged")
 
@@ -162,30 +163,53 @@ def run_status(run_dir: Path) -> str:
     return "pending"
 
 
-def execute_one(store: str, rid: str, config: dict, retry_failed: bool = False, threads: int = 0) -> str:
-    """Claim and run one config unless finished or held by another process; returns what happened."""
-    run_dir = Path(store) / rid
-    run_dir.mkdir(parents=True, exist_ok=True)
-    with open(run_dir / ".lock", "w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return "busy"
-        status = run_status(run_dir)
-        if status in FINISHED or (status == "failed" and not retry_failed):
-            return f"skipped ({status})"
-        if status == "failed":
-            (run_dir / "status.json").unlink()
-        if threads:
-            import torch
+def execute_stack(store: str, members: list[tuple[str, dict]], retry_failed: bool = False, threads: int = 0) -> list[str]:
+    """Claim and run configs (run_id, config) that may train as one stack (train_stacked); a member
+    that is finished or held by another process is left out. Returns what happened to each."""
+    outcomes: dict[str, str] = {}
+    with ExitStack() as locks:
+        claimed = []
+        for rid, config in members:
+            run_dir = Path(store) / rid
+            run_dir.mkdir(parents=True, exist_ok=True)
+            lock = locks.enter_context(open(run_dir / ".lock", "w"))
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                outcomes[rid] = "busy"
+                continue
+            status = run_status(run_dir)
+            if status in FINISHED or (status == "failed" and not retry_failed):
+                outcomes[rid] = f"skipped ({status})"
+                continue
+            if status == "failed":
+                (run_dir / "status.json").unlink()
+            claimed.append((rid, make_run_config(config)))
+        if claimed:
+            if threads:
+                import torch
 
-            torch.set_num_threads(threads)
-        try:
-            return train(make_run_config(config), run_dir, progress=False)["status"]
-        except Exception as exc:  # one failing run never stops the sweep
-            _write_json(run_dir / "status.json", {"status": "failed", "error": f"{type(exc).__name__}: {exc}",
-                                                  "traceback": traceback.format_exc()})
-            return "failed"
+                torch.set_num_threads(threads)
+            try:
+                statuses = train_stacked([c for _, c in claimed], [Path(store) / rid for rid, _ in claimed], progress=False)
+                outcomes |= {rid: status["status"] for (rid, _), status in zip(claimed, statuses)}
+            except Exception as exc:  # one failing run never stops the sweep
+                for rid, _ in claimed:
+                    if run_status(Path(store) / rid) not in FINISHED:
+                        _write_json(Path(store) / rid / "status.json", {"status": "failed", "error": f"{type(exc).__name__}: {exc}",
+                                                                        "traceback": traceback.format_exc()})
+                        outcomes[rid] = "failed"
+                    else:
+                        outcomes[rid] = run_status(Path(store) / rid)
+    return [outcomes[rid] for rid, _ in members]
+
+
+def stacks(planned: list[PlannedRun], size: int) -> list[list[PlannedRun]]:
+    """Runs grouped into stacks of at most `size` that differ only in the STACKABLE fields, in plan order."""
+    groups: dict[str, list[PlannedRun]] = {}
+    for p in planned:
+        groups.setdefault(stack_key(p.config) if size > 1 else p.run_id, []).append(p)
+    return [members[i:i + size] for members in groups.values() for i in range(0, len(members), size)]
 
 
 def _gpu_initializer(queue) -> None:
@@ -193,11 +217,14 @@ def _gpu_initializer(queue) -> None:
 
 
 def run_sweep(grid: str | Path | dict, store: str | Path, workers: int = 1, executor: str = "local", retry_failed: bool = False,
-              slurm: dict | None = None, progress: bool = True) -> dict[str, int]:
+              slurm: dict | None = None, progress: bool = True, stack: int = 1) -> dict[str, int]:
     """Run every missing config of `grid` into `store`; returns counts of outcomes. Several grids may
-    share one store: identical configs are then run once."""
+    share one store: identical configs are then run once. With stack > 1, up to `stack` configs that
+    differ only in lr and weight decays train at once in one process (repro.stacked)."""
     if workers < 1:
         raise ReproError(f"--workers must be at least 1, got {workers}")
+    if stack < 1:
+        raise ReproError(f"--stack must be at least 1, got {stack}")
     spec = load_grid(grid)
     store = Path(store)
     planned = plan(spec, store)
@@ -215,14 +242,16 @@ def run_sweep(grid: str | Path | dict, store: str | Path, workers: int = 1, exec
                 outcomes["waiting for trunk"] = outcomes.get("waiting for trunk", 0) + 1
             todo = [p for p in todo if p not in waiting]
             run = _executor(executor, workers, slurm, store)
-            for outcome in run([(str(store), p.run_id, asdict(p.config), retry_failed) for p in todo]):
-                outcomes[outcome] = outcomes.get(outcome, 0) + 1
-                bar.update()
+            jobs = [(str(store), [(p.run_id, asdict(p.config)) for p in members], retry_failed) for members in stacks(todo, stack)]
+            for job_outcomes in run(jobs):
+                for outcome in job_outcomes:
+                    outcomes[outcome] = outcomes.get(outcome, 0) + 1
+                bar.update(len(job_outcomes))
     return outcomes
 
 
 def _executor(kind: str, workers: int, slurm: dict | None, store: Path) -> Callable:
-    """A function that runs a list of execute_one argument tuples and yields their outcomes."""
+    """A function that runs a list of execute_stack argument tuples and yields their outcome lists."""
     if kind == "local":
         def local(jobs):
             import torch
@@ -232,7 +261,7 @@ def _executor(kind: str, workers: int, slurm: dict | None, store: Path) -> Calla
             threads = 0 if gpus else max(1, (os.cpu_count() or 1) // n)
             if n == 1 or len(jobs) <= 1:
                 for job in jobs:
-                    yield execute_one(*job, threads=threads)
+                    yield execute_stack(*job, threads=threads)
                 return
             context = get_context("spawn")
             kwargs = {}
@@ -242,7 +271,7 @@ def _executor(kind: str, workers: int, slurm: dict | None, store: Path) -> Calla
                     queue.put(i)
                 kwargs = {"initializer": _gpu_initializer, "initargs": (queue,)}
             with ProcessPoolExecutor(n, mp_context=context, **kwargs) as pool:
-                futures = [pool.submit(execute_one, *job, threads=threads) for job in jobs]
+                futures = [pool.submit(execute_stack, *job, threads=threads) for job in jobs]
                 for future in as_completed(futures):
                     yield future.result()
         return local
@@ -257,7 +286,7 @@ def _executor(kind: str, workers: int, slurm: dict | None, store: Path) -> Calla
             else:
                 ex = submitit.LocalExecutor(folder=folder)
                 ex.update_parameters(timeout_min=(slurm or {}).get("timeout_min", 60))
-            handles = ex.map_array(execute_one, *zip(*jobs)) if jobs else []
+            handles = ex.map_array(execute_stack, *zip(*jobs)) if jobs else []
             for handle in handles:
                 yield handle.result()
         return submitted

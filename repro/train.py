@@ -23,7 +23,7 @@ import random
 import re
 import time
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +38,7 @@ from repro.errors import ReproError
 from repro.loaders import LOADERS, EpochLoader, validation_sequences
 from repro.model import SIZES, Transformer, model_config
 from repro.optim import GRAD_CLIP, Schedule, build_optimizer, lr_multiplier
+from repro.stacked import StackedForward, stack_parameters
 
 
 EVAL_BATCH = 16  # sequences per validation forward pass, at least (no gradients, so larger than tiny micro-batches)
@@ -233,28 +234,47 @@ def evaluate(model: torch.nn.Module, sequences: np.ndarray, micro_batch: int, de
     return (total[0] / total[1]).item()
 
 
+STACKABLE = ("lr", "weight_decay", "embedding_weight_decay")
+"""Run fields that may differ between the members of a stack (train_stacked); all others must agree."""
+
+
+def stack_key(config: RunConfig) -> str:
+    """Runs with equal keys can train as one stack: same pool, shape, data order and schedule."""
+    return json.dumps({k: v for k, v in run_identity(config).items() if k not in STACKABLE}, sort_keys=True)
+
+
 def train(config: RunConfig, out: str | Path, progress: bool = True) -> dict:
     """Train (or resume, or skip if done) the run in `out`; returns the final status dict."""
-    out = Path(out)
+    return train_stacked([config], [out], progress)[0]
+
+
+def train_stacked(configs: list[RunConfig], outs: list[str | Path], progress: bool = True) -> list[dict]:
+    """Train runs that differ only in STACKABLE fields at once, each into its own directory, each
+    resumed or skipped as `train` would; returns each run's final status. One run (the usual case)
+    may use DDP and torch.compile; a stack of several is a single eager process."""
+    outs = [Path(o) for o in outs]
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
-    if not config.pool:
-        raise ReproError("no pool given; pass --pool DIR or pool=DIR")
-    pool = load_pool(config.pool)
-    loader = check_config(config, pool, world_size)
-    resolved = asdict(config)
-    config_path, status_path = out / "config.json", out / "status.json"
-    if config_path.exists():
-        existing = run_identity(make_run_config(json.loads(config_path.read_text())))  # fields added later take defaults
-        wanted = run_identity(config)
-        if existing != wanted:
-            diff = sorted(k for k in wanted if existing.get(k) != wanted[k])
-            raise ReproError(f"{out} holds a different run (differs in {', '.join(diff)}); choose another --out")
-        if status_path.exists():
-            status = json.loads(status_path.read_text())
-            if status["status"] in ("done", "diverged"):
-                return status
+    if not configs or len(configs) != len(outs):
+        raise ReproError("train_stacked needs one output directory per config")
+    for config in configs:
+        if not config.pool:
+            raise ReproError("no pool given; pass --pool DIR or pool=DIR")
+    if len(configs) > 1:
+        if len({stack_key(c) for c in configs}) > 1:
+            raise ReproError(f"stacked runs may differ only in {', '.join(STACKABLE)}")
+        if world_size > 1 or configs[0].compile:
+            raise ReproError("stacked runs train in one process without torch.compile; run them one by one")
+    pool = load_pool(configs[0].pool)
+    loader = check_config(configs[0], pool, world_size)
+    for config in configs[1:]:
+        check_config(config, pool, world_size)
+    finished = {i: _finished_status(c, o) for i, (c, o) in enumerate(zip(configs, outs))}
+    todo = [i for i, status in finished.items() if status is None]
+    if not todo:
+        return [finished[i] for i in range(len(configs))]
 
+    config = configs[todo[0]]
     device = torch.device("cuda" if config.device == "auto" and torch.cuda.is_available() else
                           ("cpu" if config.device == "auto" else config.device))
     if world_size > 1:
@@ -266,38 +286,122 @@ def train(config: RunConfig, out: str | Path, progress: bool = True) -> dict:
     if config.threads:
         torch.set_num_threads(config.threads)
     if rank == 0:
-        out.mkdir(parents=True, exist_ok=True)
-        _write_json(config_path, resolved)
+        for i in todo:
+            outs[i].mkdir(parents=True, exist_ok=True)
+            _write_json(outs[i] / "config.json", asdict(configs[i]))
     try:
-        status = _run(config, pool, loader, out, device, rank, world_size, progress)
+        members = [_open_member(configs[i], outs[i], pool, device, rank) for i in todo]
+        by_step: dict[int, list[_Member]] = {}
+        for member in members:  # members resumed from different checkpoints train as separate stacks
+            by_step.setdefault(member.step, []).append(member)
+        for group in by_step.values():
+            _run(group, pool, loader, device, rank, world_size, progress)
     except Exception as exc:
         if rank == 0:
-            _write_json(status_path, {"status": "failed", "error": f"{type(exc).__name__}: {exc}"})
+            for i in todo:
+                if _finished_status(configs[i], outs[i]) is None:
+                    _write_json(outs[i] / "status.json", {"status": "failed", "error": f"{type(exc).__name__}: {exc}"})
         raise
-    return status
+    return [finished[i] or json.loads((outs[i] / "status.json").read_text()) for i in range(len(configs))]
 
 
-def _save_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int, wall_s: float,
-                     best: dict, loss_sum: float, loss_steps: int) -> None:
+def _finished_status(config: RunConfig, out: Path) -> dict | None:
+    """The final status of a done or diverged run in `out`; None if it still has to train.
+    Raises if `out` holds a different run."""
+    config_path, status_path = out / "config.json", out / "status.json"
+    if not config_path.exists():
+        return None
+    existing = run_identity(make_run_config(json.loads(config_path.read_text())))  # fields added later take defaults
+    wanted = run_identity(config)
+    if existing != wanted:
+        diff = sorted(k for k in wanted if existing.get(k) != wanted[k])
+        raise ReproError(f"{out} holds a different run (differs in {', '.join(diff)}); choose another --out")
+    if status_path.exists():
+        status = json.loads(status_path.read_text())
+        if status["status"] in ("done", "diverged"):
+            return status
+    return None
+
+
+@dataclass
+class _Member:
+    """One run of a (possibly one-member) stack: its model, optimizer and progress."""
+
+    config: RunConfig
+    out: Path
+    model: Transformer
+    checkpoint: dict | None  # loaded state to continue from; consumed once the optimizer exists
+    optimizer: torch.optim.Optimizer | None = None
+    step: int = 0
+    wall_offset: float = 0.0
+    loss_sum: float = 0.0  # training loss summed since the last evaluation
+    loss_steps: int = 0
+    best: dict = field(default_factory=lambda: {"best_val_loss": None, "best_step": None, "best_epoch": None})
+
+    def log(self, record: dict) -> None:
+        with (self.out / "metrics.jsonl").open("a") as f:
+            f.write(json.dumps(record) + "\n")
+
+
+def _open_member(config: RunConfig, out: Path, pool: Pool, device: torch.device, rank: int) -> _Member:
+    """Build the run's model (seeded) and load its checkpoint, or the trunk's for a WSD branch."""
+    torch.manual_seed(config.seed)
+    model = Transformer(model_config(config.model, pool.vocab_size, config.tie_embeddings)).to(device)
+    metrics_path, ckpt_path = out / "metrics.jsonl", out / "checkpoint.pt"
+    start_from = ckpt_path if ckpt_path.exists() else (Path(config.init_from) if config.init_from else None)
+    member = _Member(config, out, model, None)
+    if start_from is None:
+        if rank == 0:
+            metrics_path.write_text("")
+        return member
+    ckpt = torch.load(start_from, map_location=device, weights_only=False)
+    model.load_state_dict(ckpt["model"])
+    torch.set_rng_state(ckpt["torch_rng"].cpu())
+    random.setstate(ckpt["python_rng"])
+    member.checkpoint, member.step, member.wall_offset, member.best = ckpt, ckpt["step"], ckpt["wall_s"], ckpt["best"]
+    member.loss_sum, member.loss_steps = ckpt["loss_sum"], ckpt["loss_steps"]
+    if rank == 0:  # keep the metric lines up to the checkpoint (of this run, or of the trunk for a branch)
+        source = metrics_path if start_from == ckpt_path else start_from.parent.parent / "metrics.jsonl"
+        lines = [line for line in source.read_text().splitlines() if _parsed_step(line) <= member.step]
+        tmp = metrics_path.with_name("metrics.jsonl.tmp")
+        tmp.write_text("".join(line + "\n" for line in lines))
+        os.replace(tmp, metrics_path)
+    return member
+
+
+def _save_checkpoint(path: Path, member: _Member, step: int, wall_s: float) -> None:
     """Everything needed to continue exactly: weights, AdamW state, RNG, progress, the open loss window."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "torch_rng": torch.get_rng_state(),
-                "python_rng": random.getstate(), "step": step, "wall_s": wall_s, "best": best,
-                "loss_sum": loss_sum, "loss_steps": loss_steps}, tmp)
+    weights = {k: v.clone() if v.untyped_storage().nbytes() > v.nbytes else v  # a stacked slice: save only the slice
+               for k, v in member.model.state_dict().items()}
+    torch.save({"model": weights, "optimizer": member.optimizer.state_dict(), "torch_rng": torch.get_rng_state(),
+                "python_rng": random.getstate(), "step": step, "wall_s": wall_s, "best": member.best,
+                "loss_sum": member.loss_sum, "loss_steps": member.loss_steps}, tmp)
     os.replace(tmp, path)
 
 
-def _run(config: RunConfig, pool: Pool, loader: EpochLoader, out: Path, device: torch.device,
-         rank: int, world_size: int, progress: bool) -> dict:
-    torch.manual_seed(config.seed)
-    model = Transformer(model_config(config.model, pool.vocab_size, config.tie_embeddings)).to(device)
-    optimizer = build_optimizer(model, config.lr, config.weight_decay, config.embedding_weight_decay)
-    train_model = model
-    if world_size > 1:
-        train_model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-    if config.compile:
-        train_model = torch.compile(train_model)
+def _run(members: list[_Member], pool: Pool, loader: EpochLoader, device: torch.device,
+         rank: int, world_size: int, progress: bool) -> None:
+    """Train the members (same shape, data order and schedule; all at the same step) to the end."""
+    config = members[0].config
+    if len(members) == 1:
+        model = members[0].model
+        train_model = model
+        if world_size > 1:
+            train_model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+        if config.compile:
+            train_model = torch.compile(train_model)
+        forward, stack = (lambda tokens: train_model(tokens)[None]), None
+    else:
+        stack = StackedForward([m.model for m in members], stack_parameters([m.model for m in members]))
+        forward, train_model = stack, None
+    for member in members:
+        member.optimizer = build_optimizer(member.model, member.config.lr, member.config.weight_decay,
+                                           member.config.embedding_weight_decay)
+        if member.checkpoint is not None:
+            member.optimizer.load_state_dict(member.checkpoint["optimizer"])
+            member.checkpoint = None
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
 
     per_rank = config.batch_size // world_size
@@ -310,97 +414,86 @@ def _run(config: RunConfig, pool: Pool, loader: EpochLoader, out: Path, device: 
     eval_steps = set(_evaluation_steps(steps_per_epoch, config.epochs, config.eval_every))
     val_sequences = validation_sequences(pool.val, pool.eos_id, config.seq_len)
     tokens_per_step = config.batch_size * config.seq_len
-
-    metrics_path, status_path, ckpt_path = out / "metrics.jsonl", out / "status.json", out / "checkpoint.pt"
-    step, wall_offset = 0, 0.0
-    loss_sum, loss_steps = 0.0, 0
-    best = {"best_val_loss": None, "best_step": None, "best_epoch": None}
-    start_from = ckpt_path if ckpt_path.exists() else (Path(config.init_from) if config.init_from else None)
-    if start_from is not None:
-        ckpt = torch.load(start_from, map_location=device, weights_only=False)
-        model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        torch.set_rng_state(ckpt["torch_rng"].cpu())
-        random.setstate(ckpt["python_rng"])
-        step, wall_offset, best = ckpt["step"], ckpt["wall_s"], ckpt["best"]
-        loss_sum, loss_steps = ckpt["loss_sum"], ckpt["loss_steps"]
-        if rank == 0:  # keep the metric lines up to the checkpoint (of this run, or of the trunk for a branch)
-            source = metrics_path if start_from == ckpt_path else start_from.parent.parent / "metrics.jsonl"
-            lines = [line for line in source.read_text().splitlines() if _parsed_step(line) <= step]
-            tmp = metrics_path.with_name("metrics.jsonl.tmp")
-            tmp.write_text("".join(line + "\n" for line in lines))
-            os.replace(tmp, metrics_path)
-    elif rank == 0:
-        metrics_path.write_text("")
+    step = members[0].step
     if rank == 0:
-        _write_json(status_path, {"status": "running", "step": step, "total_steps": total_steps})
+        for member in members:
+            _write_json(member.out / "status.json", {"status": "running", "step": step, "total_steps": total_steps})
 
-    def log(record: dict) -> None:
+    def finish(member: _Member, status: str) -> None:
         if rank == 0:
-            with metrics_path.open("a") as f:
-                f.write(json.dumps(record) + "\n")
+            _write_json(member.out / "status.json", {
+                "status": status, "step": step, "total_steps": total_steps, "steps_per_epoch": steps_per_epoch,
+                "wall_s": time.perf_counter() - started[member.out], "stacked": len(members), **member.best})
 
-    started = time.perf_counter() - wall_offset
-    bar = tqdm(total=total_steps, initial=step, desc=out.name, unit="step", disable=not progress or rank != 0, leave=False)
-    status = "done"
-    while step < total_steps:
+    started = {m.out: time.perf_counter() - m.wall_offset for m in members}
+    active = list(members)
+    name = members[0].out.name + (f" +{len(members) - 1}" if len(members) > 1 else "")
+    bar = tqdm(total=total_steps, initial=step, desc=name, unit="step", disable=not progress or rank != 0, leave=False)
+    while step < total_steps and active:
         epoch, step_in_epoch = divmod(step, steps_per_epoch)
-        lr = config.lr * lr_multiplier(schedule, step, total_steps)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
+        multiplier = lr_multiplier(schedule, step, total_steps)
+        for member in active:
+            for group in member.optimizer.param_groups:
+                group["lr"] = member.config.lr * multiplier
         rows = loader.batch(epoch, step_in_epoch)[rank * per_rank:(rank + 1) * per_rank]
         batch = torch.from_numpy(rows).to(device)
-        step_loss = torch.zeros((), device=device)
+        step_loss = torch.zeros(len(active), device=device)
         for m in range(n_micro):
             chunk = batch[m * micro:(m + 1) * micro]
             sync = world_size == 1 or m == n_micro - 1
             with (nullcontext() if sync else train_model.no_sync()), autocast:
-                logits = train_model(chunk[:, :-1])
-                loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), chunk[:, 1:].reshape(-1)) / n_micro
-            loss.backward()
+                logits = forward(chunk[:, :-1])  # [members, B, T, vocab]
+                targets = chunk[:, 1:].reshape(-1).repeat(len(active))
+                token_loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets, reduction="none")
+                loss = token_loss.view(len(active), -1).mean(1) / n_micro
+            loss.sum().backward()
             step_loss += loss.detach()
+        if stack is not None:
+            stack.scatter_gradients()
         if world_size > 1:
             dist.all_reduce(step_loss, op=dist.ReduceOp.AVG)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        step_loss_value = step_loss.item()
+        for member in active:
+            torch.nn.utils.clip_grad_norm_(member.model.parameters(), GRAD_CLIP)
+            member.optimizer.step()
+            member.optimizer.zero_grad(set_to_none=True)
         step += 1
         bar.update()
-        if not math.isfinite(step_loss_value):
-            log({"step": step, "epoch": step / steps_per_epoch, "tokens": step * tokens_per_step, "lr": lr,
-                 "train_loss": None, "wall_s": time.perf_counter() - started, "diverged": True})
-            status = "diverged"
-            break
-        loss_sum += step_loss_value
-        loss_steps += 1
-        record = {"step": step, "epoch": step / steps_per_epoch, "tokens": step * tokens_per_step, "lr": lr,
-                  "train_loss": loss_sum / loss_steps}  # mean since the last evaluation
-        if step in eval_steps:
-            val_loss = evaluate(model, val_sequences, max(micro, EVAL_BATCH), device, autocast, rank, world_size)
-            record |= {"wall_s": time.perf_counter() - started, "val_loss": val_loss}
-            if not math.isfinite(val_loss):
-                record["val_loss"] = None
-                log(record)
-                status = "diverged"
-                break
-            if best["best_val_loss"] is None or val_loss < best["best_val_loss"]:
-                best = {"best_val_loss": val_loss, "best_step": step, "best_epoch": step / steps_per_epoch}
-            bar.set_postfix(val=f"{val_loss:.3f}")
-            log(record)
-            loss_sum, loss_steps = 0.0, 0
-            if rank == 0:
-                _save_checkpoint(ckpt_path, model, optimizer, step, record["wall_s"], best, 0.0, 0)
-            if world_size > 1:
-                dist.barrier()
-        elif config.log_every and step % config.log_every == 0:
-            log(record | {"wall_s": time.perf_counter() - started})
-        if step in save_steps and rank == 0:
-            _save_checkpoint(out / "checkpoints" / f"step-{step}.pt", model, optimizer, step, time.perf_counter() - started,
-                             best, loss_sum, loss_steps)
+        for k, (member, step_loss_value) in enumerate(zip(list(active), step_loss.tolist())):
+            lr = member.config.lr * multiplier
+            record = {"step": step, "epoch": step / steps_per_epoch, "tokens": step * tokens_per_step, "lr": lr}
+            diverged = not math.isfinite(step_loss_value)
+            if diverged:
+                record |= {"train_loss": None, "wall_s": time.perf_counter() - started[member.out], "diverged": True}
+            else:
+                member.loss_sum += step_loss_value
+                member.loss_steps += 1
+                record["train_loss"] = member.loss_sum / member.loss_steps  # mean since the last evaluation
+            if step in eval_steps and not diverged:
+                val_loss = evaluate(member.model, val_sequences, max(micro, EVAL_BATCH), device, autocast, rank, world_size)
+                record |= {"wall_s": time.perf_counter() - started[member.out], "val_loss": val_loss}
+                if not math.isfinite(val_loss):
+                    record["val_loss"] = None
+                    diverged = True
+                elif member.best["best_val_loss"] is None or val_loss < member.best["best_val_loss"]:
+                    member.best = {"best_val_loss": val_loss, "best_step": step, "best_epoch": step / steps_per_epoch}
+            if rank == 0 and (diverged or "val_loss" in record or (config.log_every and step % config.log_every == 0)):
+                member.log(record | {"wall_s": record.get("wall_s", time.perf_counter() - started[member.out])})
+            if diverged:
+                finish(member, "diverged")
+                active.remove(member)
+                if stack is not None:
+                    stack.drop(members.index(member))
+                continue
+            if "val_loss" in record:
+                member.loss_sum, member.loss_steps = 0.0, 0
+                if rank == 0:
+                    _save_checkpoint(member.out / "checkpoint.pt", member, step, record["wall_s"])
+                if world_size > 1:
+                    dist.barrier()
+            if step in save_steps and rank == 0:
+                _save_checkpoint(member.out / "checkpoints" / f"step-{step}.pt", member, step, time.perf_counter() - started[member.out])
+        if len(members) == 1:
+            bar.set_postfix(val=f"{members[0].best['best_val_loss'] or float('nan'):.3f}")
     bar.close()
-    final = {"status": status, "step": step, "total_steps": total_steps, "steps_per_epoch": steps_per_epoch,
-             "wall_s": time.perf_counter() - started, **best}
-    if rank == 0:
-        _write_json(status_path, final)
-    return final
+    for member in active:
+        finish(member, "done")

@@ -1,0 +1,118 @@
+"""Stacked training: K configs at once equal K separate runs; divergence, resume and the sweep option."""
+
+import json
+
+import pytest
+import torch
+
+from repro.errors import ReproError
+from repro.model import Transformer, model_config
+from repro.stacked import StackedForward, stack_parameters
+from repro.sweep import run_sweep, stacks, plan
+from repro.train import make_run_config, train, train_stacked
+
+BASE = dict(model="tiny", seq_len=32, batch_size=4, micro_batch=2, epochs=2, eval_every=0.5, threads=1, loader="repack")
+CONFIGS = [dict(lr=1e-3, weight_decay=0.1), dict(lr=3e-3, weight_decay=1.0, embedding_weight_decay=0.1), dict(lr=1e-2, weight_decay=0.0)]
+
+
+def _metrics(run):
+    return [{k: v for k, v in json.loads(line).items() if k != "wall_s"} for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def _weights(run):
+    return torch.load(run / "checkpoint.pt", weights_only=False)["model"]
+
+
+def _assert_same_run(a, b):
+    ma, mb = _metrics(a), _metrics(b)
+    assert [m["step"] for m in ma] == [m["step"] for m in mb]
+    for x, y in zip(ma, mb):
+        assert x["val_loss"] == pytest.approx(y["val_loss"], rel=1e-6, abs=1e-6)
+        assert x["train_loss"] == pytest.approx(y["train_loss"], rel=1e-6, abs=1e-6)
+    wa, wb = _weights(a), _weights(b)
+    assert wa.keys() == wb.keys()
+    for name in wa:
+        torch.testing.assert_close(wa[name], wb[name], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("tie", [False, True])
+def test_stacked_forward_equals_each_model(tie):
+    models = []
+    for seed in range(3):
+        torch.manual_seed(seed)
+        models.append(Transformer(model_config("tiny", 300, tie_embeddings=tie)))
+    tokens = torch.randint(0, 300, (2, 16))
+    expected = [m(tokens) for m in models]
+    stack = StackedForward(models, stack_parameters(models))
+    logits = stack(tokens)
+    assert logits.shape == (3, 2, 16, 300)
+    for k in range(3):
+        torch.testing.assert_close(logits[k], expected[k], rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(models[k](tokens), expected[k], rtol=0, atol=0)  # models are views of the stack
+    assert not torch.equal(logits[0], logits[1])  # the configs really differ
+
+
+def test_stack_equals_separate_runs(synthetic_pool, tmp_path):
+    configs = [make_run_config(BASE | c | {"pool": str(synthetic_pool)}) for c in CONFIGS]
+    for i, config in enumerate(configs):
+        train(config, tmp_path / f"alone{i}", progress=False)
+    statuses = train_stacked(configs, [tmp_path / f"stacked{i}" for i in range(3)], progress=False)
+    assert [s["status"] for s in statuses] == ["done"] * 3 and all(s["stacked"] == 3 for s in statuses)
+    for i in range(3):
+        _assert_same_run(tmp_path / f"alone{i}", tmp_path / f"stacked{i}")
+    # a finished stack is a no-op; a stacked run's checkpoint is an ordinary single-run checkpoint
+    assert train_stacked(configs, [tmp_path / f"stacked{i}" for i in range(3)], progress=False) == statuses
+    assert train(configs[1], tmp_path / "stacked1", progress=False) == statuses[1]
+
+
+def test_diverging_member_leaves_the_others_unchanged(synthetic_pool, tmp_path):
+    configs = [make_run_config(BASE | c | {"pool": str(synthetic_pool)}) for c in (CONFIGS[0], {"lr": 1e4}, CONFIGS[2])]
+    statuses = train_stacked(configs, [tmp_path / f"s{i}" for i in range(3)], progress=False)
+    assert [s["status"] for s in statuses] == ["done", "diverged", "done"]
+    train(configs[2], tmp_path / "alone", progress=False)
+    _assert_same_run(tmp_path / "alone", tmp_path / "s2")
+
+
+def test_interrupted_stack_resumes(synthetic_pool, tmp_path, monkeypatch):
+    """A kill between two members' checkpoint writes leaves them at different steps; both resume exactly."""
+    import repro.train
+
+    configs = [make_run_config(BASE | c | {"pool": str(synthetic_pool)}) for c in CONFIGS[:2]]
+    straight, killed = [tmp_path / "a", tmp_path / "b"], [tmp_path / "killed_a", tmp_path / "killed_b"]
+    train_stacked(configs, straight, progress=False)
+    evaluate, calls = repro.train.evaluate, []
+
+    def evaluate_then_die(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 6:  # member b's third evaluation, after member a's third checkpoint
+            raise KeyboardInterrupt
+        return evaluate(*args, **kwargs)
+
+    monkeypatch.setattr(repro.train, "evaluate", evaluate_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        train_stacked(configs, killed, progress=False)
+    monkeypatch.setattr(repro.train, "evaluate", evaluate)
+    steps = [torch.load(k / "checkpoint.pt", weights_only=False)["step"] for k in killed]
+    assert steps[0] > steps[1]
+    assert [json.loads((k / "status.json").read_text())["status"] for k in killed] == ["running", "running"]
+    train_stacked(configs, killed, progress=False)
+    for a, b in zip(straight, killed):
+        _assert_same_run(a, b)
+
+
+def test_stack_rejects_configs_of_different_shape(synthetic_pool, tmp_path):
+    configs = [make_run_config(BASE | {"pool": str(synthetic_pool)}), make_run_config(BASE | {"pool": str(synthetic_pool), "batch_size": 8})]
+    with pytest.raises(ReproError, match="may differ only in lr, weight_decay, embedding_weight_decay"):
+        train_stacked(configs, [tmp_path / "a", tmp_path / "b"], progress=False)
+
+
+def test_sweep_with_stacks_equals_sweep_without(synthetic_pool, tmp_path):
+    grid = {"fixed": BASE | {"pool": str(synthetic_pool), "epochs": 1},
+            "axes": {"batch_size": [2, 4], "lr": [1e-3, 1e-2], "weight_decay": [0.0, 1.0]}}
+    groups = stacks(plan(grid, tmp_path / "x"), 3)
+    assert sorted(len(g) for g in groups) == [1, 1, 3, 3]  # per batch size: a stack of 3 and one left over
+    assert all(len({p.config.batch_size for p in g}) == 1 for g in groups)
+    run_sweep(grid, tmp_path / "plain", progress=False)
+    assert run_sweep(grid, tmp_path / "stacked", progress=False, stack=3) == {"done": 8}
+    for p in plan(grid, tmp_path / "stacked"):
+        _assert_same_run(tmp_path / "plain" / p.run_id, tmp_path / "stacked" / p.run_id)
