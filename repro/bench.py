@@ -1,5 +1,5 @@
 """Benchmarks (not tests): loader cost at paper scale, training throughput and MFU per model size,
-step time per micro-batch, and the cost of loading sweep results.
+stacked against sequential sweeps, step time per micro-batch, and the cost of loading sweep results.
 
 Results are printed as a table and written as JSON to benchmarks/results/ (or --out).
 """
@@ -18,6 +18,7 @@ from repro.data.pool import Split, load_pool
 from repro.loaders import EpochLoader
 from repro.model import Transformer, flops_per_token, model_config
 from repro.optim import GRAD_CLIP, build_optimizer
+from repro.stacked import StackedForward, stack_parameters
 
 
 def repack(pool_path: str | None, tokens: int = 200_000_000, seq_len: int = 4096, batch_size: int = 64) -> dict:
@@ -67,34 +68,71 @@ def _peak_memory_bytes(device: str) -> int:
 
 
 def throughput(size: str, vocab_size: int, seq_len: int, micro_batch: int, steps: int = 10, warmup: int = 3,
-               device: str = "cpu", peak_flops: float | None = None) -> dict:
+               device: str = "cpu", peak_flops: float | None = None, stack: int = 1, compile: bool = False) -> dict:
     """Training tokens/s of one model size: forward, backward, clipping and AdamW step (float32 on CPU,
-    bf16 autocast on CUDA). With `peak_flops` (FLOP/s, measured in the same run), also model FLOPs
-    utilisation: flops_per_token * tokens/s / peak_flops."""
-    torch.manual_seed(0)
-    model = Transformer(model_config(size, vocab_size)).to(device)
-    optimizer = build_optimizer(model, 1e-3, 0.1, 0.0)
+    bf16 autocast on CUDA), as the trainer does them. With stack = K, K configs of the size train at
+    once (repro.stacked) and tokens/s counts all K. With `peak_flops` (FLOP/s, measured in the same
+    run), also model FLOPs utilisation: flops_per_token * tokens/s / peak_flops."""
+    models = []
+    for k in range(stack):
+        torch.manual_seed(k)
+        models.append(Transformer(model_config(size, vocab_size)).to(device))
+    if stack > 1:
+        forward = StackedForward(models, stack_parameters(models))
+    else:
+        forward = torch.compile(models[0]) if compile else models[0]
+    optimizers = [build_optimizer(m, 1e-3 * (k + 1), 0.1, 0.0) for k, m in enumerate(models)]  # after stacking: over the views
     batch = torch.randint(0, vocab_size, (micro_batch, seq_len + 1), device=device)
+    targets = batch[:, 1:].reshape(-1).repeat(stack)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.startswith("cuda") else torch.autocast("cpu", enabled=False)
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    if device.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats()
     for i in range(warmup + steps):
         if i == warmup:
             sync()
             t0 = time.perf_counter()
         with autocast:
-            logits = model(batch[:, :-1])
-        F.cross_entropy(logits.float().reshape(-1, vocab_size), batch[:, 1:].reshape(-1)).backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+            logits = forward(batch[:, :-1]).view(stack, micro_batch, seq_len, vocab_size)
+        F.cross_entropy(logits.float().reshape(-1, vocab_size), targets, reduction="none").view(stack, -1).mean(1).sum().backward()
+        if stack > 1:
+            forward.scatter_gradients()
+        for model, optimizer in zip(models, optimizers):
+            torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
     sync()
     elapsed = time.perf_counter() - t0
-    tokens_per_s = steps * micro_batch * seq_len / elapsed
-    model_flops = flops_per_token(model.config, seq_len) * tokens_per_s
-    return {"model": size, "params": model.num_params(), "seq_len": seq_len, "micro_batch": micro_batch, "device": device,
-            "threads": torch.get_num_threads(), "step_s": elapsed / steps, "tokens_per_s": tokens_per_s,
-            "model_flops_per_s": model_flops, "mfu": model_flops / peak_flops if peak_flops else None,
+    tokens_per_s = stack * steps * micro_batch * seq_len / elapsed
+    model_flops = flops_per_token(models[0].config, seq_len) * tokens_per_s
+    return {"model": size, "params": models[0].num_params(), "seq_len": seq_len, "micro_batch": micro_batch, "stack": stack,
+            "device": device, "compile": compile, "threads": torch.get_num_threads(), "step_s": elapsed / steps,
+            "tokens_per_s": tokens_per_s, "model_flops_per_s": model_flops, "mfu": model_flops / peak_flops if peak_flops else None,
             "peak_memory_bytes": _peak_memory_bytes(device)}
+
+
+def stacked_vs_sequential(size: str, vocab_size: int, seq_len: int, batch_sizes: list[int], stack: int,
+                          threads: list[int], rounds: int = 3) -> list[dict]:
+    """Aggregate training tokens/s of K = `stack` configs run one after another (a single run's
+    tokens/s) against the K trained as one stack, per batch size and thread count. The two are
+    measured alternately, `rounds` times, and the medians kept; MFU against the matmul peak measured
+    at the same thread count in the same run."""
+    rows = []
+    for n_threads in threads:
+        torch.set_num_threads(n_threads)
+        peak = peak_matmul_flops()
+        for batch_size in batch_sizes:
+            alone, stacked = [], []
+            for _ in range(rounds):
+                alone.append(throughput(size, vocab_size, seq_len, batch_size, steps=6, warmup=2, peak_flops=peak))
+                stacked.append(throughput(size, vocab_size, seq_len, batch_size, steps=6, warmup=2, peak_flops=peak, stack=stack))
+            a = sorted(alone, key=lambda r: r["tokens_per_s"])[rounds // 2]
+            b = sorted(stacked, key=lambda r: r["tokens_per_s"])[rounds // 2]
+            rows.append({"model": size, "seq_len": seq_len, "batch_size": batch_size, "stack": stack, "threads": n_threads,
+                         "peak_matmul_flops_per_s": peak, "sequential_tokens_per_s": a["tokens_per_s"], "sequential_mfu": a["mfu"],
+                         "stacked_tokens_per_s": b["tokens_per_s"], "stacked_mfu": b["mfu"],
+                         "speedup": b["tokens_per_s"] / a["tokens_per_s"]})
+    return rows
 
 
 def step_time(size: str, vocab_size: int, seq_len: int, max_micro_batch: int, device: str = "cpu") -> dict:

@@ -115,20 +115,32 @@ def _bench(args: argparse.Namespace) -> None:
         print(f"{'micro-batch':>11} {'step ms':>9} {'tokens/s':>10}")
         for m, seconds in rows["seconds_by_micro_batch"].items():
             print(f"{m:>11} {seconds * 1e3:>9.1f} {m * rows['seq_len'] / seconds:>10,.0f}")
+    elif args.what == "stacked":
+        rows = bench.stacked_vs_sequential(args.models.split(",")[0], args.vocab_size, args.seq_len or 128,
+                                           [int(b) for b in args.batch_sizes.split(",")], args.stack,
+                                           [int(t) for t in args.thread_counts.split(",")])
+        print(f"{rows[0]['model']}, seq_len {rows[0]['seq_len']}, {args.stack} configs: sequential runs vs one stack (medians of 3)")
+        print(f"{'threads':>7} {'batch':>5} {'peak GFLOP/s':>12} {'seq tok/s':>10} {'seq MFU':>8} {'stack tok/s':>11} {'stack MFU':>9} {'speed-up':>8}")
+        for r in rows:
+            print(f"{r['threads']:>7} {r['batch_size']:>5} {r['peak_matmul_flops_per_s'] / 1e9:>12.1f} {r['sequential_tokens_per_s']:>10,.0f} "
+                  f"{r['sequential_mfu']:>8.1%} {r['stacked_tokens_per_s']:>11,.0f} {r['stacked_mfu']:>9.1%} {r['speedup']:>7.2f}x")
     elif args.what == "load-results":
         rows = bench.load_results_speed()
         print(", ".join(f"{k} {v:,.2f}" if isinstance(v, float) else f"{k} {v:,}" for k, v in rows.items()))
     else:
-        peak = bench.peak_matmul_flops()
-        rows = [bench.throughput(m, args.vocab_size, args.seq_len or 128, args.batch_size or 16, peak_flops=peak)
-                for m in args.models.split(",")]
-        print(f"measured matmul peak: {peak / 1e9:,.1f} GFLOP/s (float32, {torch.get_num_threads()} threads)")
-        print(f"{'model':<8} {'params':>10} {'seq':>5} {'batch':>6} {'step ms':>9} {'tokens/s':>10} {'MFU':>6} {'peak MiB':>9}")
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        peak = bench.peak_matmul_flops(device)
+        micro_batches = [int(m) for m in args.micro_batches.split(",")] if args.micro_batches else [args.batch_size or 16]
+        rows = [bench.throughput(m, args.vocab_size, args.seq_len or 128, mb, device=device, peak_flops=peak, compile=args.compile)
+                for m in args.models.split(",") for mb in micro_batches]
+        kind = "bf16" if device == "cuda" else f"float32, {torch.get_num_threads()} threads"
+        print(f"measured matmul peak: {peak / 1e9:,.1f} GFLOP/s ({kind}){', torch.compile' if args.compile else ''}")
+        print(f"{'model':<8} {'params':>13} {'seq':>5} {'batch':>6} {'step ms':>9} {'tokens/s':>10} {'MFU':>6} {'peak MiB':>9}")
         for r in rows:
-            print(f"{r['model']:<8} {r['params']:>10,} {r['seq_len']:>5} {r['micro_batch']:>6} {r['step_s'] * 1e3:>9.1f} "
+            print(f"{r['model']:<8} {r['params']:>13,} {r['seq_len']:>5} {r['micro_batch']:>6} {r['step_s'] * 1e3:>9.1f} "
                   f"{r['tokens_per_s']:>10,.0f} {r['mfu']:>6.1%} {r['peak_memory_bytes'] / 2**20:>9,.0f}")
-        rows = {"peak_matmul_flops_per_s": peak, "runs": rows}
-    name = f"step-time-{rows['model']}-{rows['device']}" if args.what == "step-time" else args.what
+        rows = {"peak_matmul_flops_per_s": peak, "device": device, "runs": rows}
+    name = args.name or (f"step-time-{rows['model']}-{rows['device']}" if args.what == "step-time" else args.what)
     print(f"written to {bench.save(rows, name, args.out)}")
 
 
@@ -192,7 +204,10 @@ def build_parser() -> argparse.ArgumentParser:
     reproduce.set_defaults(func=_reproduce)
 
     bench = commands.add_parser("bench", help="benchmarks: repack cost, training throughput and MFU, step time per micro-batch, loading sweep results")
-    bench.add_argument("what", choices=["repack", "throughput", "step-time", "load-results"])
+    bench.add_argument("what", choices=["repack", "throughput", "stacked", "step-time", "load-results"])
+    bench.add_argument("--stack", type=int, default=6, help="stacked: configs trained at once (the cpu preset's lr x wd grid: 6)")
+    bench.add_argument("--batch-sizes", default="1,2,4,8,16,32", help="stacked: sequences per step")
+    bench.add_argument("--thread-counts", default="1,2", help="stacked: CPU thread counts to compare")
     bench.add_argument("--pool", default=None, help="repack: take document lengths from this pool")
     bench.add_argument("--tokens", default="200M", help="repack: pool size in tokens")
     bench.add_argument("--models", default="tiny,cpu-s,cpu-m,cpu-l", help="throughput: comma-separated model sizes")
@@ -201,6 +216,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--batch-size", type=int, default=0,
                        help="sequences (default: 64 for repack, 16 for throughput; step-time: the largest micro-batch, 8)")
     bench.add_argument("--threads", type=int, default=0)
+    bench.add_argument("--micro-batches", default=None, help="throughput: comma-separated micro-batches (default: --batch-size)")
+    bench.add_argument("--compile", action="store_true", help="throughput: torch.compile the model")
+    bench.add_argument("--name", default=None, help="file name of the JSON result (default: the benchmark's name)")
     bench.add_argument("--out", default="benchmarks/results", help="directory for the JSON results")
     bench.set_defaults(func=_bench)
     return parser
