@@ -87,9 +87,13 @@ class EpochLoader:
 
     def batch(self, epoch: int, step: int) -> np.ndarray:
         """Global batch `step` (0-based, within the epoch) as int64 [batch_size, seq_len + 1]."""
+        return self.sequences(epoch, step * self.batch_size, self.batch_size)
+
+    def sequences(self, epoch: int, offset: int, count: int) -> np.ndarray:
+        """`count` sequences of the epoch's order from position `offset` (sequences), int64 [count, seq_len + 1];
+        the order does not depend on the batch size, so a batch-size schedule slices the same epoch."""
         self._prepare(epoch)
-        ids = self._order[step * self.batch_size:(step + 1) * self.batch_size]
-        return gather_sequences(self.split, self._packing, self.eos_id, ids, self.seq_len)
+        return gather_sequences(self.split, self._packing, self.eos_id, self._order[offset:offset + count], self.seq_len)
 
     def epoch_sequence_ids(self, epoch: int) -> np.ndarray:
         """Sequence ids used in `epoch`, in batch order (for tests and analyses)."""
@@ -102,3 +106,63 @@ def validation_sequences(split: Split, eos_id: int, seq_len: int) -> np.ndarray:
     packing = pack(split, np.arange(split.n_docs))
     n = (split.n_tokens + split.n_docs) // (seq_len + 1)
     return gather_sequences(split, packing, eos_id, np.arange(n), seq_len)
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """Where each optimizer step takes its batch. The batch size may change at epoch boundaries (a
+    batch-size schedule); within an epoch, step i takes sequences [i * B, (i + 1) * B) of its order."""
+
+    batch_by_epoch: tuple[int, ...]  # sequences per step in each epoch
+    steps_by_epoch: tuple[int, ...]
+
+    @property
+    def total_steps(self) -> int:
+        return sum(self.steps_by_epoch)
+
+    def locate(self, step: int) -> tuple[int, int, int]:
+        """(epoch, step within the epoch, batch size) of global step `step` (0-based)."""
+        for epoch, n in enumerate(self.steps_by_epoch):
+            if step < n:
+                return epoch, step, self.batch_by_epoch[epoch]
+            step -= n
+        raise ValueError("step beyond the end of the plan")
+
+    def epochs_done(self, steps: int) -> float:
+        """Epochs (fractional) completed after `steps` steps."""
+        for epoch, n in enumerate(self.steps_by_epoch):
+            if steps <= n:
+                return epoch + steps / n
+            steps -= n
+        return float(len(self.steps_by_epoch))
+
+    def sequences_done(self, steps: int) -> int:
+        """Training sequences consumed by the first `steps` steps."""
+        done = 0
+        for batch, n in zip(self.batch_by_epoch, self.steps_by_epoch):
+            done += min(steps, n) * batch
+            steps -= min(steps, n)
+        return done
+
+
+def parse_batch_schedule(text: str) -> list[tuple[float, int]]:
+    """"0:4,0.5:16" -> [(0.0, 4), (0.5, 16)]: from each fraction of the training epochs on, that batch
+    size (sequences). Raises ValueError for a malformed schedule."""
+    phases = []
+    for item in text.split(","):
+        fraction, _, batch = item.partition(":")
+        phases.append((float(fraction), int(batch)))
+    if not phases or phases[0][0] != 0 or any(b <= 0 for _, b in phases) or any(
+            not 0 <= f < 1 for f, _ in phases) or [f for f, _ in phases] != sorted({f for f, _ in phases}):
+        raise ValueError(text)
+    return phases
+
+
+def step_plan(sequences_per_epoch: int, epochs: int, batch_size: int, batch_schedule: str = "") -> StepPlan:
+    """The steps of a run: `batch_size` every epoch, or the schedule's batch from epoch round(f * epochs) on."""
+    batches = [batch_size] * epochs
+    if batch_schedule:
+        for fraction, batch in parse_batch_schedule(batch_schedule):
+            for epoch in range(round(fraction * epochs), epochs):
+                batches[epoch] = batch
+    return StepPlan(tuple(batches), tuple(sequences_per_epoch // b for b in batches))

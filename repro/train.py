@@ -35,7 +35,8 @@ from tqdm.auto import tqdm
 
 from repro.data.pool import Pool, load_pool
 from repro.errors import ReproError
-from repro.loaders import LOADERS, EpochLoader, validation_sequences
+from repro.cbs import MicroBatchNorms, NoiseScaleEMA
+from repro.loaders import LOADERS, EpochLoader, parse_batch_schedule, step_plan, validation_sequences
 from repro.model import SIZES, Transformer, model_config
 from repro.optim import GRAD_CLIP, Schedule, build_optimizer, lr_multiplier
 from repro.stacked import StackedForward, stack_parameters
@@ -72,6 +73,8 @@ class RunConfig:
     vocab_size: int = 0  # 0: the pool's; otherwise must equal it
     save_steps: str = ""  # comma-separated steps at which to keep checkpoints/step-N.pt (a WSD trunk)
     init_from: str = ""  # a checkpoints/step-N.pt of another run to continue from (a WSD branch)
+    batch_schedule: str = ""  # "f:B,...": batch B (sequences) from fraction f of the epochs on; lr * sqrt(B / batch_size)
+    noise_scale: bool = False  # log the gradient noise scale (needs >= 2 micro-batches or processes per step)
 
     def schedule_for(self, total_steps: int) -> Schedule:
         warmup = self.warmup_steps / total_steps if self.warmup_steps else self.warmup
@@ -169,18 +172,28 @@ def check_config(config: RunConfig, pool: Pool, world_size: int = 1) -> EpochLoa
         raise ReproError(f"device={config.device} but no CUDA device is visible; use device=cpu or auto")
     if abs(1 / config.eval_every - round(1 / config.eval_every)) > 1e-9:
         raise ReproError(f"eval_every={config.eval_every} epochs must be 1/k for a whole number k (1, 0.5, 0.25, ...)")
-    micro = min(config.micro_batch, config.batch_size // world_size) if config.micro_batch else config.batch_size // world_size
-    if micro == 0 or config.batch_size % (micro * world_size):
-        raise ReproError(f"batch_size {config.batch_size} is not divisible by micro_batch {micro} x world size {world_size}")
+    try:
+        phases = parse_batch_schedule(config.batch_schedule) if config.batch_schedule else []
+    except ValueError:
+        raise ReproError(f"batch_schedule={config.batch_schedule!r} must look like 0:4,0.5:16 (fraction of epochs:batch size, "
+                         "starting at 0, fractions increasing below 1)") from None
+    for batch_size in {config.batch_size, *(b for _, b in phases)}:
+        micro, n_micro = _micro_batches(config, batch_size, world_size)
+        if micro == 0 or batch_size % (micro * world_size):
+            raise ReproError(f"batch_size {batch_size} is not divisible by micro_batch {micro} x world size {world_size}")
+        if config.noise_scale and n_micro * world_size < 2:
+            raise ReproError(f"noise_scale needs at least two micro-batches or processes per step; set micro_batch below "
+                             f"{batch_size // world_size}")
     max_len = SIZES[config.model].max_seq_len
     if config.seq_len > max_len:
         raise ReproError(f"seq_len {config.seq_len} exceeds model {config.model}'s limit of {max_len} tokens")
     if config.vocab_size and config.vocab_size != pool.vocab_size:
         raise ReproError(f"pool vocab {pool.vocab_size} does not match the model's vocab_size {config.vocab_size}")
     loader = EpochLoader(pool.train, pool.eos_id, config.seq_len, config.batch_size, config.loader, config.seed)
-    if loader.steps_per_epoch == 0:
+    largest = max([config.batch_size, *(b for _, b in phases)])
+    if loader.sequences_per_epoch < largest:
         raise ReproError(f"the pool's training split packs into {loader.sequences_per_epoch} sequences of {config.seq_len + 1} "
-                         f"tokens, less than one batch of {config.batch_size}; lower seq_len or batch_size, or use a larger pool")
+                         f"tokens, less than one batch of {largest}; lower seq_len or batch_size, or use a larger pool")
     if (pool.val.n_tokens + pool.val.n_docs) // (config.seq_len + 1) < world_size:
         raise ReproError(f"the validation split packs into fewer than {world_size} sequence(s) of {config.seq_len + 1} tokens "
                          "(one per process); lower seq_len or use a larger validation split")
@@ -201,11 +214,18 @@ def _save_steps(config: RunConfig) -> set[int]:
     return {int(x) for x in config.save_steps.split(",") if x.strip()}
 
 
-def _evaluation_steps(steps_per_epoch: int, epochs: int, eval_every: float) -> list[int]:
+def _micro_batches(config: RunConfig, batch_size: int, world_size: int) -> tuple[int, int]:
+    """(sequences per micro-batch, micro-batches per step) of one process for a global batch."""
+    per_rank = batch_size // world_size
+    micro = min(config.micro_batch, per_rank) if config.micro_batch else per_rank
+    return micro, (per_rank // micro if micro else 0)
+
+
+def _evaluation_steps(steps_by_epoch: tuple[int, ...], eval_every: float) -> list[int]:
     """Steps (counted from 1) after which validation runs: evenly spaced, always at each epoch end."""
     per_epoch = max(1, round(1 / eval_every))
-    points = {e * steps_per_epoch + max(1, round(i * steps_per_epoch / per_epoch))
-              for e in range(epochs) for i in range(1, per_epoch + 1)}
+    starts = np.concatenate([[0], np.cumsum(steps_by_epoch)])
+    points = {int(starts[e]) + max(1, round(i * n / per_epoch)) for e, n in enumerate(steps_by_epoch) for i in range(1, per_epoch + 1)}
     return sorted(points)
 
 
@@ -337,6 +357,7 @@ class _Member:
     loss_sum: float = 0.0  # training loss summed since the last evaluation
     loss_steps: int = 0
     best: dict = field(default_factory=lambda: {"best_val_loss": None, "best_step": None, "best_epoch": None})
+    noise: NoiseScaleEMA = field(default_factory=NoiseScaleEMA)
 
     def log(self, record: dict) -> None:
         with (self.out / "metrics.jsonl").open("a") as f:
@@ -360,6 +381,7 @@ def _open_member(config: RunConfig, out: Path, pool: Pool, device: torch.device,
     random.setstate(ckpt["python_rng"])
     member.checkpoint, member.step, member.wall_offset, member.best = ckpt, ckpt["step"], ckpt["wall_s"], ckpt["best"]
     member.loss_sum, member.loss_steps = ckpt["loss_sum"], ckpt["loss_steps"]
+    member.noise = NoiseScaleEMA(**ckpt.get("noise", {}))
     if rank == 0:  # keep the metric lines up to the checkpoint (of this run, or of the trunk for a branch)
         source = metrics_path if start_from == ckpt_path else start_from.parent.parent / "metrics.jsonl"
         lines = [line for line in source.read_text().splitlines() if _parsed_step(line) <= member.step]
@@ -367,6 +389,14 @@ def _open_member(config: RunConfig, out: Path, pool: Pool, device: torch.device,
         tmp.write_text("".join(line + "\n" for line in lines))
         os.replace(tmp, metrics_path)
     return member
+
+
+def _local_norm_hook(state: dict, bucket: dist.GradBucket) -> torch.futures.Future:
+    """DDP comm hook: add the squared norm of this rank's gradients, then all-reduce them as usual."""
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+    state["sq"] += bucket.buffer().float().pow(2).sum()
+    return allreduce_hook(None, bucket)
 
 
 def _save_checkpoint(path: Path, member: _Member, step: int, wall_s: float) -> None:
@@ -377,7 +407,7 @@ def _save_checkpoint(path: Path, member: _Member, step: int, wall_s: float) -> N
                for k, v in member.model.state_dict().items()}
     torch.save({"model": weights, "optimizer": member.optimizer.state_dict(), "torch_rng": torch.get_rng_state(),
                 "python_rng": random.getstate(), "step": step, "wall_s": wall_s, "best": member.best,
-                "loss_sum": member.loss_sum, "loss_steps": member.loss_steps}, tmp)
+                "loss_sum": member.loss_sum, "loss_steps": member.loss_steps, "noise": member.noise.state()}, tmp)
     os.replace(tmp, path)
 
 
@@ -385,11 +415,15 @@ def _run(members: list[_Member], pool: Pool, loader: EpochLoader, device: torch.
          rank: int, world_size: int, progress: bool) -> None:
     """Train the members (same shape, data order and schedule; all at the same step) to the end."""
     config = members[0].config
+    noise_hook = None
     if len(members) == 1:
         model = members[0].model
         train_model = model
         if world_size > 1:
             train_model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+            if config.noise_scale:  # each rank's gradient norm before the all-reduce
+                noise_hook = {"sq": torch.zeros((), device=device)}
+                train_model.register_comm_hook(noise_hook, _local_norm_hook)
         if config.compile:
             train_model = torch.compile(train_model)
         forward, stack = (lambda tokens: train_model(tokens)[None]), None
@@ -404,17 +438,15 @@ def _run(members: list[_Member], pool: Pool, loader: EpochLoader, device: torch.
             member.checkpoint = None
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
 
-    per_rank = config.batch_size // world_size
-    micro = min(config.micro_batch, per_rank) if config.micro_batch else per_rank
-    n_micro = per_rank // micro
-    steps_per_epoch = loader.steps_per_epoch
-    total_steps = steps_per_epoch * config.epochs
+    plan = step_plan(loader.sequences_per_epoch, config.epochs, config.batch_size, config.batch_schedule)
+    steps_per_epoch = plan.steps_by_epoch[0]
+    total_steps = plan.total_steps
     schedule = config.schedule_for(total_steps)
     save_steps = _save_steps(config)
-    eval_steps = set(_evaluation_steps(steps_per_epoch, config.epochs, config.eval_every))
+    eval_steps = set(_evaluation_steps(plan.steps_by_epoch, config.eval_every))
     val_sequences = validation_sequences(pool.val, pool.eos_id, config.seq_len)
-    tokens_per_step = config.batch_size * config.seq_len
     step = members[0].step
+
     if rank == 0:
         for member in members:
             _write_json(member.out / "status.json", {"status": "running", "step": step, "total_steps": total_steps})
@@ -430,14 +462,19 @@ def _run(members: list[_Member], pool: Pool, loader: EpochLoader, device: torch.
     name = members[0].out.name + (f" +{len(members) - 1}" if len(members) > 1 else "")
     bar = tqdm(total=total_steps, initial=step, desc=name, unit="step", disable=not progress or rank != 0, leave=False)
     while step < total_steps and active:
-        epoch, step_in_epoch = divmod(step, steps_per_epoch)
-        multiplier = lr_multiplier(schedule, step, total_steps)
+        epoch, step_in_epoch, batch_size = plan.locate(step)
+        per_rank = batch_size // world_size
+        micro, n_micro = _micro_batches(config, batch_size, world_size)
+        multiplier = lr_multiplier(schedule, step, total_steps) * math.sqrt(batch_size / config.batch_size)
         for member in active:
             for group in member.optimizer.param_groups:
                 group["lr"] = member.config.lr * multiplier
-        rows = loader.batch(epoch, step_in_epoch)[rank * per_rank:(rank + 1) * per_rank]
+        rows = loader.sequences(epoch, step_in_epoch * batch_size, batch_size)[rank * per_rank:(rank + 1) * per_rank]
         batch = torch.from_numpy(rows).to(device)
         step_loss = torch.zeros(len(active), device=device)
+        grad_tensors = (list(stack.leaves.values()) if stack is not None else list(members[0].model.parameters())) \
+            if config.noise_scale and world_size == 1 else None
+        micro_norms = MicroBatchNorms(stacked=stack is not None)
         for m in range(n_micro):
             chunk = batch[m * micro:(m + 1) * micro]
             sync = world_size == 1 or m == n_micro - 1
@@ -448,19 +485,36 @@ def _run(members: list[_Member], pool: Pool, loader: EpochLoader, device: torch.
                 loss = token_loss.view(len(active), -1).mean(1) / n_micro
             loss.sum().backward()
             step_loss += loss.detach()
+            if grad_tensors is not None:
+                if stack is not None and m == 0:
+                    grad_tensors = list(stack.leaves.values())  # the stack makes its leaves at the first forward
+                micro_norms.add(grad_tensors, n_micro)
+        small_sq = None
+        if grad_tensors is not None:
+            small_sq = micro_norms.restore(grad_tensors)
+        elif noise_hook is not None:
+            small_sq = noise_hook["sq"].clone()[None]
+            dist.all_reduce(small_sq, op=dist.ReduceOp.AVG)
+            noise_hook["sq"].zero_()
         if stack is not None:
             stack.scatter_gradients()
         if world_size > 1:
             dist.all_reduce(step_loss, op=dist.ReduceOp.AVG)
-        for member in active:
-            torch.nn.utils.clip_grad_norm_(member.model.parameters(), GRAD_CLIP)
+        for k, member in enumerate(active):
+            norm = torch.nn.utils.clip_grad_norm_(member.model.parameters(), GRAD_CLIP)
+            if small_sq is not None:
+                member.noise.update(small_sq[k].item(), norm.item() ** 2, batch_size / (n_micro * world_size), batch_size)
             member.optimizer.step()
             member.optimizer.zero_grad(set_to_none=True)
         step += 1
         bar.update()
         for k, (member, step_loss_value) in enumerate(zip(list(active), step_loss.tolist())):
             lr = member.config.lr * multiplier
-            record = {"step": step, "epoch": step / steps_per_epoch, "tokens": step * tokens_per_step, "lr": lr}
+            record = {"step": step, "epoch": plan.epochs_done(step), "tokens": plan.sequences_done(step) * config.seq_len, "lr": lr}
+            if config.batch_schedule:
+                record["batch_size"] = batch_size
+            if config.noise_scale:
+                record |= member.noise.values()
             diverged = not math.isfinite(step_loss_value)
             if diverged:
                 record |= {"train_loss": None, "wall_s": time.perf_counter() - started[member.out], "diverged": True}
@@ -475,7 +529,7 @@ def _run(members: list[_Member], pool: Pool, loader: EpochLoader, device: torch.
                     record["val_loss"] = None
                     diverged = True
                 elif member.best["best_val_loss"] is None or val_loss < member.best["best_val_loss"]:
-                    member.best = {"best_val_loss": val_loss, "best_step": step, "best_epoch": step / steps_per_epoch}
+                    member.best = {"best_val_loss": val_loss, "best_step": step, "best_epoch": plan.epochs_done(step)}
             if rank == 0 and (diverged or "val_loss" in record or (config.log_every and step % config.log_every == 0)):
                 member.log(record | {"wall_s": record.get("wall_s", time.perf_counter() - started[member.out])})
             if diverged:

@@ -70,7 +70,7 @@ def test_divergence_is_recorded_not_crashed(synthetic_pool, tmp_path):
 
 
 def test_ddp_matches_single_process(synthetic_pool, tmp_path):
-    fields = BASE | {"epochs": 1, "batch_size": 8, "micro_batch": 2}
+    fields = BASE | {"epochs": 1, "batch_size": 8, "micro_batch": 2, "noise_scale": True}  # DDP: per-rank norms before the all-reduce
     train(make_run_config(fields | {"pool": str(synthetic_pool)}), tmp_path / "single", progress=False)
     env = os.environ | {"OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29517", "-m", "repro.cli",
@@ -82,6 +82,7 @@ def test_ddp_matches_single_process(synthetic_pool, tmp_path):
         assert a["step"] == b["step"]
         assert b["train_loss"] == pytest.approx(a["train_loss"], abs=1e-4)
         assert b["val_loss"] == pytest.approx(a["val_loss"], abs=1e-4)
+        assert b["trace_cov"] > 0 and b["b_simple"] is not None and a["b_simple"] is not None
 
 
 def test_small_model_overfits_a_tiny_pool(tmp_path):

@@ -1,0 +1,203 @@
+"""Critical batch size: the gradient noise scale during training, and fits of steps-to-target curves.
+
+Units: batch sizes are sequences (multiply by seq_len for tokens); S is optimizer steps; E is
+training sequences consumed (S * B), reported as tokens where a column says so.
+
+- Gradient noise scale (McCandlish et al. 2018, appendix A.1): for gradient estimates over batches
+  of b_small and b_big sequences, E|G_b|^2 = |G|^2 + tr(Sigma) / b, so
+      |G|^2   ~ (b_big |G_big|^2 - b_small |G_small|^2) / (b_big - b_small)
+      tr(Sigma) ~ (|G_small|^2 - |G_big|^2) / (1 / b_small - 1 / b_big)
+  are unbiased; each is smoothed by its own EMA and B_simple = tr(Sigma) / |G|^2 is their ratio.
+  The trainer takes |G_small|^2 from each micro-batch (single process; the mean over micro-batches)
+  or from each rank's gradient before the all-reduce (DDP), and |G_big|^2 from the global batch.
+- Steps-to-target: for a target loss, the fewest steps over tuned runs (lr, weight decay) at which an
+  evaluation first reaches it, per batch size.
+- Fits: McCandlish's hyperbola (S / S_min - 1)(E / E_min - 1) = 1, i.e. S(B) = S_min + E_min / B, fitted
+  in log S, gives B_crit = E_min / S_min. Zhang et al. 2025 fit the same form S(B) = a + b / B in S
+  and call critical the batch whose steps exceed linear scaling from the smallest batch by 20%:
+  B* = 1.2 B_ref + 0.2 b / a. Zhou et al. 2026 (WSD) model E(S) piecewise (inverse, quadratic,
+  linear tail); we fit its two later pieces: a parabola through the points nearest the fewest
+  tokens gives B_opt = E_min / S_opt, and the linear tail E = A1 S + A0 of the smallest batches gives
+  B_min = A1 (below it the target is not reached). Each fit comes with residuals and a bootstrap
+  interval over the (batch, steps) points.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+from scipy.optimize import least_squares
+
+
+# --- the gradient noise scale during training ------------------------------------------------------
+
+def two_batch_estimates(small_sq: float, big_sq: float, b_small: float, b_big: float) -> tuple[float, float]:
+    """Unbiased (|G|^2, tr(Sigma)) from squared gradient norms at batch sizes b_small < b_big (sequences)."""
+    grad_sq = (b_big * big_sq - b_small * small_sq) / (b_big - b_small)
+    trace = (small_sq - big_sq) / (1 / b_small - 1 / b_big)
+    return grad_sq, trace
+
+
+@dataclass
+class NoiseScaleEMA:
+    """Bias-corrected EMAs of the |G|^2 and tr(Sigma) estimates of one run; B_simple is their ratio."""
+
+    decay: float = 0.95
+    grad_sq: float = 0.0
+    trace: float = 0.0
+    weight: float = 0.0  # 1 - decay^steps: the EMA's bias correction
+
+    def update(self, small_sq: float, big_sq: float, b_small: float, b_big: float) -> None:
+        if not (math.isfinite(small_sq) and math.isfinite(big_sq)):
+            return
+        grad_sq, trace = two_batch_estimates(small_sq, big_sq, b_small, b_big)
+        self.grad_sq = self.decay * self.grad_sq + (1 - self.decay) * grad_sq
+        self.trace = self.decay * self.trace + (1 - self.decay) * trace
+        self.weight = self.decay * self.weight + (1 - self.decay)
+
+    def values(self) -> dict:
+        """grad_sq = |G|^2, trace_cov = tr(Sigma) (per sequence), b_simple = tr(Sigma) / |G|^2 (sequences)."""
+        if not self.weight:
+            return {}
+        grad_sq, trace = self.grad_sq / self.weight, self.trace / self.weight
+        return {"grad_sq": grad_sq, "trace_cov": trace, "b_simple": trace / grad_sq if grad_sq > 0 else None}
+
+    def state(self) -> dict:
+        return asdict(self)
+
+
+class MicroBatchNorms:
+    """Squared norms of each micro-batch's gradient, per config, while accumulating the gradients by
+    hand: after each backward the fresh gradients are measured and moved into an accumulator, and
+    `restore` puts the sum back. Tensors are parameters [...] (one config) or stacked leaves [K, ...]."""
+
+    def __init__(self, stacked: bool):
+        self.stacked = stacked
+        self.accumulated: list[torch.Tensor] | None = None
+        self.sq_sum: torch.Tensor | None = None
+        self.count = 0
+
+    def add(self, tensors: list[torch.Tensor], scale: float) -> None:
+        """Measure the gradients now in `tensors` (a micro-batch's loss times 1 / scale) and take them."""
+        grads = [t.grad for t in tensors]
+        sq = sum((g.float().pow(2).flatten(1).sum(1) if self.stacked else g.float().pow(2).sum()[None]) for g in grads)
+        self.sq_sum = sq * scale**2 if self.sq_sum is None else self.sq_sum + sq * scale**2
+        if self.accumulated is None:
+            self.accumulated = grads
+        else:
+            torch._foreach_add_(self.accumulated, grads)
+        for t in tensors:
+            t.grad = None
+        self.count += 1
+
+    def restore(self, tensors: list[torch.Tensor]) -> torch.Tensor:
+        """Give the accumulated gradients back; returns the mean squared micro-batch norm per config."""
+        for t, g in zip(tensors, self.accumulated):
+            t.grad = g
+        mean = self.sq_sum / self.count
+        self.accumulated, self.sq_sum, self.count = None, None, 0
+        return mean
+
+
+# --- steps to a target loss --------------------------------------------------------------------------
+
+def steps_to_target(runs: pd.DataFrame, evals: pd.DataFrame, targets: list[float], by: tuple[str, ...] = ("batch_size",),
+                    seq_len: int | None = None) -> pd.DataFrame:
+    """For every group of `by` (batch size, and e.g. pool) and target: the fewest steps over the group's
+    runs (tuned hyperparameters) at which a run's evaluation first reaches val_loss <= target.
+    Columns: *by, target, steps, sequences (steps * batch), tokens, run_id. Unreached targets are left out."""
+    points = evals.dropna(subset=["val_loss"]).merge(runs[["run_id", *[c for c in by if c not in evals]]], on="run_id")
+    rows = []
+    for target in targets:
+        reached = points[points["val_loss"] <= target].sort_values("step", kind="mergesort")
+        first = reached.groupby("run_id", as_index=False).first()
+        for key, group in first.groupby(list(by)):
+            best = group.loc[group["step"].idxmin()]
+            key = key if isinstance(key, tuple) else (key,)
+            row = dict(zip(by, key)) | {"target": target, "steps": int(best["step"]), "run_id": best["run_id"]}
+            row["sequences"] = row["steps"] * int(row["batch_size"])
+            row["tokens"] = row["sequences"] * seq_len if seq_len else float(best["tokens"])
+            rows.append(row)
+    return pd.DataFrame(rows, columns=[*by, "target", "steps", "run_id", "sequences", "tokens"])
+
+
+# --- fits ----------------------------------------------------------------------------------------------
+
+def fit_mccandlish(batch: np.ndarray, steps: np.ndarray) -> dict:
+    """S(B) = S_min + E_min / B fitted in log S (equal relative errors); B_crit = E_min / S_min (sequences)."""
+    batch, steps = np.asarray(batch, float), np.asarray(steps, float)
+
+    def residuals(log_params):
+        s_min, e_min = np.exp(log_params)
+        return np.log(s_min + e_min / batch) - np.log(steps)
+
+    start = np.log([max(steps.min() * 0.5, 1e-9), max(steps.max() * batch.min() * 0.5, 1e-9)])
+    fit = least_squares(residuals, start)
+    s_min, e_min = np.exp(fit.x)
+    return {"S_min": s_min, "E_min": e_min, "B_crit": e_min / s_min, "residuals": residuals(fit.x)}
+
+
+def fit_zhang(batch: np.ndarray, steps: np.ndarray, b_ref: float | None = None, excess: float = 0.2) -> dict:
+    """S(B) = a + b / B by least squares in S (a, b >= 0); B* is where steps exceed linear scaling
+    from b_ref (default the smallest batch) by `excess`: B* = (1 + excess) b_ref + excess * b / a."""
+    batch, steps = np.asarray(batch, float), np.asarray(steps, float)
+    b_ref = batch.min() if b_ref is None else b_ref
+    fit = least_squares(lambda p: p[0] + p[1] / batch - steps, [steps.min() * 0.5, steps.max() * batch.min() * 0.5],
+                        bounds=([0, 0], [np.inf, np.inf]))
+    a, b = fit.x
+    b_star = (1 + excess) * b_ref + excess * b / a if a > 0 else math.inf
+    return {"a": a, "b": b, "B_star": b_star, "b_ref": b_ref, "residuals": fit.fun}
+
+
+def fit_wsd(batch: np.ndarray, steps: np.ndarray) -> dict:
+    """Zhou et al.'s later pieces of E(S) (E = S * B): a parabola E = C (S - S_opt)^2 + E_min through the
+    three points nearest the fewest tokens gives B_opt = E_min / S_opt; a line E = A1 S + A0 through the
+    points of the largest S (the two smallest batches) gives B_min = A1. NaN where the points do not
+    determine a piece (the minimum at an edge, an upward parabola missing)."""
+    batch, steps = np.asarray(batch, float), np.asarray(steps, float)
+    order = np.argsort(steps)
+    s, e = steps[order], (steps * batch)[order]
+    out = {"B_opt": np.nan, "S_opt": np.nan, "E_min": np.nan, "B_min": np.nan, "residuals": np.array([])}
+    i = int(np.argmin(e))
+    if 0 < i < len(s) - 1:
+        window = slice(i - 1, i + 2)
+        c2, c1, c0 = np.polyfit(s[window], e[window], 2)
+        if c2 > 0:
+            s_opt = -c1 / (2 * c2)
+            e_min = c0 - c1**2 / (4 * c2)
+            out |= {"S_opt": s_opt, "E_min": e_min, "B_opt": e_min / s_opt,
+                    "residuals": e[window] - np.polyval([c2, c1, c0], s[window])}
+    if len(s) >= 2 and s[-1] > s[-2]:
+        out["B_min"] = (e[-1] - e[-2]) / (s[-1] - s[-2])
+    return out
+
+
+def bootstrap(fit, batch: np.ndarray, steps: np.ndarray, key: str, n: int = 500, seed: int = 0,
+              level: float = 0.9) -> tuple[float, float]:
+    """Percentile interval of fit(batch, steps)[key] over resamples of the points (with replacement;
+    resamples with fewer than three distinct batch sizes are skipped)."""
+    batch, steps = np.asarray(batch, float), np.asarray(steps, float)
+    rng = np.random.default_rng(seed)
+    values = []
+    for _ in range(n):
+        pick = rng.integers(0, len(batch), len(batch))
+        if len(np.unique(batch[pick])) < 3:
+            continue
+        value = fit(batch[pick], steps[pick])[key]
+        if np.isfinite(value):
+            values.append(value)
+    if not values:
+        return (np.nan, np.nan)
+    lo, hi = np.quantile(values, [(1 - level) / 2, (1 + level) / 2])
+    return float(lo), float(hi)
+
+
+def power_law(x: np.ndarray, y: np.ndarray) -> dict:
+    """y = c * x^alpha by least squares in log-log; returns alpha, c and the log residuals."""
+    lx, ly = np.log(np.asarray(x, float)), np.log(np.asarray(y, float))
+    alpha, log_c = np.polyfit(lx, ly, 1)
+    return {"alpha": alpha, "c": math.exp(log_c), "residuals": ly - (alpha * lx + log_c)}
