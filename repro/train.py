@@ -391,8 +391,9 @@ def _open_member(config: RunConfig, out: Path, pool: Pool, device: torch.device,
     return member
 
 
-def _local_norm_hook(state: dict, bucket: dist.GradBucket) -> torch.futures.Future:
-    """DDP comm hook: add the squared norm of this rank's gradients, then all-reduce them as usual."""
+def _local_norm_hook(state, bucket):  # no annotations: DDP checks them against real types, not strings
+    """DDP comm hook (state: dict, bucket: dist.GradBucket -> Future): add the squared norm of this rank's
+    gradients, then all-reduce them as usual."""
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
     state["sq"] += bucket.buffer().float().pow(2).sum()
