@@ -47,7 +47,8 @@ def _sweep_run(args: argparse.Namespace) -> None:
         slurm = {"gpus_per_node": 1, "timeout_min": args.timeout_min} | ({"slurm_partition": args.partition} if args.partition else {})
     started = time.perf_counter()
     outcomes = run_sweep(args.grid, args.out, workers=args.workers, executor=args.executor, retry_failed=args.retry_failed,
-                         slurm=slurm, progress=not args.quiet, stack=args.stack)
+                         slurm=slurm, progress=not args.quiet, stack=args.stack,
+                         max_stacked_batch=args.max_stacked_batch)
     print(f"{args.out}: " + (", ".join(f"{n} {k}" for k, n in sorted(outcomes.items())) or "nothing to run")
           + f" in {time.perf_counter() - started:.0f} s")
 
@@ -184,6 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--executor", default="local", choices=["local", "slurm", "submitit-local"])
     run.add_argument("--retry-failed", action="store_true", help="run failed configs again")
     run.add_argument("--stack", type=int, default=1, help="train up to this many configs that differ only in lr / weight decay at once")
+    run.add_argument("--max-stacked-batch", type=int, default=0, help="stack only runs with batches up to this many sequences (0: all)")
     run.add_argument("--partition", default=None, help="slurm partition")
     run.add_argument("--timeout-min", type=int, default=240, help="slurm: minutes per job")
     run.add_argument("--quiet", action="store_true")

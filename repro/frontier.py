@@ -71,17 +71,28 @@ def step_time_table(batch_sizes, gpu_counts, step_time) -> pd.DataFrame:
     return pd.DataFrame([{"batch_size": b, "gpus": g, "step_time": step_time(b, g)} for b in batch_sizes for g in gpu_counts])
 
 
+def eval_costs(points: pd.DataFrame, gpus: int, step_time) -> pd.Series:
+    """Time of each evaluation point on `gpus` GPUs: the steps before it, each priced at its batch size
+    (`batch_size` of the run, or `step_batch` of the evaluation for a batch-size schedule, whose batch
+    changes only at epoch ends, where an evaluation always falls). Index aligned with `points`."""
+    batch = points["step_batch"].fillna(points["batch_size"]) if "step_batch" in points else points["batch_size"]
+    ordered = points.assign(_batch=batch).sort_values(["run_id", "step"], kind="mergesort")
+    steps = ordered.groupby("run_id")["step"].diff().fillna(ordered["step"])
+    cost = (steps * ordered["_batch"].map(lambda b: step_time(int(b), gpus))).groupby(ordered["run_id"]).cumsum()
+    return cost.reindex(points.index)
+
+
 def frontier(evals: pd.DataFrame, runs: pd.DataFrame, gpu_counts, deadlines, step_time, speedup: float = 1.0) -> pd.DataFrame:
     """Best observed validation loss per (GPUs, deadline), with the batch size and run that reach it.
 
     `evals` has run_id, step, val_loss; `runs` has run_id, batch_size. An evaluation point at step s of
-    a run with batch B costs s * step_time(B, G) / speedup. Deadlines shorter than every run's first
+    a run with batch B costs s * step_time(B, G) / speedup (a batch-size schedule: eval_costs). Deadlines shorter than every run's first
     evaluation give NaN loss (nothing is reachable). Ties go to the smaller batch, then the earlier step.
     """
     points = evals.dropna(subset=["val_loss"]).merge(runs[["run_id", "batch_size"]], on="run_id")
     rows = []
     for g in gpu_counts:
-        cost = points["batch_size"].map(lambda b: step_time(int(b), g)) * points["step"] / speedup
+        cost = eval_costs(points, g, step_time) / speedup
         ranked = points.assign(time=cost).sort_values(["val_loss", "batch_size", "step"], kind="mergesort")
         for t in deadlines:
             feasible = ranked[ranked["time"] <= t]
@@ -97,7 +108,7 @@ def frontier(evals: pd.DataFrame, runs: pd.DataFrame, gpu_counts, deadlines, ste
 def best_per_batch(evals: pd.DataFrame, runs: pd.DataFrame, gpus: int, deadline: float, step_time) -> pd.Series:
     """Best observed val loss for each batch size alone on `gpus` GPUs within `deadline`."""
     points = evals.dropna(subset=["val_loss"]).merge(runs[["run_id", "batch_size"]], on="run_id")
-    time = points["batch_size"].map(lambda b: step_time(int(b), gpus)) * points["step"]
+    time = eval_costs(points, gpus, step_time)
     return points[time <= deadline].groupby("batch_size")["val_loss"].min()
 
 

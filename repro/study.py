@@ -48,9 +48,19 @@ class Study:
                                     progress=self.progress))
         return paths
 
+    def sized_pools(self) -> list[Path]:
+        """The main pool (seed 0) and smaller ones of scaling_pool_tokens, all with its tokenizer and
+        validation documents; ordered by size."""
+        main = self.pools()[0]
+        sized = [build_pool(replace(self.preset.pool_spec(self.preset.pool_seeds[0], str(main / "tokenizer.json")), tokens=tokens),
+                            self.preset.sized_pool_dir(self.data_dir, tokens), progress=self.progress)
+                 for tokens in sorted(self.preset.scaling_pool_tokens)]
+        return [*sized, main]
+
     def sweep(self, grid: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
         """Run what is missing of `grid`, then return (runs, evals) of exactly its runs."""
-        run_sweep(grid, self.store, workers=self.workers, progress=self.progress, stack=self.preset.stack)
+        run_sweep(grid, self.store, workers=self.workers, progress=self.progress, stack=self.preset.stack,
+                  max_stacked_batch=self.preset.max_stacked_batch)
         return load_results(self.store, [p.run_id for p in plan(grid, self.store)])
 
     def save(self, fig: plt.Figure, name: str) -> None:

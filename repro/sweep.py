@@ -204,11 +204,13 @@ def execute_stack(store: str, members: list[tuple[str, dict]], retry_failed: boo
     return [outcomes[rid] for rid, _ in members]
 
 
-def stacks(planned: list[PlannedRun], size: int) -> list[list[PlannedRun]]:
-    """Runs grouped into stacks of at most `size` that differ only in the STACKABLE fields, in plan order."""
+def stacks(planned: list[PlannedRun], size: int, max_batch: int = 0) -> list[list[PlannedRun]]:
+    """Runs grouped into stacks of at most `size` that differ only in the STACKABLE fields, in plan order;
+    runs with a batch above `max_batch` sequences (if > 0), which fill the cores alone, stay single."""
     groups: dict[str, list[PlannedRun]] = {}
     for p in planned:
-        groups.setdefault(stack_key(p.config) if size > 1 else p.run_id, []).append(p)
+        stackable = size > 1 and (not max_batch or p.config.batch_size <= max_batch)
+        groups.setdefault(stack_key(p.config) if stackable else p.run_id, []).append(p)
     return [members[i:i + size] for members in groups.values() for i in range(0, len(members), size)]
 
 
@@ -217,10 +219,11 @@ def _gpu_initializer(queue) -> None:
 
 
 def run_sweep(grid: str | Path | dict, store: str | Path, workers: int = 1, executor: str = "local", retry_failed: bool = False,
-              slurm: dict | None = None, progress: bool = True, stack: int = 1) -> dict[str, int]:
+              slurm: dict | None = None, progress: bool = True, stack: int = 1, max_stacked_batch: int = 0) -> dict[str, int]:
     """Run every missing config of `grid` into `store`; returns counts of outcomes. Several grids may
     share one store: identical configs are then run once. With stack > 1, up to `stack` configs that
-    differ only in lr and weight decays train at once in one process (repro.stacked)."""
+    differ only in lr and weight decays train at once in one process (repro.stacked); with
+    max_stacked_batch > 0, only runs with batches up to that many sequences."""
     if workers < 1:
         raise ReproError(f"--workers must be at least 1, got {workers}")
     if stack < 1:
@@ -242,7 +245,7 @@ def run_sweep(grid: str | Path | dict, store: str | Path, workers: int = 1, exec
                 outcomes["waiting for trunk"] = outcomes.get("waiting for trunk", 0) + 1
             todo = [p for p in todo if p not in waiting]
             run = _executor(executor, workers, slurm, store)
-            jobs = [(str(store), [(p.run_id, asdict(p.config)) for p in members], retry_failed) for members in stacks(todo, stack)]
+            jobs = [(str(store), [(p.run_id, asdict(p.config)) for p in members], retry_failed) for members in stacks(todo, stack, max_stacked_batch)]
             for job_outcomes in run(jobs):
                 for outcome in job_outcomes:
                     outcomes[outcome] = outcomes.get(outcome, 0) + 1

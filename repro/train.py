@@ -513,7 +513,7 @@ def _run(members: list[_Member], pool: Pool, loader: EpochLoader, device: torch.
             lr = member.config.lr * multiplier
             record = {"step": step, "epoch": plan.epochs_done(step), "tokens": plan.sequences_done(step) * config.seq_len, "lr": lr}
             if config.batch_schedule:
-                record["batch_size"] = batch_size
+                record["step_batch"] = batch_size
             if config.noise_scale:
                 record |= member.noise.values()
             diverged = not math.isfinite(step_loss_value)

@@ -107,7 +107,7 @@ def test_trainer_logs_noise_scale_and_follows_a_batch_schedule(synthetic_pool, t
     assert status["status"] == "done" and all(math.isfinite(x["b_simple"]) and x["trace_cov"] > 0 for x in lines)
     train(make_run_config(base | {"batch_schedule": "0:4,0.5:16"}), tmp_path / "schedule", progress=False)
     lines = [json.loads(x) for x in (tmp_path / "schedule" / "metrics.jsonl").read_text().splitlines()]
-    assert [x["batch_size"] for x in lines] == [4, 16]
+    assert [x["step_batch"] for x in lines] == [4, 16]
     assert lines[0]["lr"] < 3e-3 * math.sqrt(4 / 8) * 1.0001 and lines[1]["tokens"] > 2 * lines[0]["tokens"] - 16 * 32 * 2
     with pytest.raises(ReproError, match="noise_scale needs at least two micro-batches"):
         train(make_run_config(base | {"noise_scale": True, "micro_batch": 0}), tmp_path / "bad", progress=False)
