@@ -135,6 +135,27 @@ def stacked_vs_sequential(size: str, vocab_size: int, seq_len: int, batch_sizes:
     return rows
 
 
+def noise_scale_overhead(pool: str, model: str, seq_len: int, batch_size: int, micro_batch: int, epochs: int = 1,
+                         rounds: int = 3) -> dict:
+    """Wall seconds of the same training run (repro.train, one evaluation per epoch) without and with
+    noise_scale=true, alternated `rounds` times; medians and their ratio."""
+    import tempfile
+
+    from repro.train import make_run_config, train
+
+    fields = {"pool": pool, "model": model, "seq_len": seq_len, "batch_size": batch_size, "micro_batch": micro_batch,
+              "epochs": epochs, "eval_every": 1.0}
+    seconds: dict[bool, list[float]] = {False: [], True: []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(rounds):
+            for noise in (False, True):
+                status = train(make_run_config(fields | {"noise_scale": noise}), Path(tmp) / f"{noise}-{i}", progress=False)
+                seconds[noise].append(status["wall_s"])
+    off, on = float(np.median(seconds[False])), float(np.median(seconds[True]))
+    return fields | {"rounds": rounds, "threads": torch.get_num_threads(), "seconds_without": off, "seconds_with": on,
+                     "overhead": on / off - 1}
+
+
 def step_time(size: str, vocab_size: int, seq_len: int, max_micro_batch: int, device: str = "cpu") -> dict:
     """Seconds per training step for micro-batches 1..max_micro_batch (the measured step-time model of
     repro.frontier.MeasuredStepTime); gradient bytes assume float32 gradients."""

@@ -157,20 +157,23 @@ def fit_wsd(batch: np.ndarray, steps: np.ndarray) -> dict:
     """Zhou et al.'s later pieces of E(S) (E = S * B): a parabola E = C (S - S_opt)^2 + E_min through the
     three points nearest the fewest tokens gives B_opt = E_min / S_opt; a line E = A1 S + A0 through the
     points of the largest S (the two smallest batches) gives B_min = A1. NaN where the points do not
-    determine a piece (the minimum at an edge, an upward parabola missing)."""
+    determine a piece: the fewest tokens at an edge, or a parabola that opens downward or whose vertex
+    lies outside its three points (the residuals of three points on a parabola are zero by construction;
+    the bootstrap gives the spread)."""
     batch, steps = np.asarray(batch, float), np.asarray(steps, float)
     order = np.argsort(steps)
     s, e = steps[order], (steps * batch)[order]
-    out = {"B_opt": np.nan, "S_opt": np.nan, "E_min": np.nan, "B_min": np.nan, "residuals": np.array([])}
+    out = {"B_opt": np.nan, "S_opt": np.nan, "E_min": np.nan, "B_min": np.nan}
     i = int(np.argmin(e))
-    if 0 < i < len(s) - 1:
+    if 0 < i < len(s) - 1 and len(np.unique(s[i - 1:i + 2])) == 3:
         window = slice(i - 1, i + 2)
-        c2, c1, c0 = np.polyfit(s[window], e[window], 2)
+        s_scale, e_scale = s[i], e[i]  # fit in units of the minimum point: well conditioned
+        c2, c1, c0 = np.polyfit(s[window] / s_scale, e[window] / e_scale, 2)
         if c2 > 0:
             s_opt = -c1 / (2 * c2)
             e_min = c0 - c1**2 / (4 * c2)
-            out |= {"S_opt": s_opt, "E_min": e_min, "B_opt": e_min / s_opt,
-                    "residuals": e[window] - np.polyval([c2, c1, c0], s[window])}
+            if s[i - 1] / s_scale <= s_opt <= s[i + 1] / s_scale and e_min > 0:
+                out |= {"S_opt": s_opt * s_scale, "E_min": e_min * e_scale, "B_opt": e_min * e_scale / (s_opt * s_scale)}
     if len(s) >= 2 and s[-1] > s[-2]:
         out["B_min"] = (e[-1] - e[-2]) / (s[-1] - s[-2])
     return out

@@ -125,6 +125,14 @@ def _bench(args: argparse.Namespace) -> None:
         for r in rows:
             print(f"{r['threads']:>7} {r['batch_size']:>5} {r['peak_matmul_flops_per_s'] / 1e9:>12.1f} {r['sequential_tokens_per_s']:>10,.0f} "
                   f"{r['sequential_mfu']:>8.1%} {r['stacked_tokens_per_s']:>11,.0f} {r['stacked_mfu']:>9.1%} {r['speedup']:>7.2f}x")
+    elif args.what == "noise-scale":
+        if not args.pool:
+            raise ReproError("repro bench noise-scale needs --pool POOL (a built pool to train on)")
+        rows = bench.noise_scale_overhead(args.pool, args.models.split(",")[0], args.seq_len or 128, args.batch_size or 32,
+                                          args.micro_batch or 4)
+        print(f"{rows['model']}, batch {rows['batch_size']} in micro-batches of {rows['micro_batch']}, {rows['threads']} threads: "
+              f"{rows['seconds_without']:.2f} s without, {rows['seconds_with']:.2f} s with noise_scale "
+              f"(overhead {rows['overhead']:+.1%}, medians of {rows['rounds']})")
     elif args.what == "load-results":
         rows = bench.load_results_speed()
         print(", ".join(f"{k} {v:,.2f}" if isinstance(v, float) else f"{k} {v:,}" for k, v in rows.items()))
@@ -206,7 +214,8 @@ def build_parser() -> argparse.ArgumentParser:
     reproduce.set_defaults(func=_reproduce)
 
     bench = commands.add_parser("bench", help="benchmarks: repack cost, training throughput and MFU, step time per micro-batch, loading sweep results")
-    bench.add_argument("what", choices=["repack", "throughput", "stacked", "step-time", "load-results"])
+    bench.add_argument("what", choices=["repack", "throughput", "stacked", "noise-scale", "step-time", "load-results"])
+    bench.add_argument("--micro-batch", type=int, default=0, help="noise-scale: sequences per micro-batch (default 4)")
     bench.add_argument("--stack", type=int, default=6, help="stacked: configs trained at once (the cpu preset's lr x wd grid: 6)")
     bench.add_argument("--batch-sizes", default="1,2,4,8,16,32", help="stacked: sequences per step")
     bench.add_argument("--thread-counts", default="1,2", help="stacked: CPU thread counts to compare")

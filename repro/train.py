@@ -431,6 +431,10 @@ def _run(members: list[_Member], pool: Pool, loader: EpochLoader, device: torch.
     else:
         stack = StackedForward([m.model for m in members], stack_parameters([m.model for m in members]))
         forward, train_model = stack, None
+    def gradient_holders() -> list[torch.Tensor]:
+        """The tensors backward writes gradients to: the stack's [K, ...] leaves, or the one model's parameters."""
+        return list(stack.leaves.values()) if stack is not None else list(members[0].model.parameters())
+
     for member in members:
         member.optimizer = build_optimizer(member.model, member.config.lr, member.config.weight_decay,
                                            member.config.embedding_weight_decay)
@@ -473,9 +477,7 @@ def _run(members: list[_Member], pool: Pool, loader: EpochLoader, device: torch.
         rows = loader.sequences(epoch, step_in_epoch * batch_size, batch_size)[rank * per_rank:(rank + 1) * per_rank]
         batch = torch.from_numpy(rows).to(device)
         step_loss = torch.zeros(len(active), device=device)
-        grad_tensors = (list(stack.leaves.values()) if stack is not None else list(members[0].model.parameters())) \
-            if config.noise_scale and world_size == 1 else None
-        micro_norms = MicroBatchNorms(stacked=stack is not None)
+        micro_norms = MicroBatchNorms(stacked=stack is not None) if config.noise_scale and world_size == 1 else None
         for m in range(n_micro):
             chunk = batch[m * micro:(m + 1) * micro]
             sync = world_size == 1 or m == n_micro - 1
@@ -486,13 +488,11 @@ def _run(members: list[_Member], pool: Pool, loader: EpochLoader, device: torch.
                 loss = token_loss.view(len(active), -1).mean(1) / n_micro
             loss.sum().backward()
             step_loss += loss.detach()
-            if grad_tensors is not None:
-                if stack is not None and m == 0:
-                    grad_tensors = list(stack.leaves.values())  # the stack makes its leaves at the first forward
-                micro_norms.add(grad_tensors, n_micro)
-        small_sq = None
-        if grad_tensors is not None:
-            small_sq = micro_norms.restore(grad_tensors)
+            if micro_norms is not None:
+                micro_norms.add(gradient_holders(), n_micro)
+        small_sq = None  # mean squared gradient norm of the small batches (micro-batches, or ranks under DDP)
+        if micro_norms is not None:
+            small_sq = micro_norms.restore(gradient_holders())
         elif noise_hook is not None:
             small_sq = noise_hook["sq"].clone()[None]
             dist.all_reduce(small_sq, op=dist.ReduceOp.AVG)

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from repro.frontier import (MeasuredStepTime, crossovers, frontier, latency_speedup, ring_allreduce_seconds,
+from repro.frontier import (MeasuredStepTime, crossovers, eval_costs, frontier, latency_speedup, ring_allreduce_seconds,
                             step_units)
 
 
@@ -65,3 +65,16 @@ def test_projection_speedup():
     assert latency_speedup(1, 0.5) == 1.0 and latency_speedup(4, 1.0) == 4.0 and latency_speedup(4, 0.5) == 2.5
     with pytest.raises(ValueError):
         latency_speedup(2, 1.5)
+
+
+def test_schedule_runs_are_priced_step_by_step():
+    """A run whose batch grows from 2 to 8 at its second evaluation: 10 steps at batch 2, then 10 at batch 8."""
+    runs = pd.DataFrame({"run_id": ["fixed", "schedule"], "batch_size": [8, 4]})
+    evals = pd.DataFrame({"run_id": ["fixed", "fixed", "schedule", "schedule"], "step": [10, 20, 10, 20],
+                          "val_loss": [3.0, 2.5, 2.8, 2.4], "step_batch": [None, None, 2, 8]})
+    points = evals.merge(runs, on="run_id")
+    units = lambda b, g: step_units(b, g, micro_batch=2)  # noqa: E731
+    costs = eval_costs(points, 1, units)
+    assert costs.tolist() == [40, 80, 10, 10 + 40]
+    table = frontier(evals, runs, [1], [45, 80], units)
+    assert table["run_id"].tolist() == ["schedule", "schedule"] and table["best_val_loss"].tolist() == [2.8, 2.4]
