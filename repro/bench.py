@@ -135,8 +135,8 @@ def stacked_vs_sequential(size: str, vocab_size: int, seq_len: int, batch_sizes:
     return rows
 
 
-def noise_scale_overhead(pool: str, model: str, seq_len: int, batch_size: int, micro_batch: int, epochs: int = 1,
-                         rounds: int = 3) -> dict:
+def noise_scale_overhead(pool: str, model: str, seq_len: int, batch_size: int, micro_batch: int, epochs: int = 4,
+                         rounds: int = 5) -> dict:
     """Wall seconds of the same training run (repro.train, one evaluation per epoch) without and with
     noise_scale=true, alternated `rounds` times; medians and their ratio."""
     import tempfile

@@ -3,6 +3,7 @@
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -16,6 +17,12 @@ from repro.errors import ReproError
 from repro.train import load_run_config, make_run_config, train
 
 BASE = dict(model="tiny", seq_len=32, batch_size=8, micro_batch=4, lr=3e-3, epochs=2, eval_every=0.5, threads=1, loader="repack")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def _metrics(run, drop=("wall_s",)):
@@ -73,9 +80,10 @@ def test_ddp_matches_single_process(synthetic_pool, tmp_path):
     fields = BASE | {"epochs": 1, "batch_size": 8, "micro_batch": 2, "noise_scale": True}  # DDP: per-rank norms before the all-reduce
     train(make_run_config(fields | {"pool": str(synthetic_pool)}), tmp_path / "single", progress=False)
     env = os.environ | {"OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29517", "-m", "repro.cli",
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(_free_port()), "-m", "repro.cli",
            "train", "--pool", str(synthetic_pool), "--out", str(tmp_path / "ddp"), "--quiet", *[f"{k}={v}" for k, v in fields.items()]]
-    subprocess.run(cmd, check=True, env=env, capture_output=True)
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
     single, ddp = _metrics(tmp_path / "single"), _metrics(tmp_path / "ddp")
     assert len(single) == len(ddp) == 2
     for a, b in zip(single, ddp):
