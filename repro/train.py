@@ -314,15 +314,16 @@ def train_stacked(configs: list[RunConfig], outs: list[str | Path], progress: bo
         by_step: dict[int, list[_Member]] = {}
         for member in members:  # members resumed from different checkpoints train as separate stacks
             by_step.setdefault(member.step, []).append(member)
+        finals: dict[Path, dict] = {}
         for group in by_step.values():
-            _run(group, pool, loader, device, rank, world_size, progress)
+            finals |= _run(group, pool, loader, device, rank, world_size, progress)
     except Exception as exc:
         if rank == 0:
             for i in todo:
                 if _finished_status(configs[i], outs[i]) is None:
                     _write_json(outs[i] / "status.json", {"status": "failed", "error": f"{type(exc).__name__}: {exc}"})
         raise
-    return [finished[i] or json.loads((outs[i] / "status.json").read_text()) for i in range(len(configs))]
+    return [finished[i] or finals[outs[i]] for i in range(len(configs))]
 
 
 def _finished_status(config: RunConfig, out: Path) -> dict | None:
@@ -413,8 +414,9 @@ def _save_checkpoint(path: Path, member: _Member, step: int, wall_s: float) -> N
 
 
 def _run(members: list[_Member], pool: Pool, loader: EpochLoader, device: torch.device,
-         rank: int, world_size: int, progress: bool) -> None:
-    """Train the members (same shape, data order and schedule; all at the same step) to the end."""
+         rank: int, world_size: int, progress: bool) -> dict[Path, dict]:
+    """Train the members (same shape, data order and schedule; all at the same step) to the end;
+    returns each member's final status by run directory (on every rank)."""
     config = members[0].config
     noise_hook = None
     if len(members) == 1:
@@ -456,11 +458,13 @@ def _run(members: list[_Member], pool: Pool, loader: EpochLoader, device: torch.
         for member in members:
             _write_json(member.out / "status.json", {"status": "running", "step": step, "total_steps": total_steps})
 
+    finals: dict[Path, dict] = {}
+
     def finish(member: _Member, status: str) -> None:
+        finals[member.out] = {"status": status, "step": step, "total_steps": total_steps, "steps_per_epoch": steps_per_epoch,
+                              "wall_s": time.perf_counter() - started[member.out], "stacked": len(members), **member.best}
         if rank == 0:
-            _write_json(member.out / "status.json", {
-                "status": status, "step": step, "total_steps": total_steps, "steps_per_epoch": steps_per_epoch,
-                "wall_s": time.perf_counter() - started[member.out], "stacked": len(members), **member.best})
+            _write_json(member.out / "status.json", finals[member.out])
 
     started = {m.out: time.perf_counter() - m.wall_offset for m in members}
     active = list(members)
@@ -552,3 +556,4 @@ def _run(members: list[_Member], pool: Pool, loader: EpochLoader, device: torch.
     bar.close()
     for member in active:
         finish(member, "done")
+    return finals
