@@ -71,7 +71,7 @@ class Study:
         folder = self.root / "figures" / self.preset.name
         folder.mkdir(parents=True, exist_ok=True)
         table.to_csv(folder / f"{name}.csv", index=False)
-        cells = [[str(v) for v in table.columns]] + [[str(v) for v in row] for row in table.itertuples(index=False)]
+        cells = [[str(v).replace("|", "\\|") for v in row] for row in [table.columns, *table.itertuples(index=False)]]
         lines = ["| " + " | ".join(row) + " |" for row in cells]
         lines.insert(1, "|" + "---|" * len(table.columns))
         (folder / f"{name}.md").write_text("\n".join(lines) + "\n")
