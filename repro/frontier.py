@@ -75,11 +75,13 @@ def eval_costs(points: pd.DataFrame, gpus: int, step_time) -> pd.Series:
     """Time of each evaluation point on `gpus` GPUs: the steps before it, each priced at its batch size
     (`batch_size` of the run, or `step_batch` of the evaluation for a batch-size schedule, whose batch
     changes only at epoch ends, where an evaluation always falls). Index aligned with `points`."""
-    batch = points["step_batch"].fillna(points["batch_size"]) if "step_batch" in points else points["batch_size"]
-    ordered = points.assign(_batch=batch).sort_values(["run_id", "step"], kind="mergesort")
-    steps = ordered.groupby("run_id")["step"].diff().fillna(ordered["step"])
-    cost = (steps * ordered["_batch"].map(lambda b: step_time(int(b), gpus))).groupby(ordered["run_id"]).cumsum()
-    return cost.reindex(points.index)
+    cost = points["step"] * points["batch_size"].map(lambda b: step_time(int(b), gpus))
+    if "step_batch" not in points or points["step_batch"].isna().all():
+        return cost
+    scheduled = points[points["step_batch"].notna()].sort_values(["run_id", "step"], kind="mergesort")
+    steps = scheduled.groupby("run_id")["step"].diff().fillna(scheduled["step"])
+    cost.loc[scheduled.index] = (steps * scheduled["step_batch"].map(lambda b: step_time(int(b), gpus))).groupby(scheduled["run_id"]).cumsum()
+    return cost
 
 
 def frontier(evals: pd.DataFrame, runs: pd.DataFrame, gpu_counts, deadlines, step_time, speedup: float = 1.0) -> pd.DataFrame:

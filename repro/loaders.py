@@ -18,6 +18,7 @@ vectorised search over document start positions, so nothing of the size of the p
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -130,6 +131,8 @@ class StepPlan:
 
     def epochs_done(self, steps: int) -> float:
         """Epochs (fractional) completed after `steps` steps."""
+        if len(set(self.steps_by_epoch)) == 1:  # one batch size: steps / steps per epoch, as always
+            return steps / self.steps_by_epoch[0]
         for epoch, n in enumerate(self.steps_by_epoch):
             if steps <= n:
                 return epoch + steps / n
@@ -159,10 +162,10 @@ def parse_batch_schedule(text: str) -> list[tuple[float, int]]:
 
 
 def step_plan(sequences_per_epoch: int, epochs: int, batch_size: int, batch_schedule: str = "") -> StepPlan:
-    """The steps of a run: `batch_size` every epoch, or the schedule's batch from epoch round(f * epochs) on."""
+    """The steps of a run: `batch_size` every epoch, or the schedule's batch from epoch floor(f * epochs + 1/2) on."""
     batches = [batch_size] * epochs
     if batch_schedule:
         for fraction, batch in parse_batch_schedule(batch_schedule):
-            for epoch in range(round(fraction * epochs), epochs):
+            for epoch in range(math.floor(fraction * epochs + 0.5), epochs):
                 batches[epoch] = batch
     return StepPlan(tuple(batches), tuple(sequences_per_epoch // b for b in batches))

@@ -40,6 +40,7 @@ import yaml
 from tqdm.auto import tqdm
 
 from repro.errors import ReproError
+from repro.loaders import parse_batch_schedule
 from repro.optim import decay_start_step
 from repro.train import RunConfig, _write_json, make_run_config, run_identity, stack_key, train_stacked
 
@@ -117,6 +118,8 @@ def plan(grid: dict, store: Path) -> list[PlannedRun]:
     for c in configs:
         if c.schedule != "wsd" or not c.warmup_steps:
             raise ReproError("wsd_branches needs schedule: wsd and a fixed warmup_steps in every run")
+        if c.batch_schedule:
+            raise ReproError("wsd_branches does not support batch_schedule (a branch's steps would not match its trunk's)")
         families.setdefault(run_id(_replace(c, epochs=0)), []).append(c)
     planned: list[PlannedRun] = []
     for members in families.values():
@@ -209,7 +212,9 @@ def stacks(planned: list[PlannedRun], size: int, max_batch: int = 0) -> list[lis
     runs with a batch above `max_batch` sequences (if > 0), which fill the cores alone, stay single."""
     groups: dict[str, list[PlannedRun]] = {}
     for p in planned:
-        stackable = size > 1 and (not max_batch or p.config.batch_size <= max_batch)
+        largest = max([p.config.batch_size, *(b for _, b in parse_batch_schedule(p.config.batch_schedule))]
+                      if p.config.batch_schedule else [p.config.batch_size])
+        stackable = size > 1 and not p.config.compile and (not max_batch or largest <= max_batch)
         groups.setdefault(stack_key(p.config) if stackable else p.run_id, []).append(p)
     return [members[i:i + size] for members in groups.values() for i in range(0, len(members), size)]
 

@@ -320,10 +320,17 @@ def train_stacked(configs: list[RunConfig], outs: list[str | Path], progress: bo
     except Exception as exc:
         if rank == 0:
             for i in todo:
-                if _finished_status(configs[i], outs[i]) is None:
+                if not _is_finished(outs[i]):
                     _write_json(outs[i] / "status.json", {"status": "failed", "error": f"{type(exc).__name__}: {exc}"})
         raise
     return [finished[i] or finals[outs[i]] for i in range(len(configs))]
+
+
+def _is_finished(out: Path) -> bool:
+    try:
+        return json.loads((out / "status.json").read_text())["status"] in ("done", "diverged")
+    except (OSError, ValueError, KeyError):
+        return False
 
 
 def _finished_status(config: RunConfig, out: Path) -> dict | None:
@@ -452,6 +459,7 @@ def _run(members: list[_Member], pool: Pool, loader: EpochLoader, device: torch.
     save_steps = _save_steps(config)
     eval_steps = set(_evaluation_steps(plan.steps_by_epoch, config.eval_every))
     val_sequences = validation_sequences(pool.val, pool.eos_id, config.seq_len)
+    eval_batch = max(_micro_batches(config, config.batch_size, world_size)[0], EVAL_BATCH)  # the same in every schedule phase
     step = members[0].step
 
     if rank == 0:
@@ -488,8 +496,11 @@ def _run(members: list[_Member], pool: Pool, loader: EpochLoader, device: torch.
             with (nullcontext() if sync else train_model.no_sync()), autocast:
                 logits = forward(chunk[:, :-1])  # [members, B, T, vocab]
                 targets = chunk[:, 1:].reshape(-1).repeat(len(active))
-                token_loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets, reduction="none")
-                loss = token_loss.view(len(active), -1).mean(1) / n_micro
+                if len(active) == 1:
+                    loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets)[None] / n_micro
+                else:  # one mean per config
+                    token_loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets, reduction="none")
+                    loss = token_loss.view(len(active), -1).mean(1) / n_micro
             loss.sum().backward()
             step_loss += loss.detach()
             if micro_norms is not None:
@@ -508,7 +519,7 @@ def _run(members: list[_Member], pool: Pool, loader: EpochLoader, device: torch.
         for k, member in enumerate(active):
             norm = torch.nn.utils.clip_grad_norm_(member.model.parameters(), GRAD_CLIP)
             if small_sq is not None:
-                member.noise.update(small_sq[k].item(), norm.item() ** 2, batch_size / (n_micro * world_size), batch_size)
+                member.noise.update(small_sq[k].item(), norm.item() ** 2, per_rank if noise_hook is not None else micro, batch_size)
             member.optimizer.step()
             member.optimizer.zero_grad(set_to_none=True)
         step += 1
@@ -528,7 +539,7 @@ def _run(members: list[_Member], pool: Pool, loader: EpochLoader, device: torch.
                 member.loss_steps += 1
                 record["train_loss"] = member.loss_sum / member.loss_steps  # mean since the last evaluation
             if step in eval_steps and not diverged:
-                val_loss = evaluate(member.model, val_sequences, max(micro, EVAL_BATCH), device, autocast, rank, world_size)
+                val_loss = evaluate(member.model, val_sequences, eval_batch, device, autocast, rank, world_size)
                 record |= {"wall_s": time.perf_counter() - started[member.out], "val_loss": val_loss}
                 if not math.isfinite(val_loss):
                     record["val_loss"] = None

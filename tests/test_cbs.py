@@ -97,6 +97,9 @@ def test_step_plan_with_a_batch_schedule():
     assert plan.batch_by_epoch == (4, 4, 16, 16) and plan.steps_by_epoch == (25, 25, 6, 6)
     assert plan.locate(50) == (2, 0, 16) and plan.epochs_done(53) == pytest.approx(2.5)
     assert plan.sequences_done(52) == 50 * 4 + 2 * 16
+    assert step_plan(100, 1, 8, "0:2,0.5:8").batch_by_epoch == (2,)  # a phase from epoch floor(0.5 + 1/2) = 1: none
+    assert step_plan(100, 3, 8, "0:2,0.5:8").batch_by_epoch == (2, 2, 8)
+    assert step_plan(100, 3, 8).epochs_done(37) == 37 / 12  # one batch size: steps / steps per epoch, exactly
 
 
 def test_trainer_logs_noise_scale_and_follows_a_batch_schedule(synthetic_pool, tmp_path):

@@ -116,3 +116,15 @@ def test_sweep_with_stacks_equals_sweep_without(synthetic_pool, tmp_path):
     assert run_sweep(grid, tmp_path / "stacked", progress=False, stack=3) == {"done": 8}
     for p in plan(grid, tmp_path / "stacked"):
         _assert_same_run(tmp_path / "plain" / p.run_id, tmp_path / "stacked" / p.run_id)
+
+
+def test_stacks_leave_compiled_and_large_schedule_runs_single(synthetic_pool, tmp_path):
+    grid = {"fixed": BASE | {"pool": str(synthetic_pool)}, "axes": {"lr": [1e-3, 1e-2], "compile": [False, True]}}
+    assert sorted(len(g) for g in stacks(plan(grid, tmp_path), 6)) == [1, 1, 2]  # compiled runs never stack
+    grid = {"fixed": BASE | {"pool": str(synthetic_pool), "batch_schedule": "0:2,0.5:8"}, "axes": {"lr": [1e-3, 1e-2]}}
+    assert [len(g) for g in stacks(plan(grid, tmp_path), 6, max_batch=4)] == [1, 1]  # the schedule reaches batch 8
+    assert [len(g) for g in stacks(plan(grid, tmp_path), 6, max_batch=8)] == [2]
+    wsd = {"fixed": BASE | {"pool": str(synthetic_pool), "schedule": "wsd", "warmup_steps": 1, "batch_schedule": "0:2,0.5:8"},
+           "axes": {"epochs": [1, 2]}, "wsd_branches": True}
+    with pytest.raises(ReproError, match="does not support batch_schedule"):
+        plan(wsd, tmp_path)
