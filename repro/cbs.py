@@ -125,6 +125,12 @@ def steps_to_target(runs: pd.DataFrame, evals: pd.DataFrame, targets: list[float
     return pd.DataFrame(rows, columns=[*by, "target", "steps", "run_id", "sequences", "tokens"])
 
 
+def reachable_target(runs: pd.DataFrame, evals: pd.DataFrame, n_batches: int) -> float:
+    """The lowest validation loss (rounded up to 1e-3) that at least `n_batches` batch sizes reach."""
+    best = evals.merge(runs[["run_id", "batch_size"]], on="run_id").groupby("batch_size")["val_loss"].min().sort_values()
+    return float(np.ceil(best.iloc[min(n_batches, len(best)) - 1] * 1000) / 1000)
+
+
 # --- fits ----------------------------------------------------------------------------------------------
 
 def fit_mccandlish(batch: np.ndarray, steps: np.ndarray) -> dict:

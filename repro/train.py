@@ -31,6 +31,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 import yaml
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from tqdm.auto import tqdm
 
 from repro.data.pool import Pool, load_pool
@@ -402,8 +403,6 @@ def _open_member(config: RunConfig, out: Path, pool: Pool, device: torch.device,
 def _local_norm_hook(state, bucket):  # no annotations: DDP checks them against real types, not strings
     """DDP comm hook (state: dict, bucket: dist.GradBucket -> Future): add the squared norm of this rank's
     gradients, then all-reduce them as usual."""
-    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
-
     state["sq"] += bucket.buffer().float().pow(2).sum()
     return allreduce_hook(None, bucket)
 

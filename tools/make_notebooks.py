@@ -481,22 +481,18 @@ trajectory = (noise_evals.merge(noise_runs[["run_id", "batch_size"]], on="run_id
               .sort_values(["batch_size", "tokens"]))
 pd.concat([t.iloc[[0, len(t) // 2, -1]] for _, t in trajectory.groupby("batch_size")]).round(3)"""),
     ("md", "## Steps and tokens to a target loss, and the three fits"),
-    ("code", """def reachable_target(runs, evals, n_batches):
-    # the lowest loss (rounded up to 1e-3) that at least n_batches batch sizes reach
-    best = evals.merge(runs[["run_id", "batch_size"]], on="run_id").groupby("batch_size")["val_loss"].min().sort_values()
-    return float(np.ceil(best.iloc[min(n_batches, len(best)) - 1] * 1000) / 1000)
-
-# the hardest target: reached by two thirds of the batch sizes; two easier ones above it
-hardest = reachable_target(runs0, evals0, max(3, round(2 * len(P.batch_sizes) / 3)))
+    ("code", """# the hardest target: reached by two thirds of the batch sizes; two easier ones above it
+hardest = cbs.reachable_target(runs0, evals0, max(3, round(2 * len(P.batch_sizes) / 3)))
 first_loss = float(evals0.groupby("run_id")["val_loss"].first().min())
 targets = [round(t, 3) for t in np.linspace(hardest, hardest + 0.6 * (first_loss - hardest), 3)]
 reach = cbs.steps_to_target(runs0, evals0, targets, seq_len=P.seq_len)
-fit_rows = []
+fit_rows, mccandlish = [], {}
 for target, part in reach.groupby("target"):
     B, S = part["batch_size"].to_numpy(float), part["steps"].to_numpy(float)
     if len(part) < 3:
         continue
     mc, zh, wsd = cbs.fit_mccandlish(B, S), cbs.fit_zhang(B, S), cbs.fit_wsd(B, S)
+    mccandlish[target] = mc
     fit_rows.append({"target": target, "batch sizes": len(part),
                      "B_crit (McCandlish)": mc["B_crit"], "B_crit 90% CI": cbs.bootstrap(cbs.fit_mccandlish, B, S, "B_crit"),
                      "max |log residual|": float(np.abs(mc["residuals"]).max()),
@@ -509,8 +505,8 @@ fig, (ax_s, ax_e) = plt.subplots(1, 2, figsize=(10, 3.8))
 grid_b = np.geomspace(min(P.batch_sizes), max(P.batch_sizes), 50)
 for target, part in reach.groupby("target"):
     line = ax_s.plot(part["batch_size"], part["steps"], label=f"target {target}", **plots.MEASURED)[0]
-    if len(part) >= 3:
-        mc = cbs.fit_mccandlish(part["batch_size"], part["steps"])
+    if target in mccandlish:
+        mc = mccandlish[target]
         ax_s.plot(grid_b, mc["S_min"] + mc["E_min"] / grid_b, color=line.get_color(), **plots.PROJECTED)
     ax_e.plot(part["steps"], part["tokens"], label=f"target {target}", **plots.MEASURED)
 for ax in (ax_s, ax_e):
@@ -538,7 +534,7 @@ scale_rows = []
 for pool in sized:
     mine = scale_runs[scale_runs["pool"] == str(pool)]
     mine_evals = scale_evals[scale_evals["run_id"].isin(mine["run_id"])]
-    target = reachable_target(mine, mine_evals, max(3, round(2 * len(P.batch_sizes) / 3)))
+    target = cbs.reachable_target(mine, mine_evals, max(3, round(2 * len(P.batch_sizes) / 3)))
     part = cbs.steps_to_target(mine, mine_evals, [target], seq_len=P.seq_len)
     B, S = part["batch_size"].to_numpy(float), part["steps"].to_numpy(float)
     tokens = json.loads((pool / "meta.json").read_text())["splits"]["train"]["tokens"]
@@ -550,7 +546,7 @@ D = scaling["pool tokens"] / 1e6
 law = {name: cbs.power_law(D, scaling[name]) for name in ("B_crit", "B*")} if scaling[["B_crit", "B*"]].notna().all().all() else {}
 fig, ax = plt.subplots()
 for name in ("B_crit", "B*"):
-    line = ax.plot(scaling["pool tokens"], scaling[name], label=name + (f" ~ D^{law[name]['alpha']:.2f}" if law else ""), **plots.MEASURED)[0]
+    ax.plot(scaling["pool tokens"], scaling[name], label=name + (f" ~ D^{law[name]['alpha']:.2f}" if law else ""), **plots.MEASURED)[0]
 d_grid = np.geomspace(D.min(), D.max(), 20)
 ax.plot(d_grid * 1e6, 22.7 * d_grid**0.47, label="Zhang et al.: 22.7 D^0.47 (their scale; compare slopes)", **plots.PROJECTED)
 ax.set_xscale("log")
@@ -567,20 +563,15 @@ Notebook 04's schedule runs (lr grid of batch `schedule_batch`, lr x sqrt(B / sc
 batch changes) against notebook 02's best fixed batch on the same pool."""),
     ("code", """schedule_runs, schedule_evals = study.sweep(P.schedule_grid(pools[0], **ORIGINAL_RECIPE))
 fixed_best = runs0.loc[runs0["best_val_loss"].idxmin()]
-rows = [{"policy": f"fixed batch {int(fixed_best['batch_size'])}", "best val loss": fixed_best["best_val_loss"],
-         "lr": fixed_best["lr"], "best epoch": fixed_best["best_epoch"]}]
+best_runs = [(f"fixed batch {int(fixed_best['batch_size'])}", fixed_best, evals0)]
 for name, schedule in P.batch_schedules.items():
     mine = schedule_runs[schedule_runs["batch_schedule"] == schedule]
-    top = mine.loc[mine["best_val_loss"].idxmin()]
-    rows.append({"policy": f"{name} ({schedule})", "best val loss": top["best_val_loss"], "lr": top["lr"], "best epoch": top["best_epoch"]})
-schedules = pd.DataFrame(rows)
+    best_runs.append((f"{name} ({schedule})", mine.loc[mine["best_val_loss"].idxmin()], schedule_evals))
+schedules = pd.DataFrame([{"policy": label, "best val loss": run["best_val_loss"], "lr": run["lr"], "best epoch": run["best_epoch"]}
+                          for label, run, _ in best_runs])
 fig, ax = plt.subplots()
-curves = [(f"fixed batch {int(fixed_best['batch_size'])}", evals0, fixed_best["run_id"])]
-for name, schedule in P.batch_schedules.items():
-    mine = schedule_runs[schedule_runs["batch_schedule"] == schedule]
-    curves.append((f"{name} ({schedule})", schedule_evals, mine.loc[mine["best_val_loss"].idxmin(), "run_id"]))
-for label, source, run_id in curves:
-    curve = source[source["run_id"] == run_id]
+for label, run, source in best_runs:
+    curve = source[source["run_id"] == run["run_id"]]
     ax.plot(curve["tokens"], curve["val_loss"], label=label, **plots.MEASURED)
 ax.set_xlabel("training tokens")
 ax.set_ylabel("validation loss (nats/token)")
