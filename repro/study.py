@@ -20,7 +20,7 @@ import pandas as pd
 from repro import plots
 from repro.data.pool import build_pool
 from repro.errors import ReproError
-from repro.presets import Preset, get_preset, project_root
+from repro.presets import ORIGINAL_RECIPE, Preset, get_preset, project_root
 from repro.results import load_results
 from repro.sweep import plan, run_sweep
 
@@ -56,6 +56,25 @@ class Study:
                             self.preset.sized_pool_dir(self.data_dir, tokens), progress=self.progress)
                  for tokens in sorted(self.preset.scaling_pool_tokens)]
         return [*sized, main]
+
+    def preset_grids(self) -> list[dict]:
+        """The notebooks' sweeps whose grids follow from the preset alone: 02's batch sweep, 04's and 05's
+        batch-size schedules, 05's noise-scale and pool-size runs (notebook 03's depend on 02's results)."""
+        P, pools = self.preset, self.pools()
+        grids = [P.batch_sweep_grid(pools, **ORIGINAL_RECIPE)]
+        if P.batch_schedules:
+            grids.append(P.schedule_grid(pools[0], **ORIGINAL_RECIPE))
+        if P.noise_scale_batches:
+            grids.append(P.noise_scale_grid(pools[0], **ORIGINAL_RECIPE))
+        if P.scaling_pool_tokens:
+            grids.append(P.scaling_grid(self.sized_pools(), **ORIGINAL_RECIPE))
+        return grids
+
+    def prefetch(self) -> None:
+        """Run every preset grid as one sweep, longest jobs first, so that no worker idles between the
+        notebooks' sweeps (`repro reproduce` does this first); the notebooks then find these runs done."""
+        run_sweep(self.preset_grids(), self.store, workers=self.workers, progress=self.progress, stack=self.preset.stack,
+                  max_stacked_batch=self.preset.max_stacked_batch)
 
     def sweep(self, grid: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
         """Run what is missing of `grid`, then return (runs, evals) of exactly its runs."""

@@ -40,7 +40,7 @@ import yaml
 from tqdm.auto import tqdm
 
 from repro.errors import ReproError
-from repro.loaders import parse_batch_schedule
+from repro.loaders import parse_batch_schedule, step_plan
 from repro.optim import decay_start_step
 from repro.train import RunConfig, _write_json, make_run_config, run_identity, stack_key, train_stacked
 
@@ -207,6 +207,22 @@ def execute_stack(store: str, members: list[tuple[str, dict]], retry_failed: boo
     return [outcomes[rid] for rid, _ in members]
 
 
+def estimated_cost(config: RunConfig) -> float:
+    """Relative cost of a run for ordering work: sequences it trains on plus one per optimizer step (at
+    the cpu scale a step's fixed overhead costs about one sequence). 0 for a pool not built yet."""
+    meta = Path(config.pool) / "meta.json"
+    if not meta.is_file():
+        return 0.0
+    train = json.loads(meta.read_text())["splits"]["train"]
+    plan = step_plan((train["tokens"] + train["docs"]) // (config.seq_len + 1), config.epochs, config.batch_size, config.batch_schedule)
+    return plan.sequences_done(plan.total_steps) + plan.total_steps
+
+
+def longest_first(jobs: list[list[PlannedRun]]) -> list[list[PlannedRun]]:
+    """Jobs (stacks) by decreasing estimated cost, so the longest start first and the workers finish together."""
+    return sorted(jobs, key=lambda members: -sum(estimated_cost(p.config) for p in members))
+
+
 def stacks(planned: list[PlannedRun], size: int, max_batch: int = 0) -> list[list[PlannedRun]]:
     """Runs grouped into stacks of at most `size` that differ only in the STACKABLE fields, in plan order;
     runs with a batch above `max_batch` sequences (if > 0), which fill the cores alone, stay single."""
@@ -223,21 +239,26 @@ def _gpu_initializer(queue) -> None:
     os.environ["CUDA_VISIBLE_DEVICES"] = str(queue.get())
 
 
-def run_sweep(grid: str | Path | dict, store: str | Path, workers: int = 1, executor: str = "local", retry_failed: bool = False,
+def run_sweep(grid: str | Path | dict | list, store: str | Path, workers: int = 1, executor: str = "local", retry_failed: bool = False,
               slurm: dict | None = None, progress: bool = True, stack: int = 1, max_stacked_batch: int = 0) -> dict[str, int]:
-    """Run every missing config of `grid` into `store`; returns counts of outcomes. Several grids may
-    share one store: identical configs are then run once. With stack > 1, up to `stack` configs that
-    differ only in lr and weight decays train at once in one process (repro.stacked); with
-    max_stacked_batch > 0, only runs with batches up to that many sequences."""
+    """Run every missing config of `grid` (or of a list of grids, as one sweep) into `store`; returns
+    counts of outcomes. Several grids may share one store: identical configs are then run once. With
+    stack > 1, up to `stack` configs that differ only in lr and weight decays train at once in one
+    process (repro.stacked); with max_stacked_batch > 0, only runs with batches up to that many
+    sequences. The longest jobs start first (estimated_cost)."""
     if workers < 1:
         raise ReproError(f"--workers must be at least 1, got {workers}")
     if stack < 1:
         raise ReproError(f"--stack must be at least 1, got {stack}")
-    spec = load_grid(grid)
     store = Path(store)
-    planned = plan(spec, store)
     store.mkdir(parents=True, exist_ok=True)
-    _write_manifest(store, spec, planned)
+    planned: dict[str, PlannedRun] = {}
+    for one in grid if isinstance(grid, list) else [grid]:
+        spec = load_grid(one)
+        runs = plan(spec, store)
+        _write_manifest(store, spec, runs)
+        planned |= {p.run_id: p for p in runs if p.run_id not in planned}
+    planned = list(planned.values())
     outcomes: dict[str, int] = {}
     trunks = [p for p in planned if p.after is None]
     branches = [p for p in planned if p.after is not None]
@@ -250,7 +271,7 @@ def run_sweep(grid: str | Path | dict, store: str | Path, workers: int = 1, exec
                 outcomes["waiting for trunk"] = outcomes.get("waiting for trunk", 0) + 1
             todo = [p for p in todo if p not in waiting]
             run = _executor(executor, workers, slurm, store)
-            jobs = [(str(store), [(p.run_id, asdict(p.config)) for p in members], retry_failed) for members in stacks(todo, stack, max_stacked_batch)]
+            jobs = [(str(store), [(p.run_id, asdict(p.config)) for p in members], retry_failed) for members in longest_first(stacks(todo, stack, max_stacked_batch))]
             for job_outcomes in run(jobs):
                 for outcome in job_outcomes:
                     outcomes[outcome] = outcomes.get(outcome, 0) + 1

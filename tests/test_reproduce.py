@@ -17,7 +17,7 @@ def test_failure_names_notebook_and_cell(tmp_path, monkeypatch, capsys):
     nbformat.write(nb, tmp_path / "notebooks" / "01_broken.ipynb")
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as exit_info:
-        main(["reproduce", "--preset", "smoke"])
+        main(["reproduce", "--preset", "smoke", "--only", "01"])
     err = capsys.readouterr().err
     assert exit_info.value.code == 2
     assert "01_broken.ipynb failed in cell" in err and "RuntimeError: broken analysis" in err and err.count("\n") == 1

@@ -8,8 +8,9 @@ import torch
 from repro.errors import ReproError
 from repro.model import Transformer, model_config
 from repro.stacked import StackedForward, stack_parameters
-from repro.sweep import run_sweep, stacks, plan
-from repro.train import make_run_config, train, train_stacked
+from repro.sweep import estimated_cost, longest_first, run_sweep, stacks, plan
+from repro.data.pool import load_pool
+from repro.train import check_config, make_run_config, train, train_stacked
 
 BASE = dict(model="tiny", seq_len=32, batch_size=4, micro_batch=2, epochs=2, eval_every=0.5, threads=1, loader="repack")
 CONFIGS = [dict(lr=1e-3, weight_decay=0.1), dict(lr=3e-3, weight_decay=1.0, embedding_weight_decay=0.1), dict(lr=1e-2, weight_decay=0.0)]
@@ -128,3 +129,15 @@ def test_stacks_leave_compiled_and_large_schedule_runs_single(synthetic_pool, tm
            "axes": {"epochs": [1, 2]}, "wsd_branches": True}
     with pytest.raises(ReproError, match="does not support batch_schedule"):
         plan(wsd, tmp_path)
+
+
+def test_longest_jobs_first(synthetic_pool, tmp_path):
+    grid = {"fixed": BASE | {"pool": str(synthetic_pool), "epochs": 2},
+            "axes": {"batch_size": [8, 2], "lr": [1e-3, 1e-2, 3e-2]}}
+    planned = plan(grid, tmp_path)
+    small = next(p for p in planned if p.config.batch_size == 2).config
+    loader = check_config(small, load_pool(small.pool))
+    assert estimated_cost(small) == 2 * (loader.steps_per_epoch * 2 + loader.steps_per_epoch)  # sequences + steps
+    jobs = longest_first(stacks(planned, 2))
+    assert [(len(j), j[0].config.batch_size) for j in jobs] == [(2, 2), (2, 8), (1, 2), (1, 8)]
+    assert estimated_cost(make_run_config(BASE | {"pool": str(tmp_path / "not-built")})) == 0.0

@@ -50,6 +50,13 @@ def test_sweep_runs_skips_and_reports(synthetic_pool, tmp_path, capsys):
         assert row["best_val_loss"] == group[group["batch_size"] == row["batch_size"]]["val_loss"].min()
 
 
+def test_several_grids_run_as_one_sweep(synthetic_pool, tmp_path):
+    first, second = _grid(synthetic_pool, batch_size=[8], lr=[1e-3, 3e-3]), _grid(synthetic_pool, batch_size=[8], lr=[3e-3, 1e-2])
+    assert run_sweep([first, second], tmp_path / "s", workers=2, progress=False) == {"done": 3}  # the shared run once
+    assert json.loads((tmp_path / "s" / "sweep.json").read_text())["grids"] == [first, second]
+    assert run_sweep(second, tmp_path / "s", progress=False) == {}
+
+
 def test_interrupted_sweep_resumes_without_losing_or_repeating(synthetic_pool, tmp_path):
     grid = _grid(synthetic_pool, lr=[1e-3, 3e-3])
     grid["fixed"] |= {"epochs": 4, "eval_every": 0.25, "batch_size": 8}
