@@ -205,6 +205,13 @@ def bootstrap(fit, batch: np.ndarray, steps: np.ndarray, key: str, n: int = 500,
     return float(lo), float(hi)
 
 
+def describe_interval(interval: tuple[float, float], limit: float) -> str:
+    """An interval as "lo-hi", its upper end as "unbounded" where it exceeds `limit` (e.g. well beyond
+    the largest batch measured: resamples whose steps have not levelled off put B_crit at infinity)."""
+    lo, hi = interval
+    return f"{lo:.1f}-{hi:.1f}" if hi <= limit else f"{lo:.1f}-unbounded (above {limit:g})"
+
+
 def power_law(x: np.ndarray, y: np.ndarray) -> dict:
     """y = c * x^alpha by least squares in log-log; returns alpha, c and the log residuals."""
     lx, ly = np.log(np.asarray(x, float)), np.log(np.asarray(y, float))

@@ -86,7 +86,7 @@ def _reproduce(args: argparse.Namespace) -> None:
     from repro.reproduce import reproduce
 
     times = reproduce(args.preset, args.only.split(",") if args.only else None, args.workers)
-    print(f"\n{'notebook':<28} {'wall s':>8}")
+    print(f"\n{'stage':<28} {'wall s':>8}")
     for name, seconds in times:
         print(f"{name:<28} {seconds:8.1f}")
     print(f"{'total':<28} {sum(s for _, s in times):8.1f}")

@@ -110,11 +110,11 @@ PRESETS: dict[str, Preset] = {
     # sized for a 2-core machine: the whole series (pools, ~190 runs, notebooks 01-05) in under 20 minutes (README)
     "cpu": Preset(
         name="cpu",
-        pool=PoolSpec(source="synthetic", tokens=20_000, val_tokens=8_000, vocab_size=512),
+        pool=PoolSpec(source="synthetic", tokens=24_000, val_tokens=8_000, vocab_size=512),
         pool_seeds=(0, 1), models=("cpu-s",), seq_len=128, batch_sizes=(1, 2, 4, 8, 16, 32),
         lrs=_lr_ladder((1, 2, 4, 8, 16, 32), 8, (1e-3, 3e-3, 1e-2)), weight_decays=(0.1, 1.0), epochs=8, eval_every=1.0,
         ablation_batch_sizes=(2, 16), embedding_weight_decays=(0.0, 0.1, 1.0), workers=2, stack=6, max_stacked_batch=2,
-        scaling_pool_tokens=(5_000, 10_000), noise_scale_batches=(8, 32), noise_micro_batch=2,
+        scaling_pool_tokens=(6_000, 12_000), noise_scale_batches=(8, 32), noise_micro_batch=2,
         batch_schedules={"ramp-up": "0:2,0.5:8,0.75:32", "ramp-down": "0:32,0.5:8,0.75:2"}, schedule_batch=8),
     "gpu-small": Preset(
         name="gpu-small",

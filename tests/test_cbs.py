@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
-from repro.cbs import (MicroBatchNorms, NoiseScaleEMA, bootstrap, fit_mccandlish, fit_wsd, fit_zhang, power_law,
+from repro.cbs import (MicroBatchNorms, NoiseScaleEMA, bootstrap, describe_interval, fit_mccandlish, fit_wsd, fit_zhang, power_law,
                        steps_to_target, two_batch_estimates)
 from repro.errors import ReproError
 from repro.loaders import step_plan
@@ -114,3 +114,8 @@ def test_trainer_logs_noise_scale_and_follows_a_batch_schedule(synthetic_pool, t
     assert lines[0]["lr"] < 3e-3 * math.sqrt(4 / 8) * 1.0001 and lines[1]["tokens"] > 2 * lines[0]["tokens"] - 16 * 32 * 2
     with pytest.raises(ReproError, match="noise_scale needs at least two micro-batches"):
         train(make_run_config(base | {"noise_scale": True, "micro_batch": 0}), tmp_path / "bad", progress=False)
+
+
+def test_interval_beyond_the_limit_reads_unbounded():
+    assert describe_interval((6.3, 26.9), 320) == "6.3-26.9"
+    assert describe_interval((16.7, 7.3e12), 320) == "16.7-unbounded (above 320)"
