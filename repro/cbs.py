@@ -154,7 +154,7 @@ def fit_zhang(batch: np.ndarray, steps: np.ndarray, b_ref: float | None = None, 
     b_ref = batch.min() if b_ref is None else b_ref
     fit = least_squares(lambda p: p[0] + p[1] / batch - steps, [steps.min() * 0.5, steps.max() * batch.min() * 0.5],
                         bounds=([0, 0], [np.inf, np.inf]))
-    a, b = fit.x
+    a, b = float(fit.x[0]), float(fit.x[1])
     b_star = (1 + excess) * b_ref + excess * b / a if a > 0 else math.inf
     return {"a": a, "b": b, "B_star": b_star, "b_ref": b_ref, "residuals": fit.fun}
 
@@ -207,8 +207,11 @@ def bootstrap(fit, batch: np.ndarray, steps: np.ndarray, key: str, n: int = 500,
 
 def describe_interval(interval: tuple[float, float], limit: float) -> str:
     """An interval as "lo-hi", its upper end as "unbounded" where it exceeds `limit` (e.g. well beyond
-    the largest batch measured: resamples whose steps have not levelled off put B_crit at infinity)."""
+    the largest batch measured: resamples whose steps have not levelled off put B_crit at infinity);
+    "not determined" where no resample gave a value."""
     lo, hi = interval
+    if math.isnan(lo):
+        return "not determined"
     return f"{lo:.1f}-{hi:.1f}" if hi <= limit else f"{lo:.1f}-unbounded (above {limit:g})"
 
 

@@ -119,3 +119,4 @@ def test_trainer_logs_noise_scale_and_follows_a_batch_schedule(synthetic_pool, t
 def test_interval_beyond_the_limit_reads_unbounded():
     assert describe_interval((6.3, 26.9), 320) == "6.3-26.9"
     assert describe_interval((16.7, 7.3e12), 320) == "16.7-unbounded (above 320)"
+    assert describe_interval((math.nan, math.nan), 320) == "not determined"

@@ -487,6 +487,7 @@ first_loss = float(evals0.groupby("run_id")["val_loss"].first().min())
 targets = [round(t, 3) for t in np.linspace(hardest, hardest + 0.6 * (first_loss - hardest), 3)]
 reach = cbs.steps_to_target(runs0, evals0, targets, seq_len=P.seq_len)
 fit_rows, mccandlish = [], {}
+limit = 10 * max(P.batch_sizes)  # interval ends beyond 10x the largest batch measured read "unbounded"
 for target, part in reach.groupby("target"):
     B, S = part["batch_size"].to_numpy(float), part["steps"].to_numpy(float)
     if len(part) < 3:
@@ -494,12 +495,15 @@ for target, part in reach.groupby("target"):
     mc, zh, wsd = cbs.fit_mccandlish(B, S), cbs.fit_zhang(B, S), cbs.fit_wsd(B, S)
     mccandlish[target] = mc
     fit_rows.append({"target": target, "batch sizes": len(part),
-                     "B_crit (McCandlish)": mc["B_crit"], "B_crit 90% CI": cbs.bootstrap(cbs.fit_mccandlish, B, S, "B_crit"),
+                     "B_crit (McCandlish)": mc["B_crit"],
+                     "B_crit 90% CI": cbs.describe_interval(cbs.bootstrap(cbs.fit_mccandlish, B, S, "B_crit"), limit),
                      "max |log residual|": float(np.abs(mc["residuals"]).max()),
-                     "B* (Zhang)": zh["B_star"], "B* 90% CI": cbs.bootstrap(cbs.fit_zhang, B, S, "B_star"),
+                     "B* (Zhang)": zh["B_star"], "B* 90% CI": cbs.describe_interval(cbs.bootstrap(cbs.fit_zhang, B, S, "B_star"), limit),
                      "max |residual| (steps)": float(np.abs(zh["residuals"]).max()),
-                     "B_opt (Zhou)": wsd["B_opt"], "B_opt 90% CI": cbs.bootstrap(cbs.fit_wsd, B, S, "B_opt"), "B_min (Zhou)": wsd["B_min"],
-                     "fewest tokens at batch": int(part.loc[part["tokens"].idxmin(), "batch_size"])})
+                     "B_opt (Zhou)": wsd["B_opt"], "B_opt 90% CI": cbs.describe_interval(cbs.bootstrap(cbs.fit_wsd, B, S, "B_opt"), limit),
+                     "B_min (Zhou)": wsd["B_min"],
+                     # tokens to target tie at epoch resolution: every batch at the minimum
+                     "fewest tokens at batch": ", ".join(str(b) for b in part.loc[part["tokens"] == part["tokens"].min(), "batch_size"])})
 fits = pd.DataFrame(fit_rows)
 fig, (ax_s, ax_e) = plt.subplots(1, 2, figsize=(10, 3.8))
 grid_b = np.geomspace(min(P.batch_sizes), max(P.batch_sizes), 50)
@@ -589,12 +593,13 @@ claims = pd.DataFrame([
      "yes" if (last_b > first_b).all() else "no"],
     ["steps fall ~1/B below B_crit and level off above it (S = S_min + E_min/B)", "yes",
      "no fit" if middle is None else f"target {middle['target']}: B_crit {middle['B_crit (McCandlish)']:.1f} "
-     f"(90% CI {middle['B_crit 90% CI'][0]:.1f}-{middle['B_crit 90% CI'][1]:.1f}), max |log residual| {middle['max |log residual|']:.2f}",
+     f"(90% CI {middle['B_crit 90% CI']}), max |log residual| {middle['max |log residual|']:.2f}",
      "n/a" if middle is None else ("yes" if middle["max |log residual|"] < 0.3 else "no (poor fit)")],
     ["critical batch size (20% over linear scaling) B* grows with data size as D^0.47 (Zhang et al.)", "alpha = 0.47",
      f"alpha = {law['B*']['alpha']:.2f} (B_crit: {law['B_crit']['alpha']:.2f}) over {len(scaling)} pools of "
      f"{', '.join(f'{t:,}' for t in scaling['pool tokens'])} tokens" if law else "not fitted",
-     ("yes" if law and law["B*"]["alpha"] > 0 else "no") if law else "n/a"],
+     "n/a" if not law else "no (B* does not grow)" if law["B*"]["alpha"] <= 0 else
+     "yes" if abs(law["B*"]["alpha"] - 0.47) <= 0.25 else f"partly (B* grows, but as D^{law['B*']['alpha']:.2f}, not D^0.47)"],
     ["a minimum batch B_min and a token-optimal batch B_opt exist (Zhou et al., WSD)", "yes (WSD)",
      "no fit" if middle is None else f"B_opt {middle['B_opt (Zhou)']:.1f}, B_min {middle['B_min (Zhou)']:.2f}; fewest tokens at batch "
      f"{middle['fewest tokens at batch']} (cosine schedule here, not WSD)",
