@@ -188,7 +188,8 @@ def fit_wsd(batch: np.ndarray, steps: np.ndarray) -> dict:
 def bootstrap(fit, batch: np.ndarray, steps: np.ndarray, key: str, n: int = 500, seed: int = 0,
               level: float = 0.9) -> tuple[float, float]:
     """Percentile interval of fit(batch, steps)[key] over resamples of the points (with replacement;
-    resamples with fewer than three distinct batch sizes are skipped)."""
+    resamples with fewer than three distinct batch sizes, or where the fit does not determine the
+    value (NaN), are skipped; an infinite value, e.g. B_crit of points that never level off, counts)."""
     batch, steps = np.asarray(batch, float), np.asarray(steps, float)
     rng = np.random.default_rng(seed)
     values = []
@@ -197,21 +198,23 @@ def bootstrap(fit, batch: np.ndarray, steps: np.ndarray, key: str, n: int = 500,
         if len(np.unique(batch[pick])) < 3:
             continue
         value = fit(batch[pick], steps[pick])[key]
-        if np.isfinite(value):
+        if not np.isnan(value):
             values.append(value)
     if not values:
         return (np.nan, np.nan)
-    lo, hi = np.quantile(values, [(1 - level) / 2, (1 + level) / 2])
+    lo, hi = np.quantile(values, [(1 - level) / 2, (1 + level) / 2], method="inverted_cdf")  # sample values: no inf - inf
     return float(lo), float(hi)
 
 
 def describe_interval(interval: tuple[float, float], limit: float) -> str:
-    """An interval as "lo-hi", its upper end as "unbounded" where it exceeds `limit` (e.g. well beyond
-    the largest batch measured: resamples whose steps have not levelled off put B_crit at infinity);
-    "not determined" where no resample gave a value."""
+    """An interval as "lo-hi", with an end beyond `limit` (e.g. 10x the largest batch measured, or
+    infinite where resampled points never level off) read as unbounded; "not determined" where no
+    resample gave a value."""
     lo, hi = interval
     if math.isnan(lo):
         return "not determined"
+    if lo > limit:
+        return f"unbounded (above {limit:g})"
     return f"{lo:.1f}-{hi:.1f}" if hi <= limit else f"{lo:.1f}-unbounded (above {limit:g})"
 
 

@@ -107,7 +107,7 @@ PRESETS: dict[str, Preset] = {
         workers=2, stack=2, one_pass_batch_size=8,
         scaling_pool_tokens=(2_000, 4_000), noise_scale_batches=(8,), noise_micro_batch=2,
         batch_schedules={"ramp-up": "0:2,0.5:8", "ramp-down": "0:8,0.5:2"}, schedule_batch=8),
-    # sized for a 2-core machine: the whole series (pools, ~190 runs, notebooks 01-05) in under 20 minutes (README)
+    # sized for a 2-core machine: the whole series (pools, 137 runs, notebooks 01-05) in under 20 minutes (README)
     "cpu": Preset(
         name="cpu",
         pool=PoolSpec(source="synthetic", tokens=24_000, val_tokens=8_000, vocab_size=512),

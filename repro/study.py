@@ -57,18 +57,29 @@ class Study:
                  for tokens in sorted(self.preset.scaling_pool_tokens)]
         return [*sized, main]
 
+    def batch_sweep_grid(self) -> dict:
+        """02's sweep: every batch size x lr x weight decay on every pool, Kim et al.'s one-pass recipe."""
+        return self.preset.batch_sweep_grid(self.pools(), **ORIGINAL_RECIPE)
+
+    def schedule_grid(self) -> dict:
+        """04's and 05's batch-size schedules on pool 0, original recipe."""
+        return self.preset.schedule_grid(self.pools()[0], **ORIGINAL_RECIPE)
+
+    def noise_scale_grid(self) -> dict:
+        """05's runs that log the gradient noise scale, on pool 0, original recipe."""
+        return self.preset.noise_scale_grid(self.pools()[0], **ORIGINAL_RECIPE)
+
+    def scaling_grid(self) -> dict:
+        """05's batch sweep on the pools of several sizes (sized_pools), original recipe."""
+        return self.preset.scaling_grid(self.sized_pools(), **ORIGINAL_RECIPE)
+
     def preset_grids(self) -> list[dict]:
-        """The notebooks' sweeps whose grids follow from the preset alone: 02's batch sweep, 04's and 05's
-        batch-size schedules, 05's noise-scale and pool-size runs (notebook 03's depend on 02's results)."""
-        P, pools = self.preset, self.pools()
-        grids = [P.batch_sweep_grid(pools, **ORIGINAL_RECIPE)]
-        if P.batch_schedules:
-            grids.append(P.schedule_grid(pools[0], **ORIGINAL_RECIPE))
-        if P.noise_scale_batches:
-            grids.append(P.noise_scale_grid(pools[0], **ORIGINAL_RECIPE))
-        if P.scaling_pool_tokens:
-            grids.append(P.scaling_grid(self.sized_pools(), **ORIGINAL_RECIPE))
-        return grids
+        """The notebooks' grids that follow from the preset alone (the four above, where the preset has
+        schedules, noise-scale batches and scaling pools); notebook 03's depend on 02's results."""
+        P = self.preset
+        return [self.batch_sweep_grid(), *([self.schedule_grid()] if P.batch_schedules else []),
+                *([self.noise_scale_grid()] if P.noise_scale_batches else []),
+                *([self.scaling_grid()] if P.scaling_pool_tokens else [])]
 
     def prefetch(self) -> None:
         """Run every preset grid as one sweep, longest jobs first, so that no worker idles between the

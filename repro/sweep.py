@@ -27,6 +27,7 @@ import fcntl
 import hashlib
 import itertools
 import json
+import math
 import os
 import traceback
 from collections.abc import Callable
@@ -208,14 +209,17 @@ def execute_stack(store: str, members: list[tuple[str, dict]], retry_failed: boo
 
 
 def estimated_cost(config: RunConfig) -> float:
-    """Relative cost of a run for ordering work: sequences it trains on plus one per optimizer step (at
-    the cpu scale a step's fixed overhead costs about one sequence). 0 for a pool not built yet."""
+    """Relative cost of a run for ordering work: sequences it trains on plus one per forward/backward
+    pass (a micro-batch; at the cpu scale a pass's fixed overhead costs about one sequence). 0 for a
+    pool not built yet."""
     meta = Path(config.pool) / "meta.json"
-    if not meta.is_file():
+    train = json.loads(meta.read_text()).get("splits", {}).get("train") if meta.is_file() else None
+    if not train:
         return 0.0
-    train = json.loads(meta.read_text())["splits"]["train"]
     plan = step_plan((train["tokens"] + train["docs"]) // (config.seq_len + 1), config.epochs, config.batch_size, config.batch_schedule)
-    return plan.sequences_done(plan.total_steps) + plan.total_steps
+    passes = sum(steps * math.ceil(batch / (min(config.micro_batch, batch) or batch))
+                 for batch, steps in zip(plan.batch_by_epoch, plan.steps_by_epoch))
+    return plan.sequences_done(plan.total_steps) + passes
 
 
 def longest_first(jobs: list[list[PlannedRun]]) -> list[list[PlannedRun]]:
@@ -239,7 +243,7 @@ def _gpu_initializer(queue) -> None:
     os.environ["CUDA_VISIBLE_DEVICES"] = str(queue.get())
 
 
-def run_sweep(grid: str | Path | dict | list, store: str | Path, workers: int = 1, executor: str = "local", retry_failed: bool = False,
+def run_sweep(grid: str | Path | dict | list[str | Path | dict], store: str | Path, workers: int = 1, executor: str = "local", retry_failed: bool = False,
               slurm: dict | None = None, progress: bool = True, stack: int = 1, max_stacked_batch: int = 0) -> dict[str, int]:
     """Run every missing config of `grid` (or of a list of grids, as one sweep) into `store`; returns
     counts of outcomes. Several grids may share one store: identical configs are then run once. With
@@ -252,13 +256,11 @@ def run_sweep(grid: str | Path | dict | list, store: str | Path, workers: int = 
         raise ReproError(f"--stack must be at least 1, got {stack}")
     store = Path(store)
     store.mkdir(parents=True, exist_ok=True)
-    planned: dict[str, PlannedRun] = {}
-    for one in grid if isinstance(grid, list) else [grid]:
-        spec = load_grid(one)
-        runs = plan(spec, store)
+    specs = [load_grid(one) for one in (grid if isinstance(grid, list) else [grid])]
+    plans = [plan(spec, store) for spec in specs]  # every grid checked before any is recorded
+    for spec, runs in zip(specs, plans):
         _write_manifest(store, spec, runs)
-        planned |= {p.run_id: p for p in runs if p.run_id not in planned}
-    planned = list(planned.values())
+    planned = list({p.run_id: p for runs in plans for p in runs}.values())  # a run in several grids once (same id, same config)
     outcomes: dict[str, int] = {}
     trunks = [p for p in planned if p.after is None]
     branches = [p for p in planned if p.after is not None]
@@ -271,7 +273,8 @@ def run_sweep(grid: str | Path | dict | list, store: str | Path, workers: int = 
                 outcomes["waiting for trunk"] = outcomes.get("waiting for trunk", 0) + 1
             todo = [p for p in todo if p not in waiting]
             run = _executor(executor, workers, slurm, store)
-            jobs = [(str(store), [(p.run_id, asdict(p.config)) for p in members], retry_failed) for members in longest_first(stacks(todo, stack, max_stacked_batch))]
+            jobs = [(str(store), [(p.run_id, asdict(p.config)) for p in members], retry_failed)
+                    for members in longest_first(stacks(todo, stack, max_stacked_batch))]
             for job_outcomes in run(jobs):
                 for outcome in job_outcomes:
                     outcomes[outcome] = outcomes.get(outcome, 0) + 1

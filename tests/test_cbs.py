@@ -120,3 +120,12 @@ def test_interval_beyond_the_limit_reads_unbounded():
     assert describe_interval((6.3, 26.9), 320) == "6.3-26.9"
     assert describe_interval((16.7, 7.3e12), 320) == "16.7-unbounded (above 320)"
     assert describe_interval((math.nan, math.nan), 320) == "not determined"
+    assert describe_interval((400.0, math.inf), 320) == "unbounded (above 320)"
+
+
+def test_bootstrap_keeps_fits_that_never_level_off():
+    batch = np.array([1.0, 2, 4, 8, 16, 32])
+    lo, hi = bootstrap(fit_zhang, batch, 3200 / batch, "B_star")  # S = E/B exactly: a ~ 0, B* ~ infinite
+    assert describe_interval((lo, hi), 320).endswith("unbounded (above 320)")
+    assert bootstrap(lambda b, s: {"B": math.inf}, batch, 3200 / batch, "B") == (math.inf, math.inf)  # kept, not dropped
+    assert all(math.isnan(end) for end in bootstrap(lambda b, s: {"B": math.nan}, batch, 3200 / batch, "B"))  # undetermined

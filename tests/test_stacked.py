@@ -1,15 +1,16 @@
 """Stacked training: K configs at once equal K separate runs; divergence, resume and the sweep option."""
 
 import json
+from dataclasses import asdict
 
 import pytest
 import torch
 
+from repro.data.pool import load_pool
 from repro.errors import ReproError
 from repro.model import Transformer, model_config
 from repro.stacked import StackedForward, stack_parameters
 from repro.sweep import estimated_cost, longest_first, run_sweep, stacks, plan
-from repro.data.pool import load_pool
 from repro.train import check_config, make_run_config, train, train_stacked
 
 BASE = dict(model="tiny", seq_len=32, batch_size=4, micro_batch=2, epochs=2, eval_every=0.5, threads=1, loader="repack")
@@ -137,7 +138,9 @@ def test_longest_jobs_first(synthetic_pool, tmp_path):
     planned = plan(grid, tmp_path)
     small = next(p for p in planned if p.config.batch_size == 2).config
     loader = check_config(small, load_pool(small.pool))
-    assert estimated_cost(small) == 2 * (loader.steps_per_epoch * 2 + loader.steps_per_epoch)  # sequences + steps
+    assert estimated_cost(small) == 2 * (loader.steps_per_epoch * 2 + loader.steps_per_epoch)  # sequences + passes
+    split = make_run_config(asdict(small) | {"micro_batch": 1})  # two passes per step
+    assert estimated_cost(split) == 2 * (loader.steps_per_epoch * 2 + 2 * loader.steps_per_epoch)
     jobs = longest_first(stacks(planned, 2))
     assert [(len(j), j[0].config.batch_size) for j in jobs] == [(2, 2), (2, 8), (1, 2), (1, 8)]
     assert estimated_cost(make_run_config(BASE | {"pool": str(tmp_path / "not-built")})) == 0.0
