@@ -243,8 +243,9 @@ def _gpu_initializer(queue) -> None:
     os.environ["CUDA_VISIBLE_DEVICES"] = str(queue.get())
 
 
-def run_sweep(grid: str | Path | dict | list[str | Path | dict], store: str | Path, workers: int = 1, executor: str = "local", retry_failed: bool = False,
-              slurm: dict | None = None, progress: bool = True, stack: int = 1, max_stacked_batch: int = 0) -> dict[str, int]:
+def run_sweep(grid: str | Path | dict | list[str | Path | dict], store: str | Path, workers: int = 1, executor: str = "local",
+              retry_failed: bool = False, slurm: dict | None = None, progress: bool = True, stack: int = 1,
+              max_stacked_batch: int = 0) -> dict[str, int]:
     """Run every missing config of `grid` (or of a list of grids, as one sweep) into `store`; returns
     counts of outcomes. Several grids may share one store: identical configs are then run once. With
     stack > 1, up to `stack` configs that differ only in lr and weight decays train at once in one
