@@ -84,14 +84,17 @@ class Study:
     def prefetch(self) -> None:
         """Run every preset grid as one sweep, longest jobs first, so that no worker idles between the
         notebooks' sweeps (`repro reproduce` does this first); the notebooks then find these runs done."""
-        run_sweep(self.preset_grids(), self.store, workers=self.workers, progress=self.progress, stack=self.preset.stack,
-                  max_stacked_batch=self.preset.max_stacked_batch)
+        self._run(self.preset_grids())
 
     def sweep(self, grid: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
         """Run what is missing of `grid`, then return (runs, evals) of exactly its runs."""
-        run_sweep(grid, self.store, workers=self.workers, progress=self.progress, stack=self.preset.stack,
-                  max_stacked_batch=self.preset.max_stacked_batch)
+        self._run(grid)
         return load_results(self.store, [p.run_id for p in plan(grid, self.store)])
+
+    def _run(self, grids: dict | list[dict]) -> None:
+        """run_sweep into this study's store with its workers and the preset's stacking."""
+        run_sweep(grids, self.store, workers=self.workers, progress=self.progress, stack=self.preset.stack,
+                  max_stacked_batch=self.preset.max_stacked_batch)
 
     def save(self, fig: plt.Figure, name: str) -> None:
         plots.save(fig, self.preset.name, name, self.root / "figures" / self.preset.name)
