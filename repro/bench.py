@@ -21,12 +21,18 @@ from repro.optim import GRAD_CLIP, build_optimizer
 from repro.stacked import StackedForward, stack_parameters
 
 
-def repack(pool_path: str | None, tokens: int = 200_000_000, seq_len: int = 4096, batch_size: int = 64) -> dict:
+def repack(
+    pool_path: str | None, tokens: int = 200_000_000, seq_len: int = 4096, batch_size: int = 64
+) -> dict:
     """REPACK of a `tokens`-token pool with the document lengths of `pool_path` (resampled; token
     values random, which does not change the cost): per-epoch preparation (document and sequence
     permutations, start positions), one batch's gather, and the gather of the whole epoch (seconds)."""
     rng = np.random.default_rng(0)
-    lengths = np.diff(load_pool(pool_path).train.doc_offsets) if pool_path else rng.integers(16, 2400, size=1000)
+    lengths = (
+        np.diff(load_pool(pool_path).train.doc_offsets)
+        if pool_path
+        else rng.integers(16, 2400, size=1000)
+    )
     doc_lengths = rng.choice(lengths, size=int(tokens / lengths.mean()))
     offsets = np.concatenate([[0], np.cumsum(doc_lengths)]).astype(np.int64)
     split = Split(rng.integers(1, 2048, size=int(offsets[-1]), dtype=np.uint16), offsets)
@@ -40,15 +46,25 @@ def repack(pool_path: str | None, tokens: int = 200_000_000, seq_len: int = 4096
     t0 = time.perf_counter()
     for step in range(loader.steps_per_epoch):
         loader.batch(1, step)
-    return {"tokens": split.n_tokens, "docs": split.n_docs, "seq_len": seq_len, "batch_size": batch_size,
-            "steps_per_epoch": loader.steps_per_epoch, "prepare_epoch_s": prepare_s, "gather_one_batch_s": batch_s,
-            "gather_full_epoch_s": time.perf_counter() - t0}
+    return {
+        "tokens": split.n_tokens,
+        "docs": split.n_docs,
+        "seq_len": seq_len,
+        "batch_size": batch_size,
+        "steps_per_epoch": loader.steps_per_epoch,
+        "prepare_epoch_s": prepare_s,
+        "gather_one_batch_s": batch_s,
+        "gather_full_epoch_s": time.perf_counter() - t0,
+    }
 
 
 def peak_matmul_flops(device: str = "cpu", n: int = 2048, repeats: int = 5) -> float:
     """Measured matmul FLOP/s of this device: an n x n x n product (float32 on CPU, bf16 on CUDA)."""
     dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
-    a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
+    a, b = (
+        torch.randn(n, n, device=device, dtype=dtype),
+        torch.randn(n, n, device=device, dtype=dtype),
+    )
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     a @ b
     sync()
@@ -64,11 +80,23 @@ def _peak_memory_bytes(device: str) -> int:
         return torch.cuda.max_memory_allocated()
     import resource
 
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # the process's peak resident set (Linux: KiB)
+    return (
+        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    )  # the process's peak resident set (Linux: KiB)
 
 
-def throughput(size: str, vocab_size: int, seq_len: int, micro_batch: int, steps: int = 10, warmup: int = 3,
-               device: str = "cpu", peak_flops: float | None = None, stack: int = 1, compile: bool = False) -> dict:
+def throughput(
+    size: str,
+    vocab_size: int,
+    seq_len: int,
+    micro_batch: int,
+    steps: int = 10,
+    warmup: int = 3,
+    device: str = "cpu",
+    peak_flops: float | None = None,
+    stack: int = 1,
+    compile: bool = False,
+) -> dict:
     """Training tokens/s of one model size: forward, backward, clipping and AdamW step (float32 on CPU,
     bf16 autocast on CUDA), as the trainer does them. With stack = K, K configs of the size train at
     once (repro.stacked) and tokens/s counts all K. With `peak_flops` (FLOP/s, measured in the same
@@ -81,10 +109,16 @@ def throughput(size: str, vocab_size: int, seq_len: int, micro_batch: int, steps
         forward = StackedForward(models, stack_parameters(models))
     else:
         forward = torch.compile(models[0]) if compile else models[0]
-    optimizers = [build_optimizer(m, 1e-3 * (k + 1), 0.1, 0.0) for k, m in enumerate(models)]  # after stacking: over the views
+    optimizers = [
+        build_optimizer(m, 1e-3 * (k + 1), 0.1, 0.0) for k, m in enumerate(models)
+    ]  # after stacking: over the views
     batch = torch.randint(0, vocab_size, (micro_batch, seq_len + 1), device=device)
     targets = batch[:, 1:].reshape(-1).repeat(stack)
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.startswith("cuda") else torch.autocast("cpu", enabled=False)
+    autocast = (
+        torch.autocast("cuda", dtype=torch.bfloat16)
+        if device.startswith("cuda")
+        else torch.autocast("cpu", enabled=False)
+    )
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     if device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
@@ -94,7 +128,9 @@ def throughput(size: str, vocab_size: int, seq_len: int, micro_batch: int, steps
             t0 = time.perf_counter()
         with autocast:
             logits = forward(batch[:, :-1]).view(stack, micro_batch, seq_len, vocab_size)
-        F.cross_entropy(logits.float().reshape(-1, vocab_size), targets, reduction="none").view(stack, -1).mean(1).sum().backward()
+        F.cross_entropy(logits.float().reshape(-1, vocab_size), targets, reduction="none").view(
+            stack, -1
+        ).mean(1).sum().backward()
         if stack > 1:
             forward.scatter_gradients()
         for model, optimizer in zip(models, optimizers):
@@ -105,14 +141,32 @@ def throughput(size: str, vocab_size: int, seq_len: int, micro_batch: int, steps
     elapsed = time.perf_counter() - t0
     tokens_per_s = stack * steps * micro_batch * seq_len / elapsed
     model_flops = flops_per_token(models[0].config, seq_len) * tokens_per_s
-    return {"model": size, "params": models[0].num_params(), "seq_len": seq_len, "micro_batch": micro_batch, "stack": stack,
-            "device": device, "compile": compile, "threads": torch.get_num_threads(), "step_s": elapsed / steps,
-            "tokens_per_s": tokens_per_s, "model_flops_per_s": model_flops, "mfu": model_flops / peak_flops if peak_flops else None,
-            "peak_memory_bytes": _peak_memory_bytes(device)}
+    return {
+        "model": size,
+        "params": models[0].num_params(),
+        "seq_len": seq_len,
+        "micro_batch": micro_batch,
+        "stack": stack,
+        "device": device,
+        "compile": compile,
+        "threads": torch.get_num_threads(),
+        "step_s": elapsed / steps,
+        "tokens_per_s": tokens_per_s,
+        "model_flops_per_s": model_flops,
+        "mfu": model_flops / peak_flops if peak_flops else None,
+        "peak_memory_bytes": _peak_memory_bytes(device),
+    }
 
 
-def stacked_vs_sequential(size: str, vocab_size: int, seq_len: int, batch_sizes: list[int], stack: int,
-                          threads: list[int], rounds: int = 3) -> list[dict]:
+def stacked_vs_sequential(
+    size: str,
+    vocab_size: int,
+    seq_len: int,
+    batch_sizes: list[int],
+    stack: int,
+    threads: list[int],
+    rounds: int = 3,
+) -> list[dict]:
     """Aggregate training tokens/s of K = `stack` configs run one after another (a single run's
     tokens/s) against the K trained as one stack, per batch size and thread count. The two are
     measured alternately, `rounds` times, and the medians kept; MFU against the matmul peak measured
@@ -124,44 +178,103 @@ def stacked_vs_sequential(size: str, vocab_size: int, seq_len: int, batch_sizes:
         for batch_size in batch_sizes:
             alone, stacked = [], []
             for _ in range(rounds):
-                alone.append(throughput(size, vocab_size, seq_len, batch_size, steps=6, warmup=2, peak_flops=peak))
-                stacked.append(throughput(size, vocab_size, seq_len, batch_size, steps=6, warmup=2, peak_flops=peak, stack=stack))
+                alone.append(
+                    throughput(
+                        size, vocab_size, seq_len, batch_size, steps=6, warmup=2, peak_flops=peak
+                    )
+                )
+                stacked.append(
+                    throughput(
+                        size,
+                        vocab_size,
+                        seq_len,
+                        batch_size,
+                        steps=6,
+                        warmup=2,
+                        peak_flops=peak,
+                        stack=stack,
+                    )
+                )
             a = sorted(alone, key=lambda r: r["tokens_per_s"])[rounds // 2]
             b = sorted(stacked, key=lambda r: r["tokens_per_s"])[rounds // 2]
-            rows.append({"model": size, "seq_len": seq_len, "batch_size": batch_size, "stack": stack, "threads": n_threads,
-                         "peak_matmul_flops_per_s": peak, "sequential_tokens_per_s": a["tokens_per_s"], "sequential_mfu": a["mfu"],
-                         "stacked_tokens_per_s": b["tokens_per_s"], "stacked_mfu": b["mfu"],
-                         "speedup": b["tokens_per_s"] / a["tokens_per_s"]})
+            rows.append(
+                {
+                    "model": size,
+                    "seq_len": seq_len,
+                    "batch_size": batch_size,
+                    "stack": stack,
+                    "threads": n_threads,
+                    "peak_matmul_flops_per_s": peak,
+                    "sequential_tokens_per_s": a["tokens_per_s"],
+                    "sequential_mfu": a["mfu"],
+                    "stacked_tokens_per_s": b["tokens_per_s"],
+                    "stacked_mfu": b["mfu"],
+                    "speedup": b["tokens_per_s"] / a["tokens_per_s"],
+                }
+            )
     return rows
 
 
-def noise_scale_overhead(pool: str, model: str, seq_len: int, batch_size: int, micro_batch: int, epochs: int = 4,
-                         rounds: int = 5) -> dict:
+def noise_scale_overhead(
+    pool: str,
+    model: str,
+    seq_len: int,
+    batch_size: int,
+    micro_batch: int,
+    epochs: int = 4,
+    rounds: int = 5,
+) -> dict:
     """Wall seconds of the same training run (repro.train, one evaluation per epoch) without and with
     noise_scale=true, alternated `rounds` times; medians and their ratio."""
     import tempfile
 
     from repro.train import make_run_config, train
 
-    fields = {"pool": pool, "model": model, "seq_len": seq_len, "batch_size": batch_size, "micro_batch": micro_batch,
-              "epochs": epochs, "eval_every": 1.0}
+    fields = {
+        "pool": pool,
+        "model": model,
+        "seq_len": seq_len,
+        "batch_size": batch_size,
+        "micro_batch": micro_batch,
+        "epochs": epochs,
+        "eval_every": 1.0,
+    }
     seconds: dict[bool, list[float]] = {False: [], True: []}
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(rounds):
             for noise in (False, True):
-                status = train(make_run_config(fields | {"noise_scale": noise}), Path(tmp) / f"{noise}-{i}", progress=False)
+                status = train(
+                    make_run_config(fields | {"noise_scale": noise}),
+                    Path(tmp) / f"{noise}-{i}",
+                    progress=False,
+                )
                 seconds[noise].append(status["wall_s"])
     off, on = float(np.median(seconds[False])), float(np.median(seconds[True]))
-    return fields | {"rounds": rounds, "threads": torch.get_num_threads(), "seconds_without": off, "seconds_with": on,
-                     "overhead": on / off - 1}
+    return fields | {
+        "rounds": rounds,
+        "threads": torch.get_num_threads(),
+        "seconds_without": off,
+        "seconds_with": on,
+        "overhead": on / off - 1,
+    }
 
 
-def step_time(size: str, vocab_size: int, seq_len: int, max_micro_batch: int, device: str = "cpu") -> dict:
+def step_time(
+    size: str, vocab_size: int, seq_len: int, max_micro_batch: int, device: str = "cpu"
+) -> dict:
     """Seconds per training step for micro-batches 1..max_micro_batch (the measured step-time model of
     repro.frontier.MeasuredStepTime); gradient bytes assume float32 gradients."""
-    rows = [throughput(size, vocab_size, seq_len, m, steps=5, warmup=2, device=device) for m in range(1, max_micro_batch + 1)]
-    return {"model": size, "device": device, "seq_len": seq_len, "seconds_by_micro_batch": {r["micro_batch"]: r["step_s"] for r in rows},
-            "gradient_bytes": 4 * rows[0]["params"]}
+    rows = [
+        throughput(size, vocab_size, seq_len, m, steps=5, warmup=2, device=device)
+        for m in range(1, max_micro_batch + 1)
+    ]
+    return {
+        "model": size,
+        "device": device,
+        "seq_len": seq_len,
+        "seconds_by_micro_batch": {r["micro_batch"]: r["step_s"] for r in rows},
+        "gradient_bytes": 4 * rows[0]["params"],
+    }
 
 
 def load_results_speed(n_runs: int = 10_000, evals_per_run: int = 16) -> dict:
@@ -174,11 +287,27 @@ def load_results_speed(n_runs: int = 10_000, evals_per_run: int = 16) -> dict:
         for i in range(n_runs):
             run = Path(tmp) / f"{i:012x}"
             run.mkdir()
-            (run / "config.json").write_text(json.dumps({"pool": "p", "lr": 1e-3 * (1 + i % 7), "batch_size": 2 ** (i % 8)}))
+            (run / "config.json").write_text(
+                json.dumps({"pool": "p", "lr": 1e-3 * (1 + i % 7), "batch_size": 2 ** (i % 8)})
+            )
             (run / "status.json").write_text(json.dumps({"status": "done", "best_val_loss": 3.0}))
-            (run / "metrics.jsonl").write_text("".join(json.dumps({"step": 10 * k, "epoch": k, "tokens": 1000 * k, "lr": 1e-3,
-                                                                   "train_loss": 3.0, "wall_s": 1.0, "val_loss": 3.1}) + "\n"
-                                                       for k in range(1, evals_per_run + 1)))
+            (run / "metrics.jsonl").write_text(
+                "".join(
+                    json.dumps(
+                        {
+                            "step": 10 * k,
+                            "epoch": k,
+                            "tokens": 1000 * k,
+                            "lr": 1e-3,
+                            "train_loss": 3.0,
+                            "wall_s": 1.0,
+                            "val_loss": 3.1,
+                        }
+                    )
+                    + "\n"
+                    for k in range(1, evals_per_run + 1)
+                )
+            )
         t0 = time.perf_counter()
         runs, evals = load_results(tmp)
         elapsed = time.perf_counter() - t0

@@ -32,10 +32,12 @@ import pandas as pd
 import torch
 from scipy.optimize import least_squares
 
-
 # --- the gradient noise scale during training ------------------------------------------------------
 
-def two_batch_estimates(small_sq: float, big_sq: float, b_small: float, b_big: float) -> tuple[float, float]:
+
+def two_batch_estimates(
+    small_sq: float, big_sq: float, b_small: float, b_big: float
+) -> tuple[float, float]:
     """Unbiased (|G|^2, tr(Sigma)) from squared gradient norms at batch sizes b_small < b_big (sequences)."""
     grad_sq = (b_big * big_sq - b_small * small_sq) / (b_big - b_small)
     trace = (small_sq - big_sq) / (1 / b_small - 1 / b_big)
@@ -64,7 +66,11 @@ class NoiseScaleEMA:
         if not self.weight:
             return {}
         grad_sq, trace = self.grad_sq / self.weight, self.trace / self.weight
-        return {"grad_sq": grad_sq, "trace_cov": trace, "b_simple": trace / grad_sq if grad_sq > 0 else None}
+        return {
+            "grad_sq": grad_sq,
+            "trace_cov": trace,
+            "b_simple": trace / grad_sq if grad_sq > 0 else None,
+        }
 
     def state(self) -> dict:
         return asdict(self)
@@ -84,7 +90,10 @@ class MicroBatchNorms:
     def add(self, tensors: list[torch.Tensor], scale: float) -> None:
         """Measure the gradients now in `tensors` (a micro-batch's loss times 1 / scale) and take them."""
         grads = [t.grad for t in tensors]
-        sq = sum((g.float().pow(2).flatten(1).sum(1) if self.stacked else g.float().pow(2).sum()[None]) for g in grads)
+        sq = sum(
+            (g.float().pow(2).flatten(1).sum(1) if self.stacked else g.float().pow(2).sum()[None])
+            for g in grads
+        )
         self.sq_sum = sq * scale**2 if self.sq_sum is None else self.sq_sum + sq * scale**2
         if self.accumulated is None:
             self.accumulated = grads
@@ -105,12 +114,20 @@ class MicroBatchNorms:
 
 # --- steps to a target loss --------------------------------------------------------------------------
 
-def steps_to_target(runs: pd.DataFrame, evals: pd.DataFrame, targets: list[float], by: tuple[str, ...] = ("batch_size",),
-                    seq_len: int | None = None) -> pd.DataFrame:
+
+def steps_to_target(
+    runs: pd.DataFrame,
+    evals: pd.DataFrame,
+    targets: list[float],
+    by: tuple[str, ...] = ("batch_size",),
+    seq_len: int | None = None,
+) -> pd.DataFrame:
     """For every group of `by` (batch size, and e.g. pool) and target: the fewest steps over the group's
     runs (tuned hyperparameters) at which a run's evaluation first reaches val_loss <= target.
     Columns: *by, target, steps, sequences (steps * batch), tokens, run_id. Unreached targets are left out."""
-    points = evals.dropna(subset=["val_loss"]).merge(runs[["run_id", *[c for c in by if c not in evals]]], on="run_id")
+    points = evals.dropna(subset=["val_loss"]).merge(
+        runs[["run_id", *[c for c in by if c not in evals]]], on="run_id"
+    )
     rows = []
     for target in targets:
         reached = points[points["val_loss"] <= target].sort_values("step", kind="mergesort")
@@ -118,7 +135,11 @@ def steps_to_target(runs: pd.DataFrame, evals: pd.DataFrame, targets: list[float
         for key, group in first.groupby(list(by)):
             best = group.loc[group["step"].idxmin()]
             key = key if isinstance(key, tuple) else (key,)
-            row = dict(zip(by, key)) | {"target": target, "steps": int(best["step"]), "run_id": best["run_id"]}
+            row = dict(zip(by, key)) | {
+                "target": target,
+                "steps": int(best["step"]),
+                "run_id": best["run_id"],
+            }
             row["sequences"] = row["steps"] * int(row["batch_size"])
             row["tokens"] = row["sequences"] * seq_len if seq_len else float(best["tokens"])
             rows.append(row)
@@ -127,11 +148,17 @@ def steps_to_target(runs: pd.DataFrame, evals: pd.DataFrame, targets: list[float
 
 def reachable_target(runs: pd.DataFrame, evals: pd.DataFrame, n_batches: int) -> float:
     """The lowest validation loss (rounded up to 1e-3) that at least `n_batches` batch sizes reach."""
-    best = evals.merge(runs[["run_id", "batch_size"]], on="run_id").groupby("batch_size")["val_loss"].min().sort_values()
+    best = (
+        evals.merge(runs[["run_id", "batch_size"]], on="run_id")
+        .groupby("batch_size")["val_loss"]
+        .min()
+        .sort_values()
+    )
     return float(np.ceil(best.iloc[min(n_batches, len(best)) - 1] * 1000) / 1000)
 
 
 # --- fits ----------------------------------------------------------------------------------------------
+
 
 def fit_mccandlish(batch: np.ndarray, steps: np.ndarray) -> dict:
     """S(B) = S_min + E_min / B fitted in log S (equal relative errors); B_crit = E_min / S_min (sequences)."""
@@ -147,13 +174,18 @@ def fit_mccandlish(batch: np.ndarray, steps: np.ndarray) -> dict:
     return {"S_min": s_min, "E_min": e_min, "B_crit": e_min / s_min, "residuals": residuals(fit.x)}
 
 
-def fit_zhang(batch: np.ndarray, steps: np.ndarray, b_ref: float | None = None, excess: float = 0.2) -> dict:
+def fit_zhang(
+    batch: np.ndarray, steps: np.ndarray, b_ref: float | None = None, excess: float = 0.2
+) -> dict:
     """S(B) = a + b / B by least squares in S (a, b >= 0); B* is where steps exceed linear scaling
     from b_ref (default the smallest batch) by `excess`: B* = (1 + excess) b_ref + excess * b / a."""
     batch, steps = np.asarray(batch, float), np.asarray(steps, float)
     b_ref = batch.min() if b_ref is None else b_ref
-    fit = least_squares(lambda p: p[0] + p[1] / batch - steps, [steps.min() * 0.5, steps.max() * batch.min() * 0.5],
-                        bounds=([0, 0], [np.inf, np.inf]))
+    fit = least_squares(
+        lambda p: p[0] + p[1] / batch - steps,
+        [steps.min() * 0.5, steps.max() * batch.min() * 0.5],
+        bounds=([0, 0], [np.inf, np.inf]),
+    )
     a, b = float(fit.x[0]), float(fit.x[1])
     b_star = (1 + excess) * b_ref + excess * b / a if a > 0 else math.inf
     return {"a": a, "b": b, "B_star": b_star, "b_ref": b_ref, "residuals": fit.fun}
@@ -171,7 +203,7 @@ def fit_wsd(batch: np.ndarray, steps: np.ndarray) -> dict:
     s, e = steps[order], (steps * batch)[order]
     out = {"B_opt": np.nan, "S_opt": np.nan, "E_min": np.nan, "B_min": np.nan}
     i = int(np.argmin(e))
-    if 0 < i < len(s) - 1 and len(np.unique(s[i - 1:i + 2])) == 3:
+    if 0 < i < len(s) - 1 and len(np.unique(s[i - 1 : i + 2])) == 3:
         window = slice(i - 1, i + 2)
         s_scale, e_scale = s[i], e[i]  # fit in units of the minimum point: well conditioned
         c2, c1, c0 = np.polyfit(s[window] / s_scale, e[window] / e_scale, 2)
@@ -179,14 +211,25 @@ def fit_wsd(batch: np.ndarray, steps: np.ndarray) -> dict:
             s_opt = -c1 / (2 * c2)
             e_min = c0 - c1**2 / (4 * c2)
             if s[i - 1] / s_scale <= s_opt <= s[i + 1] / s_scale and e_min > 0:
-                out |= {"S_opt": s_opt * s_scale, "E_min": e_min * e_scale, "B_opt": e_min * e_scale / (s_opt * s_scale)}
+                out |= {
+                    "S_opt": s_opt * s_scale,
+                    "E_min": e_min * e_scale,
+                    "B_opt": e_min * e_scale / (s_opt * s_scale),
+                }
     if len(s) >= 2 and s[-1] > s[-2]:
         out["B_min"] = (e[-1] - e[-2]) / (s[-1] - s[-2])
     return out
 
 
-def bootstrap(fit, batch: np.ndarray, steps: np.ndarray, key: str, n: int = 500, seed: int = 0,
-              level: float = 0.9) -> tuple[float, float]:
+def bootstrap(
+    fit,
+    batch: np.ndarray,
+    steps: np.ndarray,
+    key: str,
+    n: int = 500,
+    seed: int = 0,
+    level: float = 0.9,
+) -> tuple[float, float]:
     """Percentile interval of fit(batch, steps)[key] over resamples of the points (with replacement;
     resamples with fewer than three distinct batch sizes, or where the fit does not determine the
     value (NaN), are skipped; an infinite value, e.g. B_crit of points that never level off, counts)."""
@@ -202,7 +245,9 @@ def bootstrap(fit, batch: np.ndarray, steps: np.ndarray, key: str, n: int = 500,
             values.append(value)
     if not values:
         return (np.nan, np.nan)
-    lo, hi = np.quantile(values, [(1 - level) / 2, (1 + level) / 2], method="inverted_cdf")  # sample values: no inf - inf
+    lo, hi = np.quantile(
+        values, [(1 - level) / 2, (1 + level) / 2], method="inverted_cdf"
+    )  # sample values: no inf - inf
     return float(lo), float(hi)
 
 

@@ -13,9 +13,18 @@ from repro.units import parse_count
 def _data_build(args: argparse.Namespace) -> None:
     from repro.data.pool import PoolSpec, build_pool, load_pool, pool_summary
 
-    spec = PoolSpec(source=args.source, tokens=parse_count(args.tokens), val_tokens=parse_count(args.val_tokens, "validation token count"),
-                    seed=args.seed, val_seed=args.val_seed, vocab_size=args.vocab_size, tokenizer=args.tokenizer,
-                    text_field=args.text_field, text_unit=args.text_unit, dtype=args.dtype)
+    spec = PoolSpec(
+        source=args.source,
+        tokens=parse_count(args.tokens),
+        val_tokens=parse_count(args.val_tokens, "validation token count"),
+        seed=args.seed,
+        val_seed=args.val_seed,
+        vocab_size=args.vocab_size,
+        tokenizer=args.tokenizer,
+        text_field=args.text_field,
+        text_unit=args.text_unit,
+        dtype=args.dtype,
+    )
     started = time.perf_counter()
     out = build_pool(spec, args.out, force=args.force, progress=not args.quiet)
     print(pool_summary(load_pool(out)))
@@ -33,8 +42,14 @@ def _train(args: argparse.Namespace) -> None:
 
     config = load_run_config(args.config, args.overrides, pool=args.pool)
     status = train(config, args.out, progress=not args.quiet)
-    print(f"{args.out}: {status['status']}" + (f", best val loss {status['best_val_loss']:.4f} at epoch {status['best_epoch']}"
-                                               if status.get("best_val_loss") is not None else ""))
+    print(
+        f"{args.out}: {status['status']}"
+        + (
+            f", best val loss {status['best_val_loss']:.4f} at epoch {status['best_epoch']}"
+            if status.get("best_val_loss") is not None
+            else ""
+        )
+    )
     if status["status"] not in ("done", "diverged"):
         sys.exit(1)
 
@@ -44,20 +59,36 @@ def _sweep_run(args: argparse.Namespace) -> None:
 
     slurm = None
     if args.executor == "slurm":  # one run per job, one GPU each (train() is a single process)
-        slurm = {"gpus_per_node": 1, "timeout_min": args.timeout_min} | ({"slurm_partition": args.partition} if args.partition else {})
+        slurm = {"gpus_per_node": 1, "timeout_min": args.timeout_min} | (
+            {"slurm_partition": args.partition} if args.partition else {}
+        )
     started = time.perf_counter()
-    outcomes = run_sweep(args.grid, args.out, workers=args.workers, executor=args.executor, retry_failed=args.retry_failed,
-                         slurm=slurm, progress=not args.quiet, stack=args.stack,
-                         max_stacked_batch=args.max_stacked_batch)
-    print(f"{args.out}: " + (", ".join(f"{n} {k}" for k, n in sorted(outcomes.items())) or "nothing to run")
-          + f" in {time.perf_counter() - started:.0f} s")
+    outcomes = run_sweep(
+        args.grid,
+        args.out,
+        workers=args.workers,
+        executor=args.executor,
+        retry_failed=args.retry_failed,
+        slurm=slurm,
+        progress=not args.quiet,
+        stack=args.stack,
+        max_stacked_batch=args.max_stacked_batch,
+    )
+    print(
+        f"{args.out}: "
+        + (", ".join(f"{n} {k}" for k, n in sorted(outcomes.items())) or "nothing to run")
+        + f" in {time.perf_counter() - started:.0f} s"
+    )
 
 
 def _sweep_status(args: argparse.Namespace) -> None:
     from repro.sweep import sweep_status
 
     counts = sweep_status(args.dir)
-    print(f"{args.dir}: {sum(counts.values())} runs: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
+    print(
+        f"{args.dir}: {sum(counts.values())} runs: "
+        + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+    )
 
 
 def _sweep_table(args: argparse.Namespace) -> None:
@@ -69,7 +100,9 @@ def _sweep_table(args: argparse.Namespace) -> None:
 
     runs, evals = load_results(args.dir)
     if evals.empty:
-        raise ReproError(f"{args.dir} has no evaluated runs yet; run: repro sweep run GRID.yaml --out {args.dir}")
+        raise ReproError(
+            f"{args.dir} has no evaluated runs yet; run: repro sweep run GRID.yaml --out {args.dir}"
+        )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         table = tuned_endpoints(runs, evals, args.group_by.split(",") if args.group_by else None)
@@ -105,69 +138,151 @@ def _bench(args: argparse.Namespace) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.what == "repack":
-        result = bench.repack(args.pool, parse_count(args.tokens), args.seq_len or 4096, args.batch_size or 64)
+        result = bench.repack(
+            args.pool, parse_count(args.tokens), args.seq_len or 4096, args.batch_size or 64
+        )
         for key, value in result.items():
             print(f"{key:<22} {value:,.4f}" if isinstance(value, float) else f"{key:<22} {value:,}")
         rows = result
     elif args.what == "step-time":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-        rows = bench.step_time(args.models.split(",")[0], args.vocab_size, args.seq_len or 128, args.batch_size or 8, device)
+        rows = bench.step_time(
+            args.models.split(",")[0],
+            args.vocab_size,
+            args.seq_len or 128,
+            args.batch_size or 8,
+            device,
+        )
         print(f"{rows['model']} on {device}, seq_len {rows['seq_len']}")
         print(f"{'micro-batch':>11} {'step ms':>9} {'tokens/s':>10}")
         for m, seconds in rows["seconds_by_micro_batch"].items():
             print(f"{m:>11} {seconds * 1e3:>9.1f} {m * rows['seq_len'] / seconds:>10,.0f}")
     elif args.what == "stacked":
-        rows = bench.stacked_vs_sequential(args.models.split(",")[0], args.vocab_size, args.seq_len or 128,
-                                           [int(b) for b in args.batch_sizes.split(",")], args.stack,
-                                           [int(t) for t in args.thread_counts.split(",")])
-        print(f"{rows[0]['model']}, seq_len {rows[0]['seq_len']}, {args.stack} configs: sequential runs vs one stack (medians of 3)")
-        print(f"{'threads':>7} {'batch':>5} {'peak GFLOP/s':>12} {'seq tok/s':>10} {'seq MFU':>8} {'stack tok/s':>11} {'stack MFU':>9} {'speed-up':>8}")
+        rows = bench.stacked_vs_sequential(
+            args.models.split(",")[0],
+            args.vocab_size,
+            args.seq_len or 128,
+            [int(b) for b in args.batch_sizes.split(",")],
+            args.stack,
+            [int(t) for t in args.thread_counts.split(",")],
+        )
+        print(
+            f"{rows[0]['model']}, seq_len {rows[0]['seq_len']}, {args.stack} configs: sequential runs vs one stack (medians of 3)"
+        )
+        print(
+            f"{'threads':>7} {'batch':>5} {'peak GFLOP/s':>12} {'seq tok/s':>10} {'seq MFU':>8} {'stack tok/s':>11} {'stack MFU':>9} {'speed-up':>8}"
+        )
         for r in rows:
-            print(f"{r['threads']:>7} {r['batch_size']:>5} {r['peak_matmul_flops_per_s'] / 1e9:>12.1f} {r['sequential_tokens_per_s']:>10,.0f} "
-                  f"{r['sequential_mfu']:>8.1%} {r['stacked_tokens_per_s']:>11,.0f} {r['stacked_mfu']:>9.1%} {r['speedup']:>7.2f}x")
+            print(
+                f"{r['threads']:>7} {r['batch_size']:>5} {r['peak_matmul_flops_per_s'] / 1e9:>12.1f} {r['sequential_tokens_per_s']:>10,.0f} "
+                f"{r['sequential_mfu']:>8.1%} {r['stacked_tokens_per_s']:>11,.0f} {r['stacked_mfu']:>9.1%} {r['speedup']:>7.2f}x"
+            )
     elif args.what == "noise-scale":
         if not args.pool:
             raise ReproError("repro bench noise-scale needs --pool POOL (a built pool to train on)")
-        rows = bench.noise_scale_overhead(args.pool, args.models.split(",")[0], args.seq_len or 128, args.batch_size or 32,
-                                          args.micro_batch or 4)
-        print(f"{rows['model']}, batch {rows['batch_size']} in micro-batches of {rows['micro_batch']}, {rows['threads']} threads: "
-              f"{rows['seconds_without']:.2f} s without, {rows['seconds_with']:.2f} s with noise_scale "
-              f"(overhead {rows['overhead']:+.1%}, medians of {rows['rounds']})")
+        rows = bench.noise_scale_overhead(
+            args.pool,
+            args.models.split(",")[0],
+            args.seq_len or 128,
+            args.batch_size or 32,
+            args.micro_batch or 4,
+        )
+        print(
+            f"{rows['model']}, batch {rows['batch_size']} in micro-batches of {rows['micro_batch']}, {rows['threads']} threads: "
+            f"{rows['seconds_without']:.2f} s without, {rows['seconds_with']:.2f} s with noise_scale "
+            f"(overhead {rows['overhead']:+.1%}, medians of {rows['rounds']})"
+        )
     elif args.what == "load-results":
         rows = bench.load_results_speed()
-        print(", ".join(f"{k} {v:,.2f}" if isinstance(v, float) else f"{k} {v:,}" for k, v in rows.items()))
+        print(
+            ", ".join(
+                f"{k} {v:,.2f}" if isinstance(v, float) else f"{k} {v:,}" for k, v in rows.items()
+            )
+        )
     else:
         device = "cuda" if torch.cuda.is_available() else "cpu"
         peak = bench.peak_matmul_flops(device)
-        micro_batches = [int(m) for m in args.micro_batches.split(",")] if args.micro_batches else [args.batch_size or 16]
-        rows = [bench.throughput(m, args.vocab_size, args.seq_len or 128, mb, device=device, peak_flops=peak, compile=args.compile)
-                for m in args.models.split(",") for mb in micro_batches]
+        micro_batches = (
+            [int(m) for m in args.micro_batches.split(",")]
+            if args.micro_batches
+            else [args.batch_size or 16]
+        )
+        rows = [
+            bench.throughput(
+                m,
+                args.vocab_size,
+                args.seq_len or 128,
+                mb,
+                device=device,
+                peak_flops=peak,
+                compile=args.compile,
+            )
+            for m in args.models.split(",")
+            for mb in micro_batches
+        ]
         kind = "bf16" if device == "cuda" else f"float32, {torch.get_num_threads()} threads"
-        print(f"measured matmul peak: {peak / 1e9:,.1f} GFLOP/s ({kind}){', torch.compile' if args.compile else ''}")
-        print(f"{'model':<8} {'params':>13} {'seq':>5} {'batch':>6} {'step ms':>9} {'tokens/s':>10} {'MFU':>6} {'peak MiB':>9}")
+        print(
+            f"measured matmul peak: {peak / 1e9:,.1f} GFLOP/s ({kind}){', torch.compile' if args.compile else ''}"
+        )
+        print(
+            f"{'model':<8} {'params':>13} {'seq':>5} {'batch':>6} {'step ms':>9} {'tokens/s':>10} {'MFU':>6} {'peak MiB':>9}"
+        )
         for r in rows:
-            print(f"{r['model']:<8} {r['params']:>13,} {r['seq_len']:>5} {r['micro_batch']:>6} {r['step_s'] * 1e3:>9.1f} "
-                  f"{r['tokens_per_s']:>10,.0f} {r['mfu']:>6.1%} {r['peak_memory_bytes'] / 2**20:>9,.0f}")
+            print(
+                f"{r['model']:<8} {r['params']:>13,} {r['seq_len']:>5} {r['micro_batch']:>6} {r['step_s'] * 1e3:>9.1f} "
+                f"{r['tokens_per_s']:>10,.0f} {r['mfu']:>6.1%} {r['peak_memory_bytes'] / 2**20:>9,.0f}"
+            )
         rows = {"peak_matmul_flops_per_s": peak, "device": device, "runs": rows}
-    name = args.name or (f"step-time-{rows['model']}-{rows['device']}" if args.what == "step-time" else args.what)
+    name = args.name or (
+        f"step-time-{rows['model']}-{rows['device']}" if args.what == "step-time" else args.what
+    )
     print(f"written to {bench.save(rows, name, args.out)}")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="repro", description="Multi-epoch pretraining on a finite document pool (arXiv 2610.15965).")
+    parser = argparse.ArgumentParser(
+        prog="repro",
+        description="Multi-epoch pretraining on a finite document pool (arXiv 2610.15965).",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
 
-    data = commands.add_parser("data", help="build and inspect pools").add_subparsers(dest="data_command", required=True)
-    build = data.add_parser("build", help="build a pool of unique training documents plus validation documents")
-    build.add_argument("--source", required=True, help="stdlib | synthetic | hf:NAME[:CONFIG] | path or glob of .txt/.jsonl/.parquet")
+    data = commands.add_parser("data", help="build and inspect pools").add_subparsers(
+        dest="data_command", required=True
+    )
+    build = data.add_parser(
+        "build", help="build a pool of unique training documents plus validation documents"
+    )
+    build.add_argument(
+        "--source",
+        required=True,
+        help="stdlib | synthetic | hf:NAME[:CONFIG] | path or glob of .txt/.jsonl/.parquet",
+    )
     build.add_argument("--tokens", required=True, help="training tokens, e.g. 500k, 1M, 2.5M, 1B")
     build.add_argument("--val-tokens", default="100k", help="validation tokens (default 100k)")
     build.add_argument("--seed", type=int, default=0, help="draws the training documents")
-    build.add_argument("--val-seed", type=int, default=None, help="draws the validation documents (default: --seed); fix it to share them across pools")
-    build.add_argument("--vocab-size", type=int, default=2048, help="vocab of the trained byte-level BPE")
-    build.add_argument("--tokenizer", default=None, help="use this tokenizer.json, pool directory or hub name instead of training one")
-    build.add_argument("--text-field", default="text", help="field holding the text in .jsonl/.parquet/hub records")
-    build.add_argument("--text-unit", default="file", choices=["file", "paragraph", "line"], help=".txt files: one document per file, blank-line paragraph or line")
+    build.add_argument(
+        "--val-seed",
+        type=int,
+        default=None,
+        help="draws the validation documents (default: --seed); fix it to share them across pools",
+    )
+    build.add_argument(
+        "--vocab-size", type=int, default=2048, help="vocab of the trained byte-level BPE"
+    )
+    build.add_argument(
+        "--tokenizer",
+        default=None,
+        help="use this tokenizer.json, pool directory or hub name instead of training one",
+    )
+    build.add_argument(
+        "--text-field", default="text", help="field holding the text in .jsonl/.parquet/hub records"
+    )
+    build.add_argument(
+        "--text-unit",
+        default="file",
+        choices=["file", "paragraph", "line"],
+        help=".txt files: one document per file, blank-line paragraph or line",
+    )
     build.add_argument("--dtype", default="auto", help="auto | uint16 | uint32")
     build.add_argument("--out", required=True, help="pool directory, e.g. data/pools/stdlib-1m")
     build.add_argument("--force", action="store_true", help="replace a different pool at --out")
@@ -182,18 +297,37 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--out", required=True, help="run directory")
     train.add_argument("--config", default=None, help="YAML file of run fields")
     train.add_argument("--quiet", action="store_true", help="no progress bar")
-    train.add_argument("overrides", nargs="*", help="key=value run fields, e.g. model=cpu-s epochs=8 loader=repack")
+    train.add_argument(
+        "overrides", nargs="*", help="key=value run fields, e.g. model=cpu-s epochs=8 loader=repack"
+    )
     train.set_defaults(func=_train)
 
-    sweep = commands.add_parser("sweep", help="grids of runs").add_subparsers(dest="sweep_command", required=True)
+    sweep = commands.add_parser("sweep", help="grids of runs").add_subparsers(
+        dest="sweep_command", required=True
+    )
     run = sweep.add_parser("run", help="run what is missing of a grid")
     run.add_argument("grid", help="grid YAML file")
     run.add_argument("--out", required=True, help="sweep directory (one subdirectory per run)")
-    run.add_argument("--workers", type=int, default=1, help="parallel runs (CPU threads are split among them; one per GPU)")
+    run.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="parallel runs (CPU threads are split among them; one per GPU)",
+    )
     run.add_argument("--executor", default="local", choices=["local", "slurm", "submitit-local"])
     run.add_argument("--retry-failed", action="store_true", help="run failed configs again")
-    run.add_argument("--stack", type=int, default=1, help="train up to this many configs that differ only in lr / weight decay at once")
-    run.add_argument("--max-stacked-batch", type=int, default=0, help="stack only runs with batches up to this many sequences (0: all)")
+    run.add_argument(
+        "--stack",
+        type=int,
+        default=1,
+        help="train up to this many configs that differ only in lr / weight decay at once",
+    )
+    run.add_argument(
+        "--max-stacked-batch",
+        type=int,
+        default=0,
+        help="stack only runs with batches up to this many sequences (0: all)",
+    )
     run.add_argument("--partition", default=None, help="slurm partition")
     run.add_argument("--timeout-min", type=int, default=240, help="slurm: minutes per job")
     run.add_argument("--quiet", action="store_true")
@@ -203,33 +337,76 @@ def build_parser() -> argparse.ArgumentParser:
     status.set_defaults(func=_sweep_status)
     table = sweep.add_parser("table", help="tuned endpoints: one row per group")
     table.add_argument("dir")
-    table.add_argument("--group-by", default=None, help="comma-separated fields (default: the varying untuned fields)")
+    table.add_argument(
+        "--group-by",
+        default=None,
+        help="comma-separated fields (default: the varying untuned fields)",
+    )
     table.add_argument("--parquet", default=None, help="also write the table to this parquet file")
     table.set_defaults(func=_sweep_table)
 
     reproduce = commands.add_parser("reproduce", help="run the notebook series with papermill")
     reproduce.add_argument("--preset", required=True, help="smoke | cpu | gpu-small | gpu")
-    reproduce.add_argument("--only", default=None, help="comma-separated notebook numbers, e.g. 02,03")
-    reproduce.add_argument("--workers", type=int, default=None, help="parallel runs (default: the preset's)")
+    reproduce.add_argument(
+        "--only", default=None, help="comma-separated notebook numbers, e.g. 02,03"
+    )
+    reproduce.add_argument(
+        "--workers", type=int, default=None, help="parallel runs (default: the preset's)"
+    )
     reproduce.set_defaults(func=_reproduce)
 
-    bench = commands.add_parser("bench", help="benchmarks: repack cost, training throughput and MFU, step time per micro-batch, loading sweep results")
-    bench.add_argument("what", choices=["repack", "throughput", "stacked", "noise-scale", "step-time", "load-results"])
-    bench.add_argument("--micro-batch", type=int, default=0, help="noise-scale: sequences per micro-batch (default 4)")
-    bench.add_argument("--stack", type=int, default=6, help="stacked: configs trained at once (the cpu preset's lr x wd grid: 6)")
+    bench = commands.add_parser(
+        "bench",
+        help="benchmarks: repack cost, training throughput and MFU, step time per micro-batch, loading sweep results",
+    )
+    bench.add_argument(
+        "what",
+        choices=["repack", "throughput", "stacked", "noise-scale", "step-time", "load-results"],
+    )
+    bench.add_argument(
+        "--micro-batch",
+        type=int,
+        default=0,
+        help="noise-scale: sequences per micro-batch (default 4)",
+    )
+    bench.add_argument(
+        "--stack",
+        type=int,
+        default=6,
+        help="stacked: configs trained at once (the cpu preset's lr x wd grid: 6)",
+    )
     bench.add_argument("--batch-sizes", default="1,2,4,8,16,32", help="stacked: sequences per step")
-    bench.add_argument("--thread-counts", default="1,2", help="stacked: CPU thread counts to compare")
+    bench.add_argument(
+        "--thread-counts", default="1,2", help="stacked: CPU thread counts to compare"
+    )
     bench.add_argument("--pool", default=None, help="repack: take document lengths from this pool")
     bench.add_argument("--tokens", default="200M", help="repack: pool size in tokens")
-    bench.add_argument("--models", default="tiny,cpu-s,cpu-m,cpu-l", help="throughput: comma-separated model sizes")
+    bench.add_argument(
+        "--models", default="tiny,cpu-s,cpu-m,cpu-l", help="throughput: comma-separated model sizes"
+    )
     bench.add_argument("--vocab-size", type=int, default=2048)
-    bench.add_argument("--seq-len", type=int, default=0, help="tokens (default: 4096 for repack, 128 for throughput)")
-    bench.add_argument("--batch-size", type=int, default=0,
-                       help="sequences (default: 64 for repack, 16 for throughput; step-time: the largest micro-batch, 8)")
+    bench.add_argument(
+        "--seq-len",
+        type=int,
+        default=0,
+        help="tokens (default: 4096 for repack, 128 for throughput)",
+    )
+    bench.add_argument(
+        "--batch-size",
+        type=int,
+        default=0,
+        help="sequences (default: 64 for repack, 16 for throughput; step-time: the largest micro-batch, 8)",
+    )
     bench.add_argument("--threads", type=int, default=0)
-    bench.add_argument("--micro-batches", default=None, help="throughput: comma-separated micro-batches (default: --batch-size)")
+    bench.add_argument(
+        "--micro-batches",
+        default=None,
+        help="throughput: comma-separated micro-batches (default: --batch-size)",
+    )
     bench.add_argument("--compile", action="store_true", help="throughput: torch.compile the model")
-    bench.add_argument("--name", default=None, help="file name of the JSON result (default: the benchmark's name)")
+    bench.add_argument(
+        "--name", default=None, help="file name of the JSON result (default: the benchmark's name)"
+    )
     bench.add_argument("--out", default="benchmarks/results", help="directory for the JSON results")
     bench.set_defaults(func=_bench)
     return parser

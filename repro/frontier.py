@@ -37,7 +37,9 @@ GPUS_PER_NODE = 8
 
 def step_units(batch_size: int, gpus: int, micro_batch: int, allreduce_units: float = 0.0) -> float:
     """Idealised time of one optimizer step, in units of one micro-batch forward+backward on one GPU."""
-    return max(1, math.ceil(batch_size / (gpus * micro_batch))) + (allreduce_units if gpus > 1 else 0.0)
+    return max(1, math.ceil(batch_size / (gpus * micro_batch))) + (
+        allreduce_units if gpus > 1 else 0.0
+    )
 
 
 def ring_allreduce_seconds(n_bytes: float, gpus: int, gpus_per_node: int = GPUS_PER_NODE) -> float:
@@ -45,8 +47,11 @@ def ring_allreduce_seconds(n_bytes: float, gpus: int, gpus_per_node: int = GPUS_
     inside one node and InfiniBand once the ring spans nodes."""
     if gpus <= 1:
         return 0.0
-    bandwidth, latency = ((NVLINK_BANDWIDTH_BYTES_PER_S, NVLINK_LATENCY_S) if gpus <= gpus_per_node
-                          else (INFINIBAND_BANDWIDTH_BYTES_PER_S, INFINIBAND_LATENCY_S))
+    bandwidth, latency = (
+        (NVLINK_BANDWIDTH_BYTES_PER_S, NVLINK_LATENCY_S)
+        if gpus <= gpus_per_node
+        else (INFINIBAND_BANDWIDTH_BYTES_PER_S, INFINIBAND_LATENCY_S)
+    )
     return 2 * (gpus - 1) / gpus * n_bytes / bandwidth + 2 * (gpus - 1) * latency
 
 
@@ -62,13 +67,21 @@ class MeasuredStepTime:
         per_gpu = math.ceil(batch_size / gpus)
         m = max(self.seconds_by_micro_batch)
         full, rest = divmod(per_gpu, m)
-        compute = full * self.seconds_by_micro_batch[m] + (self.seconds_by_micro_batch[rest] if rest else 0.0)
+        compute = full * self.seconds_by_micro_batch[m] + (
+            self.seconds_by_micro_batch[rest] if rest else 0.0
+        )
         return compute + ring_allreduce_seconds(self.gradient_bytes, gpus)
 
 
 def step_time_table(batch_sizes, gpu_counts, step_time) -> pd.DataFrame:
     """Step time (units of `step_time`) for every batch size x GPU count; `step_time(B, G)`."""
-    return pd.DataFrame([{"batch_size": b, "gpus": g, "step_time": step_time(b, g)} for b in batch_sizes for g in gpu_counts])
+    return pd.DataFrame(
+        [
+            {"batch_size": b, "gpus": g, "step_time": step_time(b, g)}
+            for b in batch_sizes
+            for g in gpu_counts
+        ]
+    )
 
 
 def eval_costs(points: pd.DataFrame, gpus: int, step_time) -> pd.Series:
@@ -78,13 +91,21 @@ def eval_costs(points: pd.DataFrame, gpus: int, step_time) -> pd.Series:
     cost = points["step"] * points["batch_size"].map(lambda b: step_time(int(b), gpus))
     if "step_batch" not in points or points["step_batch"].isna().all():
         return cost
-    scheduled = points[points["step_batch"].notna()].sort_values(["run_id", "step"], kind="mergesort")
+    scheduled = points[points["step_batch"].notna()].sort_values(
+        ["run_id", "step"], kind="mergesort"
+    )
     steps = scheduled.groupby("run_id")["step"].diff().fillna(scheduled["step"])
-    cost.loc[scheduled.index] = (steps * scheduled["step_batch"].map(lambda b: step_time(int(b), gpus))).groupby(scheduled["run_id"]).cumsum()
+    cost.loc[scheduled.index] = (
+        (steps * scheduled["step_batch"].map(lambda b: step_time(int(b), gpus)))
+        .groupby(scheduled["run_id"])
+        .cumsum()
+    )
     return cost
 
 
-def frontier(evals: pd.DataFrame, runs: pd.DataFrame, gpu_counts, deadlines, step_time, speedup: float = 1.0) -> pd.DataFrame:
+def frontier(
+    evals: pd.DataFrame, runs: pd.DataFrame, gpu_counts, deadlines, step_time, speedup: float = 1.0
+) -> pd.DataFrame:
     """Best observed validation loss per (GPUs, deadline), with the batch size and run that reach it.
 
     `evals` has run_id, step, val_loss; `runs` has run_id, batch_size. An evaluation point at step s of
@@ -95,26 +116,49 @@ def frontier(evals: pd.DataFrame, runs: pd.DataFrame, gpu_counts, deadlines, ste
     rows = []
     for g in gpu_counts:
         cost = eval_costs(points, g, step_time) / speedup
-        ranked = points.assign(time=cost).sort_values(["val_loss", "batch_size", "step"], kind="mergesort")
+        ranked = points.assign(time=cost).sort_values(
+            ["val_loss", "batch_size", "step"], kind="mergesort"
+        )
         for t in deadlines:
             feasible = ranked[ranked["time"] <= t]
             if feasible.empty:
-                rows.append({"gpus": g, "deadline": t, "best_val_loss": np.nan, "batch_size": np.nan, "run_id": None, "time": np.nan})
+                rows.append(
+                    {
+                        "gpus": g,
+                        "deadline": t,
+                        "best_val_loss": np.nan,
+                        "batch_size": np.nan,
+                        "run_id": None,
+                        "time": np.nan,
+                    }
+                )
                 continue
             best = feasible.iloc[0]
-            rows.append({"gpus": g, "deadline": t, "best_val_loss": best["val_loss"], "batch_size": int(best["batch_size"]),
-                         "run_id": best["run_id"], "time": best["time"]})
+            rows.append(
+                {
+                    "gpus": g,
+                    "deadline": t,
+                    "best_val_loss": best["val_loss"],
+                    "batch_size": int(best["batch_size"]),
+                    "run_id": best["run_id"],
+                    "time": best["time"],
+                }
+            )
     return pd.DataFrame(rows)
 
 
-def best_per_batch(evals: pd.DataFrame, runs: pd.DataFrame, gpus: int, deadline: float, step_time) -> pd.Series:
+def best_per_batch(
+    evals: pd.DataFrame, runs: pd.DataFrame, gpus: int, deadline: float, step_time
+) -> pd.Series:
     """Best observed val loss for each batch size alone on `gpus` GPUs within `deadline`."""
     points = evals.dropna(subset=["val_loss"]).merge(runs[["run_id", "batch_size"]], on="run_id")
     time = eval_costs(points, gpus, step_time)
     return points[time <= deadline].groupby("batch_size")["val_loss"].min()
 
 
-def crossovers(evals: pd.DataFrame, runs: pd.DataFrame, deadlines, step_time, micro_batch: int) -> pd.DataFrame:
+def crossovers(
+    evals: pd.DataFrame, runs: pd.DataFrame, deadlines, step_time, micro_batch: int
+) -> pd.DataFrame:
     """Deadlines at which a smaller batch on fewer GPUs beats a larger batch on more GPUs.
 
     Each batch B runs on the GPUs it can fill, G = max(1, B / micro_batch); for every deadline and every
@@ -125,14 +169,27 @@ def crossovers(evals: pd.DataFrame, runs: pd.DataFrame, deadlines, step_time, mi
     gpus = {b: max(1, int(b) // micro_batch) for b in batches}
     rows = []
     for t in deadlines:
-        best = {b: best_per_batch(evals, runs, gpus[b], t, step_time).get(b, np.nan) for b in batches}
+        best = {
+            b: best_per_batch(evals, runs, gpus[b], t, step_time).get(b, np.nan) for b in batches
+        }
         for i, b1 in enumerate(batches):
-            for b2 in batches[i + 1:]:
+            for b2 in batches[i + 1 :]:
                 if gpus[b1] >= gpus[b2] or (np.isnan(best[b1]) and np.isnan(best[b2])):
                     continue
-                rows.append({"deadline": t, "small_batch": int(b1), "small_gpus": gpus[b1], "small_loss": best[b1],
-                             "large_batch": int(b2), "large_gpus": gpus[b2], "large_loss": best[b2],
-                             "smaller_wins": bool(best[b1] < best[b2]) if not np.isnan(best[b1]) else False})
+                rows.append(
+                    {
+                        "deadline": t,
+                        "small_batch": int(b1),
+                        "small_gpus": gpus[b1],
+                        "small_loss": best[b1],
+                        "large_batch": int(b2),
+                        "large_gpus": gpus[b2],
+                        "large_loss": best[b2],
+                        "smaller_wins": bool(best[b1] < best[b2])
+                        if not np.isnan(best[b1])
+                        else False,
+                    }
+                )
     return pd.DataFrame(rows)
 
 

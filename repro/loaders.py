@@ -33,7 +33,9 @@ class Packing:
     """A document order and where each document starts in the packed stream (tokens)."""
 
     doc_order: np.ndarray  # [n_docs] indices into the split's documents
-    stream_starts: np.ndarray  # [n_docs + 1] start of each ordered document (incl. its EOS) in the stream
+    stream_starts: (
+        np.ndarray
+    )  # [n_docs + 1] start of each ordered document (incl. its EOS) in the stream
 
 
 def pack(split: Split, doc_order: np.ndarray) -> Packing:
@@ -41,11 +43,17 @@ def pack(split: Split, doc_order: np.ndarray) -> Packing:
     return Packing(doc_order, np.concatenate([[0], np.cumsum(lengths)]))
 
 
-def gather_sequences(split: Split, packing: Packing, eos_id: int, sequence_ids: np.ndarray, seq_len: int) -> np.ndarray:
+def gather_sequences(
+    split: Split, packing: Packing, eos_id: int, sequence_ids: np.ndarray, seq_len: int
+) -> np.ndarray:
     """Sequences `sequence_ids` of the packed stream as an int64 array [n, seq_len + 1]."""
     width = seq_len + 1
-    positions = (np.asarray(sequence_ids, dtype=np.int64)[:, None] * width + np.arange(width)).ravel()
-    slot = np.searchsorted(packing.stream_starts, positions, side="right") - 1  # ordered document index
+    positions = (
+        np.asarray(sequence_ids, dtype=np.int64)[:, None] * width + np.arange(width)
+    ).ravel()
+    slot = (
+        np.searchsorted(packing.stream_starts, positions, side="right") - 1
+    )  # ordered document index
     within = positions - packing.stream_starts[slot]
     docs = packing.doc_order[slot]
     doc_len = split.doc_offsets[docs + 1] - split.doc_offsets[docs]
@@ -59,10 +67,19 @@ def gather_sequences(split: Split, packing: Packing, eos_id: int, sequence_ids: 
 class EpochLoader:
     """Global batches (sequences) of one training split for a given loader kind and seed."""
 
-    def __init__(self, split: Split, eos_id: int, seq_len: int, batch_size: int, kind: str, seed: int):
+    def __init__(
+        self, split: Split, eos_id: int, seq_len: int, batch_size: int, kind: str, seed: int
+    ):
         if kind not in LOADERS:
             raise ValueError(f"unknown loader {kind!r}; choose one of: {', '.join(LOADERS)}")
-        self.split, self.eos_id, self.seq_len, self.batch_size, self.kind, self.seed = split, eos_id, seq_len, batch_size, kind, seed
+        self.split, self.eos_id, self.seq_len, self.batch_size, self.kind, self.seed = (
+            split,
+            eos_id,
+            seq_len,
+            batch_size,
+            kind,
+            seed,
+        )
         self.sequences_per_epoch = (split.n_tokens + split.n_docs) // (seq_len + 1)
         self.steps_per_epoch = self.sequences_per_epoch // batch_size
         self._epoch: int | None = None
@@ -79,7 +96,10 @@ class EpochLoader:
         if self.kind == "repeat":
             self._packing, self._order = self._fixed, self._fixed_order
         elif self.kind == "shuffle":
-            self._packing, self._order = self._fixed, self._rng(epoch).permutation(self.sequences_per_epoch)
+            self._packing, self._order = (
+                self._fixed,
+                self._rng(epoch).permutation(self.sequences_per_epoch),
+            )
         else:
             rng = self._rng(epoch)
             self._packing = pack(self.split, rng.permutation(self.split.n_docs))
@@ -94,12 +114,18 @@ class EpochLoader:
         """`count` sequences of the epoch's order from position `offset` (sequences), int64 [count, seq_len + 1];
         the order does not depend on the batch size, so a batch-size schedule slices the same epoch."""
         self._prepare(epoch)
-        return gather_sequences(self.split, self._packing, self.eos_id, self._order[offset:offset + count], self.seq_len)
+        return gather_sequences(
+            self.split,
+            self._packing,
+            self.eos_id,
+            self._order[offset : offset + count],
+            self.seq_len,
+        )
 
     def epoch_sequence_ids(self, epoch: int) -> np.ndarray:
         """Sequence ids used in `epoch`, in batch order (for tests and analyses)."""
         self._prepare(epoch)
-        return self._order[:self.steps_per_epoch * self.batch_size]
+        return self._order[: self.steps_per_epoch * self.batch_size]
 
 
 def validation_sequences(split: Split, eos_id: int, seq_len: int) -> np.ndarray:
@@ -149,19 +175,26 @@ class StepPlan:
 
 
 def parse_batch_schedule(text: str) -> list[tuple[float, int]]:
-    """"0:4,0.5:16" -> [(0.0, 4), (0.5, 16)]: from each fraction of the training epochs on, that batch
+    """ "0:4,0.5:16" -> [(0.0, 4), (0.5, 16)]: from each fraction of the training epochs on, that batch
     size (sequences). Raises ValueError for a malformed schedule."""
     phases = []
     for item in text.split(","):
         fraction, _, batch = item.partition(":")
         phases.append((float(fraction), int(batch)))
-    if not phases or phases[0][0] != 0 or any(b <= 0 for _, b in phases) or any(
-            not 0 <= f < 1 for f, _ in phases) or [f for f, _ in phases] != sorted({f for f, _ in phases}):
+    if (
+        not phases
+        or phases[0][0] != 0
+        or any(b <= 0 for _, b in phases)
+        or any(not 0 <= f < 1 for f, _ in phases)
+        or [f for f, _ in phases] != sorted({f for f, _ in phases})
+    ):
         raise ValueError(text)
     return phases
 
 
-def step_plan(sequences_per_epoch: int, epochs: int, batch_size: int, batch_schedule: str = "") -> StepPlan:
+def step_plan(
+    sequences_per_epoch: int, epochs: int, batch_size: int, batch_schedule: str = ""
+) -> StepPlan:
     """The steps of a run: `batch_size` every epoch, or the schedule's batch from epoch floor(f * epochs + 1/2) on."""
     batches = [batch_size] * epochs
     if batch_schedule:

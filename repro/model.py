@@ -41,7 +41,9 @@ class ModelConfig:
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
         if self.n_heads % self.n_kv_heads:
-            raise ValueError(f"n_heads={self.n_heads} is not divisible by n_kv_heads={self.n_kv_heads}")
+            raise ValueError(
+                f"n_heads={self.n_heads} is not divisible by n_kv_heads={self.n_kv_heads}"
+            )
         if self.head_dim % 2:
             raise ValueError(f"head_dim={self.head_dim} must be even for rotary embeddings")
 
@@ -99,6 +101,7 @@ def model_config(size: str, vocab_size: int, tie_embeddings: bool = False) -> Mo
 # parameters): K models of one shape then train in one pass, config k's weights acting on x[k] of
 # activations [K, B, T, d]. The unstacked model is the K-less special case and runs the usual kernels.
 
+
 def per_config(weight: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """A vector weight [d] as is, or a stacked one [K, d] shaped to broadcast over x [K, ..., d]."""
     if weight.ndim == 1:
@@ -129,7 +132,9 @@ class RMSNorm(nn.Module):
         return per_config(self.weight, x) * x32.to(x.dtype)
 
 
-def rotary_tables(head_dim: int, max_seq_len: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+def rotary_tables(
+    head_dim: int, max_seq_len: int, theta: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin tables of shape [max_seq_len, head_dim] for the rotate_half convention."""
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
     freqs = torch.outer(torch.arange(max_seq_len, dtype=torch.float32), inv_freq)
@@ -171,7 +176,9 @@ class Attention(nn.Module):
             k = k.repeat_interleave(rep, dim=1)
             v = v.repeat_interleave(rep, dim=1)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return linear(y.transpose(1, 2).reshape(*x.shape[:-1], self.n_heads * self.head_dim), self.wo.weight)
+        return linear(
+            y.transpose(1, 2).reshape(*x.shape[:-1], self.n_heads * self.head_dim), self.wo.weight
+        )
 
 
 class FeedForward(nn.Module):
@@ -226,8 +233,13 @@ class Transformer(nn.Module):
             nn.init.normal_(self.output.weight, 0.0, std)
         residual_std = std / math.sqrt(2 * self.config.n_layers)
         for layer in self.layers:
-            for lin in (layer.attention.wq, layer.attention.wk, layer.attention.wv,
-                        layer.feed_forward.w1, layer.feed_forward.w3):
+            for lin in (
+                layer.attention.wq,
+                layer.attention.wk,
+                layer.attention.wv,
+                layer.feed_forward.w1,
+                layer.feed_forward.w3,
+            ):
                 nn.init.normal_(lin.weight, 0.0, std)
             for lin in (layer.attention.wo, layer.feed_forward.w2):
                 nn.init.normal_(lin.weight, 0.0, residual_std)
@@ -280,17 +292,19 @@ def param_count_table(vocab_size: int) -> list[dict]:
         config = model_config(name, vocab_size)
         non_embedding = _non_embedding_params(config)
         embedding = vocab_size * shape.d_model
-        rows.append({
-            "name": name,
-            "d_model": shape.d_model,
-            "n_layers": shape.n_layers,
-            "n_heads": shape.n_heads,
-            "n_kv_heads": shape.n_kv_heads,
-            "d_ff": shape.d_ff,
-            "params": non_embedding + 2 * embedding,
-            "params_tied": non_embedding + embedding,
-            "params_non_embedding": non_embedding,
-        })
+        rows.append(
+            {
+                "name": name,
+                "d_model": shape.d_model,
+                "n_layers": shape.n_layers,
+                "n_heads": shape.n_heads,
+                "n_kv_heads": shape.n_kv_heads,
+                "d_ff": shape.d_ff,
+                "params": non_embedding + 2 * embedding,
+                "params_tied": non_embedding + embedding,
+                "params_non_embedding": non_embedding,
+            }
+        )
     return rows
 
 

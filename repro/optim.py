@@ -70,9 +70,13 @@ class Schedule:
 
     def __post_init__(self) -> None:
         if self.name not in ("cosine", "wsd", "constant"):
-            raise ValueError(f"unknown schedule {self.name!r}; choose one of: cosine, wsd, constant")
+            raise ValueError(
+                f"unknown schedule {self.name!r}; choose one of: cosine, wsd, constant"
+            )
         if self.decay_shape not in ("linear", "1-sqrt"):
-            raise ValueError(f"unknown decay shape {self.decay_shape!r}; choose one of: linear, 1-sqrt")
+            raise ValueError(
+                f"unknown decay shape {self.decay_shape!r}; choose one of: linear, 1-sqrt"
+            )
         for field in ("warmup_fraction", "min_lr_ratio", "decay_fraction"):
             value = getattr(self, field)
             if not 0.0 <= value <= 1.0:
@@ -86,7 +90,10 @@ def _num_steps(fraction: float, total_steps: int) -> int:
 
 def decay_start_step(schedule: Schedule, total_steps: int) -> int:
     """First step of the WSD decay phase."""
-    return max(_num_steps(schedule.warmup_fraction, total_steps), total_steps - _num_steps(schedule.decay_fraction, total_steps))
+    return max(
+        _num_steps(schedule.warmup_fraction, total_steps),
+        total_steps - _num_steps(schedule.decay_fraction, total_steps),
+    )
 
 
 def lr_multiplier(schedule: Schedule, step: int, total_steps: int) -> float:
@@ -107,7 +114,9 @@ def lr_multiplier(schedule: Schedule, step: int, total_steps: int) -> float:
     last = total_steps - 1
     if schedule.name == "cosine":
         progress = (step - warmup_steps) / (last - warmup_steps) if last > warmup_steps else 1.0
-        return schedule.min_lr_ratio + (1 - schedule.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+        return schedule.min_lr_ratio + (1 - schedule.min_lr_ratio) * 0.5 * (
+            1 + math.cos(math.pi * progress)
+        )
     decay_start = decay_start_step(schedule, total_steps)
     if step < decay_start:
         return 1.0

@@ -11,19 +11,37 @@ from repro.presets import project_root
 
 PALETTE = ["#1b6ca8", "#e07b39", "#3a9e5f", "#c23b4e", "#7d5ba6", "#8c6d46", "#d477b4", "#6f6f6f"]
 MEASURED = {"marker": "o", "linestyle": "-"}
-PROJECTED = {"marker": None, "linestyle": "--", "alpha": 0.7}  # projections are never drawn like measurements
+PROJECTED = {
+    "marker": None,
+    "linestyle": "--",
+    "alpha": 0.7,
+}  # projections are never drawn like measurements
 
 
 def set_style() -> None:
-    plt.rcParams.update({
-        "figure.figsize": (6.0, 4.0), "figure.dpi": 110, "savefig.dpi": 160, "savefig.bbox": "tight",
-        "axes.grid": True, "grid.alpha": 0.3, "axes.spines.top": False, "axes.spines.right": False,
-        "axes.prop_cycle": matplotlib.cycler(color=PALETTE), "legend.frameon": False, "font.size": 10,
-        "axes.titlesize": 11, "axes.labelsize": 10, "lines.markersize": 4,
-    })
+    plt.rcParams.update(
+        {
+            "figure.figsize": (6.0, 4.0),
+            "figure.dpi": 110,
+            "savefig.dpi": 160,
+            "savefig.bbox": "tight",
+            "axes.grid": True,
+            "grid.alpha": 0.3,
+            "axes.spines.top": False,
+            "axes.spines.right": False,
+            "axes.prop_cycle": matplotlib.cycler(color=PALETTE),
+            "legend.frameon": False,
+            "font.size": 10,
+            "axes.titlesize": 11,
+            "axes.labelsize": 10,
+            "lines.markersize": 4,
+        }
+    )
 
 
-def save(fig: plt.Figure, preset: str, name: str, figures_dir: str | Path | None = None) -> list[Path]:
+def save(
+    fig: plt.Figure, preset: str, name: str, figures_dir: str | Path | None = None
+) -> list[Path]:
     """Write `fig` as figures/<preset>/<name>.png and .pdf; returns the paths."""
     folder = Path(figures_dir) if figures_dir else project_root() / "figures" / preset
     folder.mkdir(parents=True, exist_ok=True)

@@ -21,12 +21,16 @@ def notebooks(root: Path, only: list[str] | None = None) -> list[Path]:
         found = [nb for nb in found if nb.name[:2] in only]
         missing = sorted(set(only) - {nb.name[:2] for nb in found})
         if missing:
-            raise ReproError(f"no notebook numbered {missing[0]} in {root / 'notebooks'}; choose from "
-                             f"{', '.join(nb.name[:2] for nb in sorted((root / 'notebooks').glob('[0-9][0-9]_*.ipynb')))}")
+            raise ReproError(
+                f"no notebook numbered {missing[0]} in {root / 'notebooks'}; choose from "
+                f"{', '.join(nb.name[:2] for nb in sorted((root / 'notebooks').glob('[0-9][0-9]_*.ipynb')))}"
+            )
     return found
 
 
-def reproduce(preset: str, only: list[str] | None = None, workers: int | None = None) -> list[tuple[str, float]]:
+def reproduce(
+    preset: str, only: list[str] | None = None, workers: int | None = None
+) -> list[tuple[str, float]]:
     """Run the notebooks in order; returns (stage, wall seconds). For the whole series (no `only`), the
     runs that follow from the preset alone train first as one sweep (Study.prefetch: the longest jobs
     first, no idle workers between notebooks). Raises ReproError naming the failing cell."""
@@ -48,11 +52,19 @@ def reproduce(preset: str, only: list[str] | None = None, workers: int | None = 
     for nb in chosen:
         started = time.perf_counter()
         try:
-            papermill.execute_notebook(str(nb), str(out_dir / nb.name), parameters=parameters, cwd=str(root),
-                                       kernel_name="python3", progress_bar=False)
+            papermill.execute_notebook(
+                str(nb),
+                str(out_dir / nb.name),
+                parameters=parameters,
+                cwd=str(root),
+                kernel_name="python3",
+                progress_bar=False,
+            )
         except papermill.PapermillExecutionError as exc:
-            raise ReproError(f"{nb.name} failed in cell {exc.cell_index} (execution count {exc.exec_count}): "
-                             f"{exc.ename}: {exc.evalue}; see {out_dir / nb.name}") from None
+            raise ReproError(
+                f"{nb.name} failed in cell {exc.cell_index} (execution count {exc.exec_count}): "
+                f"{exc.ename}: {exc.evalue}; see {out_dir / nb.name}"
+            ) from None
         times.append((nb.name, time.perf_counter() - started))
         print(f"{nb.name:<28} {times[-1][1]:8.1f} s", flush=True)
     return times

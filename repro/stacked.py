@@ -21,7 +21,9 @@ def stack_parameters(models: list[Transformer]) -> dict[str, torch.Tensor]:
     """Stack the parameters of `models` (same shape) into {name: [K, ...]} storages; afterwards
     models[k]'s parameters are slice k of them. Tied matrices are stacked once and stay tied."""
     stacked: dict[str, torch.Tensor] = {}
-    for name, _ in models[0].named_parameters():  # a tied matrix appears once, as tok_embeddings.weight
+    for name, _ in models[
+        0
+    ].named_parameters():  # a tied matrix appears once, as tok_embeddings.weight
         storage = torch.stack([m.get_parameter(name).detach() for m in models])
         module_name, _, attr = name.rpartition(".")
         for k, model in enumerate(models):
@@ -43,9 +45,14 @@ class StackedForward:
 
     def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
         """tokens [B, T] (the same batch for every config) -> logits [K_active, B, T, vocab]."""
-        if not self.leaves:  # fresh leaves per optimizer step; gradients accumulate over micro-batches
+        if (
+            not self.leaves
+        ):  # fresh leaves per optimizer step; gradients accumulate over micro-batches
             every = len(self.active) == len(self.models)
-            self.leaves = {n: (s if every else s[self.active]).detach().requires_grad_() for n, s in self.stacked.items()}
+            self.leaves = {
+                n: (s if every else s[self.active]).detach().requires_grad_()
+                for n, s in self.stacked.items()
+            }
         return functional_call(self.models[0], self.leaves, (tokens,))
 
     def scatter_gradients(self) -> None:

@@ -44,17 +44,30 @@ class Study:
         paths = []
         for seed in self.preset.pool_seeds:
             tokenizer = str(paths[0] / "tokenizer.json") if paths else None
-            paths.append(build_pool(self.preset.pool_spec(seed, tokenizer), self.preset.pool_dir(self.data_dir, seed),
-                                    progress=self.progress))
+            paths.append(
+                build_pool(
+                    self.preset.pool_spec(seed, tokenizer),
+                    self.preset.pool_dir(self.data_dir, seed),
+                    progress=self.progress,
+                )
+            )
         return paths
 
     def sized_pools(self) -> list[Path]:
         """The main pool (seed 0) and smaller ones of scaling_pool_tokens, all with its tokenizer and
         validation documents; ordered by size."""
         main = self.pools()[0]
-        sized = [build_pool(replace(self.preset.pool_spec(self.preset.pool_seeds[0], str(main / "tokenizer.json")), tokens=tokens),
-                            self.preset.sized_pool_dir(self.data_dir, tokens), progress=self.progress)
-                 for tokens in sorted(self.preset.scaling_pool_tokens)]
+        sized = [
+            build_pool(
+                replace(
+                    self.preset.pool_spec(self.preset.pool_seeds[0], str(main / "tokenizer.json")),
+                    tokens=tokens,
+                ),
+                self.preset.sized_pool_dir(self.data_dir, tokens),
+                progress=self.progress,
+            )
+            for tokens in sorted(self.preset.scaling_pool_tokens)
+        ]
         return [*sized, main]
 
     def batch_sweep_grid(self) -> dict:
@@ -77,9 +90,12 @@ class Study:
         """The notebooks' grids that follow from the preset alone (the four above, where the preset has
         schedules, noise-scale batches and scaling pools); notebook 03's depend on 02's results."""
         P = self.preset
-        return [self.batch_sweep_grid(), *([self.schedule_grid()] if P.batch_schedules else []),
-                *([self.noise_scale_grid()] if P.noise_scale_batches else []),
-                *([self.scaling_grid()] if P.scaling_pool_tokens else [])]
+        return [
+            self.batch_sweep_grid(),
+            *([self.schedule_grid()] if P.batch_schedules else []),
+            *([self.noise_scale_grid()] if P.noise_scale_batches else []),
+            *([self.scaling_grid()] if P.scaling_pool_tokens else []),
+        ]
 
     def prefetch(self) -> None:
         """Run every preset grid as one sweep, longest jobs first, so that no worker idles between the
@@ -93,8 +109,14 @@ class Study:
 
     def _run(self, grids: dict | list[dict]) -> None:
         """run_sweep into this study's store with its workers and the preset's stacking."""
-        run_sweep(grids, self.store, workers=self.workers, progress=self.progress, stack=self.preset.stack,
-                  max_stacked_batch=self.preset.max_stacked_batch)
+        run_sweep(
+            grids,
+            self.store,
+            workers=self.workers,
+            progress=self.progress,
+            stack=self.preset.stack,
+            max_stacked_batch=self.preset.max_stacked_batch,
+        )
 
     def save(self, fig: plt.Figure, name: str) -> None:
         plots.save(fig, self.preset.name, name, self.root / "figures" / self.preset.name)
@@ -104,7 +126,10 @@ class Study:
         folder = self.root / "figures" / self.preset.name
         folder.mkdir(parents=True, exist_ok=True)
         table.to_csv(folder / f"{name}.csv", index=False)
-        cells = [[str(v).replace("|", "\\|") for v in row] for row in [table.columns, *table.itertuples(index=False)]]
+        cells = [
+            [str(v).replace("|", "\\|") for v in row]
+            for row in [table.columns, *table.itertuples(index=False)]
+        ]
         lines = ["| " + " | ".join(row) + " |" for row in cells]
         lines.insert(1, "|" + "---|" * len(table.columns))
         (folder / f"{name}.md").write_text("\n".join(lines) + "\n")
@@ -118,15 +143,24 @@ def _env_workers() -> int:
     return int(value)
 
 
-def open_study(preset: str | None = None, data_dir: str | None = None, results_dir: str | None = None,
-               workers: int | None = None, source: str | None = None, progress: bool = True) -> Study:
+def open_study(
+    preset: str | None = None,
+    data_dir: str | None = None,
+    results_dir: str | None = None,
+    workers: int | None = None,
+    source: str | None = None,
+    progress: bool = True,
+) -> Study:
     """Resolve a preset (default $REPRO_PRESET, else cpu) and its folders under the project root."""
     chosen = get_preset(preset)
     if source:
         chosen = replace(chosen, pool=replace(chosen.pool, source=source))
     root = project_root()
-    return Study(preset=chosen, root=root,
-                 data_dir=Path(data_dir) if data_dir else root / "data" / "pools",
-                 results_dir=Path(results_dir) if results_dir else root / "runs" / chosen.name,
-                 workers=workers or _env_workers() or chosen.workers,
-                 progress=progress)
+    return Study(
+        preset=chosen,
+        root=root,
+        data_dir=Path(data_dir) if data_dir else root / "data" / "pools",
+        results_dir=Path(results_dir) if results_dir else root / "runs" / chosen.name,
+        workers=workers or _env_workers() or chosen.workers,
+        progress=progress,
+    )

@@ -31,8 +31,8 @@ import math
 import os
 import traceback
 from collections.abc import Callable
-from contextlib import ExitStack
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from multiprocessing import get_context
 from pathlib import Path
@@ -43,7 +43,14 @@ from tqdm.auto import tqdm
 from repro.errors import ReproError
 from repro.loaders import parse_batch_schedule, step_plan
 from repro.optim import decay_start_step
-from repro.train import RunConfig, _write_json, make_run_config, run_identity, stack_key, train_stacked
+from repro.train import (
+    RunConfig,
+    _write_json,
+    make_run_config,
+    run_identity,
+    stack_key,
+    train_stacked,
+)
 
 FINISHED = ("done", "diverged")
 
@@ -79,13 +86,21 @@ def load_grid(grid: str | Path | dict) -> dict:
 def _check_grid(grid: dict) -> None:
     unknown = set(grid) - {"fixed", "axes", "when", "wsd_branches"}
     if unknown:
-        raise ReproError(f"unknown grid key {sorted(unknown)[0]!r}; a grid has fixed, axes, when, wsd_branches")
+        raise ReproError(
+            f"unknown grid key {sorted(unknown)[0]!r}; a grid has fixed, axes, when, wsd_branches"
+        )
     if not isinstance(grid.get("fixed", {}), dict) or not isinstance(grid.get("axes", {}), dict):
         raise ReproError("grid 'fixed' and 'axes' must be mappings of run fields")
     rules = grid.get("when", [])
-    if not isinstance(rules, list) or not all(isinstance(r, dict) and isinstance(r.get("if", {}), dict) and isinstance(r.get("axes"), dict)
-                                              for r in rules):
-        raise ReproError("grid 'when' must be a list of {if: {field: value}, axes: {field: [values]}} rules")
+    if not isinstance(rules, list) or not all(
+        isinstance(r, dict)
+        and isinstance(r.get("if", {}), dict)
+        and isinstance(r.get("axes"), dict)
+        for r in rules
+    ):
+        raise ReproError(
+            "grid 'when' must be a list of {if: {field: value}, axes: {field: [values]}} rules"
+        )
 
 
 def expand(grid: dict) -> list[RunConfig]:
@@ -118,9 +133,13 @@ def plan(grid: dict, store: Path) -> list[PlannedRun]:
     families: dict[str, list[RunConfig]] = {}
     for c in configs:
         if c.schedule != "wsd" or not c.warmup_steps:
-            raise ReproError("wsd_branches needs schedule: wsd and a fixed warmup_steps in every run")
+            raise ReproError(
+                "wsd_branches needs schedule: wsd and a fixed warmup_steps in every run"
+            )
         if c.batch_schedule:
-            raise ReproError("wsd_branches does not support batch_schedule (a branch's steps would not match its trunk's)")
+            raise ReproError(
+                "wsd_branches does not support batch_schedule (a branch's steps would not match its trunk's)"
+            )
         families.setdefault(run_id(_replace(c, epochs=0)), []).append(c)
     planned: list[PlannedRun] = []
     for members in families.values():
@@ -132,7 +151,9 @@ def plan(grid: dict, store: Path) -> list[PlannedRun]:
         trunk_id = run_id(trunk)
         planned.append(PlannedRun(trunk, trunk_id))
         for c in members[:-1]:
-            branch = _replace(c, init_from=str(store / trunk_id / "checkpoints" / f"step-{starts[c.epochs]}.pt"))
+            branch = _replace(
+                c, init_from=str(store / trunk_id / "checkpoints" / f"step-{starts[c.epochs]}.pt")
+            )
             planned.append(PlannedRun(branch, run_id(branch), after=trunk_id))
     return planned
 
@@ -146,7 +167,9 @@ def _steps_per_epoch(config: RunConfig) -> int:
     from repro.loaders import EpochLoader
 
     pool = load_pool(config.pool)
-    return EpochLoader(pool.train, pool.eos_id, config.seq_len, config.batch_size, config.loader, config.seed).steps_per_epoch
+    return EpochLoader(
+        pool.train, pool.eos_id, config.seq_len, config.batch_size, config.loader, config.seed
+    ).steps_per_epoch
 
 
 def _decay_start(config: RunConfig, steps_per_epoch: int) -> int:
@@ -155,6 +178,7 @@ def _decay_start(config: RunConfig, steps_per_epoch: int) -> int:
 
 
 # --- the store ----------------------------------------------------------------------------------
+
 
 def run_status(run_dir: Path) -> str:
     """done | diverged | failed | running (a run that was started, maybe interrupted) | pending."""
@@ -167,7 +191,9 @@ def run_status(run_dir: Path) -> str:
     return "pending"
 
 
-def execute_stack(store: str, members: list[tuple[str, dict]], retry_failed: bool = False, threads: int = 0) -> list[str]:
+def execute_stack(
+    store: str, members: list[tuple[str, dict]], retry_failed: bool = False, threads: int = 0
+) -> list[str]:
     """Claim and run configs (run_id, config) that may train as one stack (train_stacked); a member
     that is finished or held by another process is left out. Returns what happened to each."""
     outcomes: dict[str, str] = {}
@@ -195,13 +221,23 @@ def execute_stack(store: str, members: list[tuple[str, dict]], retry_failed: boo
 
                 torch.set_num_threads(threads)
             try:
-                statuses = train_stacked([c for _, c in claimed], [Path(store) / rid for rid, _ in claimed], progress=False)
+                statuses = train_stacked(
+                    [c for _, c in claimed],
+                    [Path(store) / rid for rid, _ in claimed],
+                    progress=False,
+                )
                 outcomes |= {rid: status["status"] for (rid, _), status in zip(claimed, statuses)}
             except Exception as exc:  # one failing run never stops the sweep
                 for rid, _ in claimed:
                     if run_status(Path(store) / rid) not in FINISHED:
-                        _write_json(Path(store) / rid / "status.json", {"status": "failed", "error": f"{type(exc).__name__}: {exc}",
-                                                                        "traceback": traceback.format_exc()})
+                        _write_json(
+                            Path(store) / rid / "status.json",
+                            {
+                                "status": "failed",
+                                "error": f"{type(exc).__name__}: {exc}",
+                                "traceback": traceback.format_exc(),
+                            },
+                        )
                         outcomes[rid] = "failed"
                     else:
                         outcomes[rid] = run_status(Path(store) / rid)
@@ -216,9 +252,16 @@ def estimated_cost(config: RunConfig) -> float:
     train = json.loads(meta.read_text()).get("splits", {}).get("train") if meta.is_file() else None
     if not train:
         return 0.0
-    plan = step_plan((train["tokens"] + train["docs"]) // (config.seq_len + 1), config.epochs, config.batch_size, config.batch_schedule)
-    passes = sum(steps * math.ceil(batch / (min(config.micro_batch, batch) or batch))
-                 for batch, steps in zip(plan.batch_by_epoch, plan.steps_by_epoch))
+    plan = step_plan(
+        (train["tokens"] + train["docs"]) // (config.seq_len + 1),
+        config.epochs,
+        config.batch_size,
+        config.batch_schedule,
+    )
+    passes = sum(
+        steps * math.ceil(batch / (min(config.micro_batch, batch) or batch))
+        for batch, steps in zip(plan.batch_by_epoch, plan.steps_by_epoch)
+    )
     return plan.sequences_done(plan.total_steps) + passes
 
 
@@ -232,20 +275,33 @@ def stacks(planned: list[PlannedRun], size: int, max_batch: int = 0) -> list[lis
     runs with a batch above `max_batch` sequences (if > 0), which fill the cores alone, stay single."""
     groups: dict[str, list[PlannedRun]] = {}
     for p in planned:
-        largest = max([p.config.batch_size, *(b for _, b in parse_batch_schedule(p.config.batch_schedule))]
-                      if p.config.batch_schedule else [p.config.batch_size])
+        largest = max(
+            [p.config.batch_size, *(b for _, b in parse_batch_schedule(p.config.batch_schedule))]
+            if p.config.batch_schedule
+            else [p.config.batch_size]
+        )
         stackable = size > 1 and not p.config.compile and (not max_batch or largest <= max_batch)
         groups.setdefault(stack_key(p.config) if stackable else p.run_id, []).append(p)
-    return [members[i:i + size] for members in groups.values() for i in range(0, len(members), size)]
+    return [
+        members[i : i + size] for members in groups.values() for i in range(0, len(members), size)
+    ]
 
 
 def _gpu_initializer(queue) -> None:
     os.environ["CUDA_VISIBLE_DEVICES"] = str(queue.get())
 
 
-def run_sweep(grid: str | Path | dict | list[str | Path | dict], store: str | Path, workers: int = 1, executor: str = "local",
-              retry_failed: bool = False, slurm: dict | None = None, progress: bool = True, stack: int = 1,
-              max_stacked_batch: int = 0) -> dict[str, int]:
+def run_sweep(
+    grid: str | Path | dict | list[str | Path | dict],
+    store: str | Path,
+    workers: int = 1,
+    executor: str = "local",
+    retry_failed: bool = False,
+    slurm: dict | None = None,
+    progress: bool = True,
+    stack: int = 1,
+    max_stacked_batch: int = 0,
+) -> dict[str, int]:
     """Run every missing config of `grid` (or of a list of grids, as one sweep) into `store`; returns
     counts of outcomes. Several grids may share one store: identical configs are then run once. With
     stack > 1, up to `stack` configs that differ only in lr and weight decays train at once in one
@@ -261,7 +317,9 @@ def run_sweep(grid: str | Path | dict | list[str | Path | dict], store: str | Pa
     plans = [plan(spec, store) for spec in specs]  # every grid checked before any is recorded
     for spec, runs in zip(specs, plans):
         _write_manifest(store, spec, runs)
-    planned = list({p.run_id: p for runs in plans for p in runs}.values())  # a run in several grids once (same id, same config)
+    planned = list(
+        {p.run_id: p for runs in plans for p in runs}.values()
+    )  # a run in several grids once (same id, same config)
     outcomes: dict[str, int] = {}
     trunks = [p for p in planned if p.after is None]
     branches = [p for p in planned if p.after is not None]
@@ -269,13 +327,17 @@ def run_sweep(grid: str | Path | dict | list[str | Path | dict], store: str | Pa
         for phase in (trunks, branches):
             todo = [p for p in phase if run_status(store / p.run_id) not in FINISHED]
             bar.update(len(phase) - len(todo))
-            waiting = [p for p in todo if p.after and not Path(p.config.init_from).is_file()]  # trunk held by another sweep
+            waiting = [
+                p for p in todo if p.after and not Path(p.config.init_from).is_file()
+            ]  # trunk held by another sweep
             for _ in waiting:
                 outcomes["waiting for trunk"] = outcomes.get("waiting for trunk", 0) + 1
             todo = [p for p in todo if p not in waiting]
             run = _executor(executor, workers, slurm, store)
-            jobs = [(str(store), [(p.run_id, asdict(p.config)) for p in members], retry_failed)
-                    for members in longest_first(stacks(todo, stack, max_stacked_batch))]
+            jobs = [
+                (str(store), [(p.run_id, asdict(p.config)) for p in members], retry_failed)
+                for members in longest_first(stacks(todo, stack, max_stacked_batch))
+            ]
             for job_outcomes in run(jobs):
                 for outcome in job_outcomes:
                     outcomes[outcome] = outcomes.get(outcome, 0) + 1
@@ -286,6 +348,7 @@ def run_sweep(grid: str | Path | dict | list[str | Path | dict], store: str | Pa
 def _executor(kind: str, workers: int, slurm: dict | None, store: Path) -> Callable:
     """A function that runs a list of execute_stack argument tuples and yields their outcome lists."""
     if kind == "local":
+
         def local(jobs):
             import torch
 
@@ -307,8 +370,10 @@ def _executor(kind: str, workers: int, slurm: dict | None, store: Path) -> Calla
                 futures = [pool.submit(execute_stack, *job, threads=threads) for job in jobs]
                 for future in as_completed(futures):
                     yield future.result()
+
         return local
     if kind in ("slurm", "submitit-local"):
+
         def submitted(jobs):
             import submitit
 
@@ -322,6 +387,7 @@ def _executor(kind: str, workers: int, slurm: dict | None, store: Path) -> Calla
             handles = ex.map_array(execute_stack, *zip(*jobs)) if jobs else []
             for handle in handles:
                 yield handle.result()
+
         return submitted
     raise ReproError(f"unknown executor {kind!r}; choose one of: local, slurm, submitit-local")
 
@@ -335,7 +401,9 @@ def _write_manifest(store: Path, spec: dict, planned: list[PlannedRun]) -> None:
         known = {r["run_id"] for r in manifest["runs"]}
         if spec not in manifest["grids"]:
             manifest["grids"].append(spec)
-        manifest["runs"] += [{"run_id": p.run_id, "after": p.after} for p in planned if p.run_id not in known]
+        manifest["runs"] += [
+            {"run_id": p.run_id, "after": p.after} for p in planned if p.run_id not in known
+        ]
         tmp = store / f"sweep.json.tmp-{os.getpid()}"
         tmp.write_text(json.dumps(manifest, indent=2, default=str) + "\n")
         os.replace(tmp, path)
@@ -346,7 +414,9 @@ def sweep_status(store: str | Path) -> dict[str, int]:
     store = Path(store)
     manifest = store / "sweep.json"
     if not manifest.exists():
-        raise ReproError(f"{store} is not a sweep directory (no sweep.json); start one with: repro sweep run GRID.yaml --out {store}")
+        raise ReproError(
+            f"{store} is not a sweep directory (no sweep.json); start one with: repro sweep run GRID.yaml --out {store}"
+        )
     counts: dict[str, int] = {}
     for entry in json.loads(manifest.read_text())["runs"]:
         state = run_status(store / entry["run_id"])

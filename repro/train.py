@@ -34,14 +34,19 @@ import yaml
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from tqdm.auto import tqdm
 
+from repro.cbs import MicroBatchNorms, NoiseScaleEMA
 from repro.data.pool import Pool, load_pool
 from repro.errors import ReproError
-from repro.cbs import MicroBatchNorms, NoiseScaleEMA
-from repro.loaders import LOADERS, EpochLoader, parse_batch_schedule, step_plan, validation_sequences
+from repro.loaders import (
+    LOADERS,
+    EpochLoader,
+    parse_batch_schedule,
+    step_plan,
+    validation_sequences,
+)
 from repro.model import SIZES, Transformer, model_config
 from repro.optim import GRAD_CLIP, Schedule, build_optimizer, lr_multiplier
 from repro.stacked import StackedForward, stack_parameters
-
 
 EVAL_BATCH = 16  # sequences per validation forward pass, at least (no gradients, so larger than tiny micro-batches)
 
@@ -60,7 +65,9 @@ class RunConfig:
     loader: str = "repack"  # repeat | shuffle | repack
     schedule: str = "cosine"  # cosine | wsd | constant
     warmup: float = 0.01  # fraction of all steps
-    warmup_steps: int = 0  # if > 0, the warmup length in steps (overrides `warmup`; WSD branches need it fixed)
+    warmup_steps: int = (
+        0  # if > 0, the warmup length in steps (overrides `warmup`; WSD branches need it fixed)
+    )
     min_lr_ratio: float = 0.1
     decay_fraction: float = 0.2  # wsd: last fraction of steps
     decay_shape: str = "linear"  # wsd: linear | 1-sqrt
@@ -72,14 +79,24 @@ class RunConfig:
     compile: bool = False
     threads: int = 0  # CPU threads per process; 0: torch's default
     vocab_size: int = 0  # 0: the pool's; otherwise must equal it
-    save_steps: str = ""  # comma-separated steps at which to keep checkpoints/step-N.pt (a WSD trunk)
+    save_steps: str = (
+        ""  # comma-separated steps at which to keep checkpoints/step-N.pt (a WSD trunk)
+    )
     init_from: str = ""  # a checkpoints/step-N.pt of another run to continue from (a WSD branch)
     batch_schedule: str = ""  # "f:B,...": batch B (sequences) from fraction f of the epochs on; lr * sqrt(B / batch_size)
-    noise_scale: bool = False  # log the gradient noise scale (needs >= 2 micro-batches or processes per step)
+    noise_scale: bool = (
+        False  # log the gradient noise scale (needs >= 2 micro-batches or processes per step)
+    )
 
     def schedule_for(self, total_steps: int) -> Schedule:
         warmup = self.warmup_steps / total_steps if self.warmup_steps else self.warmup
-        return Schedule(self.schedule, min(warmup, 1.0), self.min_lr_ratio, self.decay_fraction, self.decay_shape)
+        return Schedule(
+            self.schedule,
+            min(warmup, 1.0),
+            self.min_lr_ratio,
+            self.decay_fraction,
+            self.decay_shape,
+        )
 
 
 def _coerce(name: str, kind: type, value):
@@ -101,23 +118,32 @@ def _coerce(name: str, kind: type, value):
 
 def make_run_config(values: dict) -> RunConfig:
     """A RunConfig from a dict of field values (strings are converted to the field's type)."""
-    types = {f.name: {"int": int, "float": float, "bool": bool, "str": str}[f.type] for f in fields(RunConfig)}
+    types = {
+        f.name: {"int": int, "float": float, "bool": bool, "str": str}[f.type]
+        for f in fields(RunConfig)
+    }
     unknown = sorted(set(values) - set(types))
     if unknown:
         raise ReproError(f"unknown run field {unknown[0]!r}; valid fields: {', '.join(types)}")
     return RunConfig(**{k: _coerce(k, types[k], v) for k, v in values.items()})
 
 
-def load_run_config(config_file: str | None, overrides: list[str], pool: str | None = None) -> RunConfig:
+def load_run_config(
+    config_file: str | None, overrides: list[str], pool: str | None = None
+) -> RunConfig:
     """RunConfig from an optional YAML file, then `key=value` overrides, then --pool."""
     values: dict = {}
     if config_file:
         try:
             values = yaml.safe_load(Path(config_file).read_text()) or {}
         except (OSError, yaml.YAMLError) as exc:
-            raise ReproError(f"cannot read config {config_file}: {str(exc).splitlines()[0]}") from None
+            raise ReproError(
+                f"cannot read config {config_file}: {str(exc).splitlines()[0]}"
+            ) from None
         if not isinstance(values, dict):
-            raise ReproError(f"config {config_file} must be a mapping of run fields (key: value lines)")
+            raise ReproError(
+                f"config {config_file} must be a mapping of run fields (key: value lines)"
+            )
     for item in overrides:
         key, sep, value = item.partition("=")
         if not sep:
@@ -142,6 +168,7 @@ def run_identity(config: RunConfig) -> dict:
 
 # --- validation before any compute ------------------------------------------------------------
 
+
 def check_config(config: RunConfig, pool: Pool, world_size: int = 1) -> EpochLoader:
     """Raise a one-line ReproError for a bad config; return the training loader."""
     if config.model not in SIZES:
@@ -153,16 +180,22 @@ def check_config(config: RunConfig, pool: Pool, world_size: int = 1) -> EpochLoa
     except ValueError as exc:
         raise ReproError(str(exc)) from None
     if config.init_from and not Path(config.init_from).is_file():
-        raise ReproError(f"init_from checkpoint {config.init_from} does not exist; run the trunk first")
+        raise ReproError(
+            f"init_from checkpoint {config.init_from} does not exist; run the trunk first"
+        )
     try:
         _save_steps(config)
     except ValueError:
-        raise ReproError(f"save_steps={config.save_steps!r} is not a comma-separated list of steps") from None
+        raise ReproError(
+            f"save_steps={config.save_steps!r} is not a comma-separated list of steps"
+        ) from None
     for name in ("lr", "epochs", "batch_size", "seq_len", "eval_every"):
         if getattr(config, name) <= 0:
             raise ReproError(f"{name} must be positive, got {getattr(config, name)}")
     if config.eval_every > 1:
-        raise ReproError(f"eval_every={config.eval_every} epochs; evaluate at least once per epoch (eval_every <= 1)")
+        raise ReproError(
+            f"eval_every={config.eval_every} epochs; evaluate at least once per epoch (eval_every <= 1)"
+        )
     if config.weight_decay < 0 or config.embedding_weight_decay < 0:
         raise ReproError("weight decays must be >= 0")
     if config.micro_batch < 0 or config.seed < 0 or config.threads < 0 or config.warmup_steps < 0:
@@ -170,38 +203,59 @@ def check_config(config: RunConfig, pool: Pool, world_size: int = 1) -> EpochLoa
     if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", config.device):
         raise ReproError(f"device={config.device!r}; use auto, cpu, cuda or cuda:N")
     if config.device.startswith("cuda") and not torch.cuda.is_available():
-        raise ReproError(f"device={config.device} but no CUDA device is visible; use device=cpu or auto")
+        raise ReproError(
+            f"device={config.device} but no CUDA device is visible; use device=cpu or auto"
+        )
     if abs(1 / config.eval_every - round(1 / config.eval_every)) > 1e-9:
-        raise ReproError(f"eval_every={config.eval_every} epochs must be 1/k for a whole number k (1, 0.5, 0.25, ...)")
+        raise ReproError(
+            f"eval_every={config.eval_every} epochs must be 1/k for a whole number k (1, 0.5, 0.25, ...)"
+        )
     try:
         phases = parse_batch_schedule(config.batch_schedule) if config.batch_schedule else []
     except ValueError:
-        raise ReproError(f"batch_schedule={config.batch_schedule!r} must look like 0:4,0.5:16 (fraction of epochs:batch size, "
-                         "starting at 0, fractions increasing below 1)") from None
+        raise ReproError(
+            f"batch_schedule={config.batch_schedule!r} must look like 0:4,0.5:16 (fraction of epochs:batch size, "
+            "starting at 0, fractions increasing below 1)"
+        ) from None
     for batch_size in {config.batch_size, *(b for _, b in phases)}:
         micro, n_micro = _micro_batches(config, batch_size, world_size)
         if micro == 0 or batch_size % (micro * world_size):
-            raise ReproError(f"batch_size {batch_size} is not divisible by micro_batch {micro} x world size {world_size}")
+            raise ReproError(
+                f"batch_size {batch_size} is not divisible by micro_batch {micro} x world size {world_size}"
+            )
         if config.noise_scale and n_micro * world_size < 2:
-            raise ReproError(f"noise_scale needs at least two micro-batches or processes per step; set micro_batch below "
-                             f"{batch_size // world_size}")
+            raise ReproError(
+                f"noise_scale needs at least two micro-batches or processes per step; set micro_batch below "
+                f"{batch_size // world_size}"
+            )
     max_len = SIZES[config.model].max_seq_len
     if config.seq_len > max_len:
-        raise ReproError(f"seq_len {config.seq_len} exceeds model {config.model}'s limit of {max_len} tokens")
+        raise ReproError(
+            f"seq_len {config.seq_len} exceeds model {config.model}'s limit of {max_len} tokens"
+        )
     if config.vocab_size and config.vocab_size != pool.vocab_size:
-        raise ReproError(f"pool vocab {pool.vocab_size} does not match the model's vocab_size {config.vocab_size}")
-    loader = EpochLoader(pool.train, pool.eos_id, config.seq_len, config.batch_size, config.loader, config.seed)
+        raise ReproError(
+            f"pool vocab {pool.vocab_size} does not match the model's vocab_size {config.vocab_size}"
+        )
+    loader = EpochLoader(
+        pool.train, pool.eos_id, config.seq_len, config.batch_size, config.loader, config.seed
+    )
     largest = max([config.batch_size, *(b for _, b in phases)])
     if loader.sequences_per_epoch < largest:
-        raise ReproError(f"the pool's training split packs into {loader.sequences_per_epoch} sequences of {config.seq_len + 1} "
-                         f"tokens, less than one batch of {largest}; lower seq_len or batch_size, or use a larger pool")
+        raise ReproError(
+            f"the pool's training split packs into {loader.sequences_per_epoch} sequences of {config.seq_len + 1} "
+            f"tokens, less than one batch of {largest}; lower seq_len or batch_size, or use a larger pool"
+        )
     if (pool.val.n_tokens + pool.val.n_docs) // (config.seq_len + 1) < world_size:
-        raise ReproError(f"the validation split packs into fewer than {world_size} sequence(s) of {config.seq_len + 1} tokens "
-                         "(one per process); lower seq_len or use a larger validation split")
+        raise ReproError(
+            f"the validation split packs into fewer than {world_size} sequence(s) of {config.seq_len + 1} tokens "
+            "(one per process); lower seq_len or use a larger validation split"
+        )
     return loader
 
 
 # --- the run ----------------------------------------------------------------------------------
+
 
 def _parsed_step(line: str) -> float:
     """Step of a metrics line; a line torn by a kill counts as after every checkpoint."""
@@ -226,7 +280,11 @@ def _evaluation_steps(steps_by_epoch: tuple[int, ...], eval_every: float) -> lis
     """Steps (counted from 1) after which validation runs: evenly spaced, always at each epoch end."""
     per_epoch = max(1, round(1 / eval_every))
     starts = np.concatenate([[0], np.cumsum(steps_by_epoch)])
-    points = {int(starts[e]) + max(1, round(i * n / per_epoch)) for e, n in enumerate(steps_by_epoch) for i in range(1, per_epoch + 1)}
+    points = {
+        int(starts[e]) + max(1, round(i * n / per_epoch))
+        for e, n in enumerate(steps_by_epoch)
+        for i in range(1, per_epoch + 1)
+    }
     return sorted(points)
 
 
@@ -237,18 +295,29 @@ def _write_json(path: Path, obj: dict) -> None:
 
 
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, sequences: np.ndarray, micro_batch: int, device: torch.device, autocast,
-             rank: int = 0, world_size: int = 1) -> float:
+def evaluate(
+    model: torch.nn.Module,
+    sequences: np.ndarray,
+    micro_batch: int,
+    device: torch.device,
+    autocast,
+    rank: int = 0,
+    world_size: int = 1,
+) -> float:
     """Mean validation loss (nats/token) over all sequences; ranks split the sequences."""
     model.eval()
     total = torch.zeros(2, dtype=torch.float64, device=device)
     mine = sequences[rank::world_size]
     for start in range(0, len(mine), micro_batch):
-        batch = torch.from_numpy(mine[start:start + micro_batch]).to(device)
+        batch = torch.from_numpy(mine[start : start + micro_batch]).to(device)
         with autocast:
             logits = model(batch[:, :-1])
-        loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1), reduction="sum")
-        total += torch.stack([loss.double(), torch.tensor(batch[:, 1:].numel(), dtype=torch.float64, device=device)])
+        loss = F.cross_entropy(
+            logits.float().reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1), reduction="sum"
+        )
+        total += torch.stack(
+            [loss.double(), torch.tensor(batch[:, 1:].numel(), dtype=torch.float64, device=device)]
+        )
     if world_size > 1:
         dist.all_reduce(total)
     model.train()
@@ -261,7 +330,9 @@ STACKABLE = ("lr", "weight_decay", "embedding_weight_decay")
 
 def stack_key(config: RunConfig) -> str:
     """Runs with equal keys can train as one stack: same pool, shape, data order and schedule."""
-    return json.dumps({k: v for k, v in run_identity(config).items() if k not in STACKABLE}, sort_keys=True)
+    return json.dumps(
+        {k: v for k, v in run_identity(config).items() if k not in STACKABLE}, sort_keys=True
+    )
 
 
 def train(config: RunConfig, out: str | Path, progress: bool = True) -> dict:
@@ -269,7 +340,9 @@ def train(config: RunConfig, out: str | Path, progress: bool = True) -> dict:
     return train_stacked([config], [out], progress)[0]
 
 
-def train_stacked(configs: list[RunConfig], outs: list[str | Path], progress: bool = True) -> list[dict]:
+def train_stacked(
+    configs: list[RunConfig], outs: list[str | Path], progress: bool = True
+) -> list[dict]:
     """Train runs that differ only in STACKABLE fields at once, each into its own directory, each
     resumed or skipped as `train` would; returns each run's final status. One run (the usual case)
     may use DDP and torch.compile; a stack of several is a single eager process."""
@@ -285,7 +358,9 @@ def train_stacked(configs: list[RunConfig], outs: list[str | Path], progress: bo
         if len({stack_key(c) for c in configs}) > 1:
             raise ReproError(f"stacked runs may differ only in {', '.join(STACKABLE)}")
         if world_size > 1 or configs[0].compile:
-            raise ReproError("stacked runs train in one process without torch.compile; run them one by one")
+            raise ReproError(
+                "stacked runs train in one process without torch.compile; run them one by one"
+            )
     pool = load_pool(configs[0].pool)
     loader = check_config(configs[0], pool, world_size)
     for config in configs[1:]:
@@ -296,8 +371,11 @@ def train_stacked(configs: list[RunConfig], outs: list[str | Path], progress: bo
         return [finished[i] for i in range(len(configs))]
 
     config = configs[todo[0]]
-    device = torch.device("cuda" if config.device == "auto" and torch.cuda.is_available() else
-                          ("cpu" if config.device == "auto" else config.device))
+    device = torch.device(
+        "cuda"
+        if config.device == "auto" and torch.cuda.is_available()
+        else ("cpu" if config.device == "auto" else config.device)
+    )
     if world_size > 1:
         if not dist.is_initialized():
             dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
@@ -313,7 +391,9 @@ def train_stacked(configs: list[RunConfig], outs: list[str | Path], progress: bo
     try:
         members = [_open_member(configs[i], outs[i], pool, device, rank) for i in todo]
         by_step: dict[int, list[_Member]] = {}
-        for member in members:  # members resumed from different checkpoints train as separate stacks
+        for (
+            member
+        ) in members:  # members resumed from different checkpoints train as separate stacks
             by_step.setdefault(member.step, []).append(member)
         finals: dict[Path, dict] = {}
         for group in by_step.values():
@@ -322,7 +402,10 @@ def train_stacked(configs: list[RunConfig], outs: list[str | Path], progress: bo
         if rank == 0:
             for i in todo:
                 if not _is_finished(outs[i]):
-                    _write_json(outs[i] / "status.json", {"status": "failed", "error": f"{type(exc).__name__}: {exc}"})
+                    _write_json(
+                        outs[i] / "status.json",
+                        {"status": "failed", "error": f"{type(exc).__name__}: {exc}"},
+                    )
         raise
     return [finished[i] or finals[outs[i]] for i in range(len(configs))]
 
@@ -340,11 +423,15 @@ def _finished_status(config: RunConfig, out: Path) -> dict | None:
     config_path, status_path = out / "config.json", out / "status.json"
     if not config_path.exists():
         return None
-    existing = run_identity(make_run_config(json.loads(config_path.read_text())))  # fields added later take defaults
+    existing = run_identity(
+        make_run_config(json.loads(config_path.read_text()))
+    )  # fields added later take defaults
     wanted = run_identity(config)
     if existing != wanted:
         diff = sorted(k for k in wanted if existing.get(k) != wanted[k])
-        raise ReproError(f"{out} holds a different run (differs in {', '.join(diff)}); choose another --out")
+        raise ReproError(
+            f"{out} holds a different run (differs in {', '.join(diff)}); choose another --out"
+        )
     if status_path.exists():
         status = json.loads(status_path.read_text())
         if status["status"] in ("done", "diverged"):
@@ -365,7 +452,9 @@ class _Member:
     wall_offset: float = 0.0
     loss_sum: float = 0.0  # training loss summed since the last evaluation
     loss_steps: int = 0
-    best: dict = field(default_factory=lambda: {"best_val_loss": None, "best_step": None, "best_epoch": None})
+    best: dict = field(
+        default_factory=lambda: {"best_val_loss": None, "best_step": None, "best_epoch": None}
+    )
     noise: NoiseScaleEMA = field(default_factory=NoiseScaleEMA)
 
     def log(self, record: dict) -> None:
@@ -373,12 +462,18 @@ class _Member:
             f.write(json.dumps(record) + "\n")
 
 
-def _open_member(config: RunConfig, out: Path, pool: Pool, device: torch.device, rank: int) -> _Member:
+def _open_member(
+    config: RunConfig, out: Path, pool: Pool, device: torch.device, rank: int
+) -> _Member:
     """Build the run's model (seeded) and load its checkpoint, or the trunk's for a WSD branch."""
     torch.manual_seed(config.seed)
-    model = Transformer(model_config(config.model, pool.vocab_size, config.tie_embeddings)).to(device)
+    model = Transformer(model_config(config.model, pool.vocab_size, config.tie_embeddings)).to(
+        device
+    )
     metrics_path, ckpt_path = out / "metrics.jsonl", out / "checkpoint.pt"
-    start_from = ckpt_path if ckpt_path.exists() else (Path(config.init_from) if config.init_from else None)
+    start_from = (
+        ckpt_path if ckpt_path.exists() else (Path(config.init_from) if config.init_from else None)
+    )
     member = _Member(config, out, model, None)
     if start_from is None:
         if rank == 0:
@@ -388,19 +483,32 @@ def _open_member(config: RunConfig, out: Path, pool: Pool, device: torch.device,
     model.load_state_dict(ckpt["model"])
     torch.set_rng_state(ckpt["torch_rng"].cpu())
     random.setstate(ckpt["python_rng"])
-    member.checkpoint, member.step, member.wall_offset, member.best = ckpt, ckpt["step"], ckpt["wall_s"], ckpt["best"]
+    member.checkpoint, member.step, member.wall_offset, member.best = (
+        ckpt,
+        ckpt["step"],
+        ckpt["wall_s"],
+        ckpt["best"],
+    )
     member.loss_sum, member.loss_steps = ckpt["loss_sum"], ckpt["loss_steps"]
     member.noise = NoiseScaleEMA(**ckpt.get("noise", {}))
-    if rank == 0:  # keep the metric lines up to the checkpoint (of this run, or of the trunk for a branch)
-        source = metrics_path if start_from == ckpt_path else start_from.parent.parent / "metrics.jsonl"
-        lines = [line for line in source.read_text().splitlines() if _parsed_step(line) <= member.step]
+    if (
+        rank == 0
+    ):  # keep the metric lines up to the checkpoint (of this run, or of the trunk for a branch)
+        source = (
+            metrics_path if start_from == ckpt_path else start_from.parent.parent / "metrics.jsonl"
+        )
+        lines = [
+            line for line in source.read_text().splitlines() if _parsed_step(line) <= member.step
+        ]
         tmp = metrics_path.with_name("metrics.jsonl.tmp")
         tmp.write_text("".join(line + "\n" for line in lines))
         os.replace(tmp, metrics_path)
     return member
 
 
-def _local_norm_hook(state, bucket):  # no annotations: DDP checks them against real types, not strings
+def _local_norm_hook(
+    state, bucket
+):  # no annotations: DDP checks them against real types, not strings
     """DDP comm hook (state: dict, bucket: dist.GradBucket -> Future): add the squared norm of this rank's
     gradients, then all-reduce them as usual."""
     state["sq"] += bucket.buffer().float().pow(2).sum()
@@ -411,16 +519,39 @@ def _save_checkpoint(path: Path, member: _Member, step: int, wall_s: float) -> N
     """Everything needed to continue exactly: weights, AdamW state, RNG, progress, the open loss window."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    weights = {k: v.clone() if v.untyped_storage().nbytes() > v.nbytes else v  # a stacked slice: save only the slice
-               for k, v in member.model.state_dict().items()}
-    torch.save({"model": weights, "optimizer": member.optimizer.state_dict(), "torch_rng": torch.get_rng_state(),
-                "python_rng": random.getstate(), "step": step, "wall_s": wall_s, "best": member.best,
-                "loss_sum": member.loss_sum, "loss_steps": member.loss_steps, "noise": member.noise.state()}, tmp)
+    weights = {
+        k: v.clone()
+        if v.untyped_storage().nbytes() > v.nbytes
+        else v  # a stacked slice: save only the slice
+        for k, v in member.model.state_dict().items()
+    }
+    torch.save(
+        {
+            "model": weights,
+            "optimizer": member.optimizer.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+            "python_rng": random.getstate(),
+            "step": step,
+            "wall_s": wall_s,
+            "best": member.best,
+            "loss_sum": member.loss_sum,
+            "loss_steps": member.loss_steps,
+            "noise": member.noise.state(),
+        },
+        tmp,
+    )
     os.replace(tmp, path)
 
 
-def _run(members: list[_Member], pool: Pool, loader: EpochLoader, device: torch.device,
-         rank: int, world_size: int, progress: bool) -> dict[Path, dict]:
+def _run(
+    members: list[_Member],
+    pool: Pool,
+    loader: EpochLoader,
+    device: torch.device,
+    rank: int,
+    world_size: int,
+    progress: bool,
+) -> dict[Path, dict]:
     """Train the members (same shape, data order and schedule; all at the same step) to the end;
     returns each member's final status by run directory (on every rank)."""
     config = members[0].config
@@ -429,7 +560,9 @@ def _run(members: list[_Member], pool: Pool, loader: EpochLoader, device: torch.
         model = members[0].model
         train_model = model
         if world_size > 1:
-            train_model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+            train_model = torch.nn.parallel.DistributedDataParallel(
+                model, device_ids=[device.index] if device.type == "cuda" else None
+            )
             if config.noise_scale:  # each rank's gradient norm before the all-reduce
                 noise_hook = {"sq": torch.zeros((), device=device)}
                 train_model.register_comm_hook(noise_hook, _local_norm_hook)
@@ -437,68 +570,115 @@ def _run(members: list[_Member], pool: Pool, loader: EpochLoader, device: torch.
             train_model = torch.compile(train_model)
         forward, stack = (lambda tokens: train_model(tokens)[None]), None
     else:
-        stack = StackedForward([m.model for m in members], stack_parameters([m.model for m in members]))
+        stack = StackedForward(
+            [m.model for m in members], stack_parameters([m.model for m in members])
+        )
         forward, train_model = stack, None
+
     def gradient_holders() -> list[torch.Tensor]:
         """The tensors backward writes gradients to: the stack's [K, ...] leaves, or the one model's parameters."""
-        return list(stack.leaves.values()) if stack is not None else list(members[0].model.parameters())
+        return (
+            list(stack.leaves.values())
+            if stack is not None
+            else list(members[0].model.parameters())
+        )
 
     for member in members:
-        member.optimizer = build_optimizer(member.model, member.config.lr, member.config.weight_decay,
-                                           member.config.embedding_weight_decay)
+        member.optimizer = build_optimizer(
+            member.model,
+            member.config.lr,
+            member.config.weight_decay,
+            member.config.embedding_weight_decay,
+        )
         if member.checkpoint is not None:
             member.optimizer.load_state_dict(member.checkpoint["optimizer"])
             member.checkpoint = None
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
+    autocast = (
+        torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
+    )
 
-    plan = step_plan(loader.sequences_per_epoch, config.epochs, config.batch_size, config.batch_schedule)
+    plan = step_plan(
+        loader.sequences_per_epoch, config.epochs, config.batch_size, config.batch_schedule
+    )
     steps_per_epoch = plan.steps_by_epoch[0]
     total_steps = plan.total_steps
     schedule = config.schedule_for(total_steps)
     save_steps = _save_steps(config)
     eval_steps = set(_evaluation_steps(plan.steps_by_epoch, config.eval_every))
     val_sequences = validation_sequences(pool.val, pool.eos_id, config.seq_len)
-    eval_batch = max(_micro_batches(config, config.batch_size, world_size)[0], EVAL_BATCH)  # the same in every schedule phase
+    eval_batch = max(
+        _micro_batches(config, config.batch_size, world_size)[0], EVAL_BATCH
+    )  # the same in every schedule phase
     step = members[0].step
 
     if rank == 0:
         for member in members:
-            _write_json(member.out / "status.json", {"status": "running", "step": step, "total_steps": total_steps})
+            _write_json(
+                member.out / "status.json",
+                {"status": "running", "step": step, "total_steps": total_steps},
+            )
 
     finals: dict[Path, dict] = {}
 
     def finish(member: _Member, status: str) -> None:
-        finals[member.out] = {"status": status, "step": step, "total_steps": total_steps, "steps_per_epoch": steps_per_epoch,
-                              "wall_s": time.perf_counter() - started[member.out], "stacked": len(members), **member.best}
+        finals[member.out] = {
+            "status": status,
+            "step": step,
+            "total_steps": total_steps,
+            "steps_per_epoch": steps_per_epoch,
+            "wall_s": time.perf_counter() - started[member.out],
+            "stacked": len(members),
+            **member.best,
+        }
         if rank == 0:
             _write_json(member.out / "status.json", finals[member.out])
 
     started = {m.out: time.perf_counter() - m.wall_offset for m in members}
     active = list(members)
     name = members[0].out.name + (f" +{len(members) - 1}" if len(members) > 1 else "")
-    bar = tqdm(total=total_steps, initial=step, desc=name, unit="step", disable=not progress or rank != 0, leave=False)
+    bar = tqdm(
+        total=total_steps,
+        initial=step,
+        desc=name,
+        unit="step",
+        disable=not progress or rank != 0,
+        leave=False,
+    )
     while step < total_steps and active:
         epoch, step_in_epoch, batch_size = plan.locate(step)
         per_rank = batch_size // world_size
         micro, n_micro = _micro_batches(config, batch_size, world_size)
-        multiplier = lr_multiplier(schedule, step, total_steps) * math.sqrt(batch_size / config.batch_size)
+        multiplier = lr_multiplier(schedule, step, total_steps) * math.sqrt(
+            batch_size / config.batch_size
+        )
         for member in active:
             for group in member.optimizer.param_groups:
                 group["lr"] = member.config.lr * multiplier
-        rows = loader.sequences(epoch, step_in_epoch * batch_size, batch_size)[rank * per_rank:(rank + 1) * per_rank]
+        rows = loader.sequences(epoch, step_in_epoch * batch_size, batch_size)[
+            rank * per_rank : (rank + 1) * per_rank
+        ]
         batch = torch.from_numpy(rows).to(device)
         step_loss = torch.zeros(len(active), device=device)
-        micro_norms = MicroBatchNorms(stacked=stack is not None) if config.noise_scale and world_size == 1 else None
+        micro_norms = (
+            MicroBatchNorms(stacked=stack is not None)
+            if config.noise_scale and world_size == 1
+            else None
+        )
         for m in range(n_micro):
-            chunk = batch[m * micro:(m + 1) * micro]
+            chunk = batch[m * micro : (m + 1) * micro]
             sync = world_size == 1 or m == n_micro - 1
-            with (nullcontext() if sync else train_model.no_sync()), autocast:
+            with nullcontext() if sync else train_model.no_sync(), autocast:
                 logits = forward(chunk[:, :-1])  # [members, B, T, vocab]
                 targets = chunk[:, 1:].reshape(-1).repeat(len(active))
                 if len(active) == 1:
-                    loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets)[None] / n_micro
+                    loss = (
+                        F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets)[None]
+                        / n_micro
+                    )
                 else:  # one mean per config
-                    token_loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets, reduction="none")
+                    token_loss = F.cross_entropy(
+                        logits.float().reshape(-1, logits.shape[-1]), targets, reduction="none"
+                    )
                     loss = token_loss.view(len(active), -1).mean(1) / n_micro
             loss.sum().backward()
             step_loss += loss.detach()
@@ -518,35 +698,69 @@ def _run(members: list[_Member], pool: Pool, loader: EpochLoader, device: torch.
         for k, member in enumerate(active):
             norm = torch.nn.utils.clip_grad_norm_(member.model.parameters(), GRAD_CLIP)
             if small_sq is not None:
-                member.noise.update(small_sq[k].item(), norm.item() ** 2, per_rank if noise_hook is not None else micro, batch_size)
+                member.noise.update(
+                    small_sq[k].item(),
+                    norm.item() ** 2,
+                    per_rank if noise_hook is not None else micro,
+                    batch_size,
+                )
             member.optimizer.step()
             member.optimizer.zero_grad(set_to_none=True)
         step += 1
         bar.update()
         for k, (member, step_loss_value) in enumerate(zip(list(active), step_loss.tolist())):
             lr = member.config.lr * multiplier
-            record = {"step": step, "epoch": plan.epochs_done(step), "tokens": plan.sequences_done(step) * config.seq_len, "lr": lr}
+            record = {
+                "step": step,
+                "epoch": plan.epochs_done(step),
+                "tokens": plan.sequences_done(step) * config.seq_len,
+                "lr": lr,
+            }
             if config.batch_schedule:
                 record["step_batch"] = batch_size
             if config.noise_scale:
                 record |= member.noise.values()
             diverged = not math.isfinite(step_loss_value)
             if diverged:
-                record |= {"train_loss": None, "wall_s": time.perf_counter() - started[member.out], "diverged": True}
+                record |= {
+                    "train_loss": None,
+                    "wall_s": time.perf_counter() - started[member.out],
+                    "diverged": True,
+                }
             else:
                 member.loss_sum += step_loss_value
                 member.loss_steps += 1
-                record["train_loss"] = member.loss_sum / member.loss_steps  # mean since the last evaluation
+                record["train_loss"] = (
+                    member.loss_sum / member.loss_steps
+                )  # mean since the last evaluation
             if step in eval_steps and not diverged:
-                val_loss = evaluate(member.model, val_sequences, eval_batch, device, autocast, rank, world_size)
-                record |= {"wall_s": time.perf_counter() - started[member.out], "val_loss": val_loss}
+                val_loss = evaluate(
+                    member.model, val_sequences, eval_batch, device, autocast, rank, world_size
+                )
+                record |= {
+                    "wall_s": time.perf_counter() - started[member.out],
+                    "val_loss": val_loss,
+                }
                 if not math.isfinite(val_loss):
                     record["val_loss"] = None
                     diverged = True
-                elif member.best["best_val_loss"] is None or val_loss < member.best["best_val_loss"]:
-                    member.best = {"best_val_loss": val_loss, "best_step": step, "best_epoch": plan.epochs_done(step)}
-            if rank == 0 and (diverged or "val_loss" in record or (config.log_every and step % config.log_every == 0)):
-                member.log(record | {"wall_s": record.get("wall_s", time.perf_counter() - started[member.out])})
+                elif (
+                    member.best["best_val_loss"] is None or val_loss < member.best["best_val_loss"]
+                ):
+                    member.best = {
+                        "best_val_loss": val_loss,
+                        "best_step": step,
+                        "best_epoch": plan.epochs_done(step),
+                    }
+            if rank == 0 and (
+                diverged
+                or "val_loss" in record
+                or (config.log_every and step % config.log_every == 0)
+            ):
+                member.log(
+                    record
+                    | {"wall_s": record.get("wall_s", time.perf_counter() - started[member.out])}
+                )
             if diverged:
                 finish(member, "diverged")
                 active.remove(member)
@@ -560,7 +774,12 @@ def _run(members: list[_Member], pool: Pool, loader: EpochLoader, device: torch.
                 if world_size > 1:
                     dist.barrier()
             if step in save_steps and rank == 0:
-                _save_checkpoint(member.out / "checkpoints" / f"step-{step}.pt", member, step, time.perf_counter() - started[member.out])
+                _save_checkpoint(
+                    member.out / "checkpoints" / f"step-{step}.pt",
+                    member,
+                    step,
+                    time.perf_counter() - started[member.out],
+                )
         if len(members) == 1:
             bar.set_postfix(val=f"{members[0].best['best_val_loss'] or float('nan'):.3f}")
     bar.close()

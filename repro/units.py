@@ -15,7 +15,9 @@ def parse_count(text: str | int, what: str = "token count") -> int:
     else:
         match = _COUNT.match(str(text).replace("_", ""))
         if not match:
-            raise ReproError(f"malformed {what} {text!r}; use an integer or a number with k, M or B, such as 500k, 1M, 2.5M, 1B")
+            raise ReproError(
+                f"malformed {what} {text!r}; use an integer or a number with k, M or B, such as 500k, 1M, 2.5M, 1B"
+            )
         value = round(float(match.group(1)) * _SUFFIX[match.group(2).lower()])
     if value <= 0:
         raise ReproError(f"{what} must be positive, got {text!r}")

@@ -15,7 +15,9 @@ def small_synthetic_spec():
 @pytest.fixture(scope="session")
 def synthetic_pool(tmp_path_factory):
     """A 30k-token synthetic pool (vocab 300), built once per test session."""
-    return build_pool(SMALL_SYNTHETIC, tmp_path_factory.mktemp("pools") / "synthetic", progress=False)
+    return build_pool(
+        SMALL_SYNTHETIC, tmp_path_factory.mktemp("pools") / "synthetic", progress=False
+    )
 
 
 @pytest.fixture(scope="session")

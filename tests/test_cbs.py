@@ -9,8 +9,18 @@ import pandas as pd
 import pytest
 import torch
 
-from repro.cbs import (MicroBatchNorms, NoiseScaleEMA, bootstrap, describe_interval, fit_mccandlish, fit_wsd, fit_zhang, power_law,
-                       steps_to_target, two_batch_estimates)
+from repro.cbs import (
+    MicroBatchNorms,
+    NoiseScaleEMA,
+    bootstrap,
+    describe_interval,
+    fit_mccandlish,
+    fit_wsd,
+    fit_zhang,
+    power_law,
+    steps_to_target,
+    two_batch_estimates,
+)
 from repro.errors import ReproError
 from repro.loaders import step_plan
 from repro.train import make_run_config, train
@@ -53,7 +63,9 @@ def test_fits_recover_known_constants():
     s_min, e_min = 100.0, 3200.0  # B_crit = 32 sequences
     steps = s_min + e_min / batch
     mc = fit_mccandlish(batch, steps)
-    assert mc["S_min"] == pytest.approx(s_min, rel=1e-4) and mc["B_crit"] == pytest.approx(32, rel=1e-4)
+    assert mc["S_min"] == pytest.approx(s_min, rel=1e-4) and mc["B_crit"] == pytest.approx(
+        32, rel=1e-4
+    )
     assert np.abs(mc["residuals"]).max() < 1e-6
     zh = fit_zhang(batch, steps)
     assert (zh["a"], zh["b"]) == pytest.approx((s_min, e_min), rel=1e-4)
@@ -85,8 +97,14 @@ def test_power_law_recovers_exponent():
 
 def test_steps_to_target_takes_the_best_run_per_batch():
     runs = pd.DataFrame({"run_id": ["a", "b", "c"], "batch_size": [4, 4, 8]})
-    evals = pd.DataFrame({"run_id": ["a"] * 3 + ["b"] * 3 + ["c"] * 3, "step": [10, 20, 30] * 3,
-                          "tokens": [0] * 9, "val_loss": [3.0, 2.5, 2.0, 3.0, 2.2, 2.1, 2.9, 2.8, 2.7]})
+    evals = pd.DataFrame(
+        {
+            "run_id": ["a"] * 3 + ["b"] * 3 + ["c"] * 3,
+            "step": [10, 20, 30] * 3,
+            "tokens": [0] * 9,
+            "val_loss": [3.0, 2.5, 2.0, 3.0, 2.2, 2.1, 2.9, 2.8, 2.7],
+        }
+    )
     table = steps_to_target(runs, evals, [2.4, 1.0], seq_len=16)
     assert table[["batch_size", "steps", "run_id"]].values.tolist() == [[4, 20, "b"]]
     assert table["tokens"].tolist() == [20 * 4 * 16]
@@ -97,23 +115,53 @@ def test_step_plan_with_a_batch_schedule():
     assert plan.batch_by_epoch == (4, 4, 16, 16) and plan.steps_by_epoch == (25, 25, 6, 6)
     assert plan.locate(50) == (2, 0, 16) and plan.epochs_done(53) == pytest.approx(2.5)
     assert plan.sequences_done(52) == 50 * 4 + 2 * 16
-    assert step_plan(100, 1, 8, "0:2,0.5:8").batch_by_epoch == (2,)  # a phase from epoch floor(0.5 + 1/2) = 1: none
+    assert step_plan(100, 1, 8, "0:2,0.5:8").batch_by_epoch == (
+        2,
+    )  # a phase from epoch floor(0.5 + 1/2) = 1: none
     assert step_plan(100, 3, 8, "0:2,0.5:8").batch_by_epoch == (2, 2, 8)
-    assert step_plan(100, 3, 8).epochs_done(37) == 37 / 12  # one batch size: steps / steps per epoch, exactly
+    assert (
+        step_plan(100, 3, 8).epochs_done(37) == 37 / 12
+    )  # one batch size: steps / steps per epoch, exactly
 
 
 def test_trainer_logs_noise_scale_and_follows_a_batch_schedule(synthetic_pool, tmp_path):
-    base = dict(pool=str(synthetic_pool), model="tiny", seq_len=32, batch_size=8, micro_batch=2, epochs=2, eval_every=1.0,
-                threads=1, lr=3e-3)
-    status = train(make_run_config(base | {"noise_scale": True}), tmp_path / "noise", progress=False)
+    base = dict(
+        pool=str(synthetic_pool),
+        model="tiny",
+        seq_len=32,
+        batch_size=8,
+        micro_batch=2,
+        epochs=2,
+        eval_every=1.0,
+        threads=1,
+        lr=3e-3,
+    )
+    status = train(
+        make_run_config(base | {"noise_scale": True}), tmp_path / "noise", progress=False
+    )
     lines = [json.loads(x) for x in (tmp_path / "noise" / "metrics.jsonl").read_text().splitlines()]
-    assert status["status"] == "done" and all(math.isfinite(x["b_simple"]) and x["trace_cov"] > 0 for x in lines)
-    train(make_run_config(base | {"batch_schedule": "0:4,0.5:16"}), tmp_path / "schedule", progress=False)
-    lines = [json.loads(x) for x in (tmp_path / "schedule" / "metrics.jsonl").read_text().splitlines()]
+    assert status["status"] == "done" and all(
+        math.isfinite(x["b_simple"]) and x["trace_cov"] > 0 for x in lines
+    )
+    train(
+        make_run_config(base | {"batch_schedule": "0:4,0.5:16"}),
+        tmp_path / "schedule",
+        progress=False,
+    )
+    lines = [
+        json.loads(x) for x in (tmp_path / "schedule" / "metrics.jsonl").read_text().splitlines()
+    ]
     assert [x["step_batch"] for x in lines] == [4, 16]
-    assert lines[0]["lr"] < 3e-3 * math.sqrt(4 / 8) * 1.0001 and lines[1]["tokens"] > 2 * lines[0]["tokens"] - 16 * 32 * 2
+    assert (
+        lines[0]["lr"] < 3e-3 * math.sqrt(4 / 8) * 1.0001
+        and lines[1]["tokens"] > 2 * lines[0]["tokens"] - 16 * 32 * 2
+    )
     with pytest.raises(ReproError, match="noise_scale needs at least two micro-batches"):
-        train(make_run_config(base | {"noise_scale": True, "micro_batch": 0}), tmp_path / "bad", progress=False)
+        train(
+            make_run_config(base | {"noise_scale": True, "micro_batch": 0}),
+            tmp_path / "bad",
+            progress=False,
+        )
 
 
 def test_interval_beyond_the_limit_reads_unbounded():
@@ -125,7 +173,14 @@ def test_interval_beyond_the_limit_reads_unbounded():
 
 def test_bootstrap_keeps_fits_that_never_level_off():
     batch = np.array([1.0, 2, 4, 8, 16, 32])
-    lo, hi = bootstrap(fit_zhang, batch, 3200 / batch, "B_star")  # S = E/B exactly: a ~ 0, B* ~ infinite
+    lo, hi = bootstrap(
+        fit_zhang, batch, 3200 / batch, "B_star"
+    )  # S = E/B exactly: a ~ 0, B* ~ infinite
     assert describe_interval((lo, hi), 320).endswith("unbounded (above 320)")
-    assert bootstrap(lambda b, s: {"B": math.inf}, batch, 3200 / batch, "B") == (math.inf, math.inf)  # kept, not dropped
-    assert all(math.isnan(end) for end in bootstrap(lambda b, s: {"B": math.nan}, batch, 3200 / batch, "B"))  # undetermined
+    assert bootstrap(lambda b, s: {"B": math.inf}, batch, 3200 / batch, "B") == (
+        math.inf,
+        math.inf,
+    )  # kept, not dropped
+    assert all(
+        math.isnan(end) for end in bootstrap(lambda b, s: {"B": math.nan}, batch, 3200 / batch, "B")
+    )  # undetermined

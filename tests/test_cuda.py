@@ -11,7 +11,9 @@ from repro.train import make_run_config, train, train_stacked
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
-BASE = dict(model="tiny", seq_len=32, batch_size=8, micro_batch=4, epochs=1, eval_every=0.5, device="cuda")
+BASE = dict(
+    model="tiny", seq_len=32, batch_size=8, micro_batch=4, epochs=1, eval_every=0.5, device="cuda"
+)
 
 
 def test_bf16_autocast_close_to_float32():
@@ -27,14 +29,22 @@ def test_bf16_autocast_close_to_float32():
 
 
 def test_compiled_run_matches_eager(synthetic_pool, tmp_path):
-    eager = train(make_run_config(BASE | {"pool": str(synthetic_pool)}), tmp_path / "eager", progress=False)
-    compiled = train(make_run_config(BASE | {"pool": str(synthetic_pool), "compile": True}), tmp_path / "compiled", progress=False)
+    eager = train(
+        make_run_config(BASE | {"pool": str(synthetic_pool)}), tmp_path / "eager", progress=False
+    )
+    compiled = train(
+        make_run_config(BASE | {"pool": str(synthetic_pool), "compile": True}),
+        tmp_path / "compiled",
+        progress=False,
+    )
     assert eager["status"] == compiled["status"] == "done"
     assert compiled["best_val_loss"] == pytest.approx(eager["best_val_loss"], abs=0.02)
 
 
 def test_stacked_on_cuda_matches_separate_runs(synthetic_pool, tmp_path):
-    configs = [make_run_config(BASE | {"pool": str(synthetic_pool), "lr": lr}) for lr in (1e-3, 1e-2)]
+    configs = [
+        make_run_config(BASE | {"pool": str(synthetic_pool), "lr": lr}) for lr in (1e-3, 1e-2)
+    ]
     alone = [train(c, tmp_path / f"alone{i}", progress=False) for i, c in enumerate(configs)]
     stacked = train_stacked(configs, [tmp_path / f"stacked{i}" for i in range(2)], progress=False)
     for a, s in zip(alone, stacked):

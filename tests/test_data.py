@@ -24,13 +24,19 @@ def _decoded_docs(pool, split):
 
 
 def _array_bytes(path):
-    return {f"{s}/{n}": (path / s / n).read_bytes() for s in ("train", "val") for n in ("tokens.npy", "doc_offsets.npy")}
+    return {
+        f"{s}/{n}": (path / s / n).read_bytes()
+        for s in ("train", "val")
+        for n in ("tokens.npy", "doc_offsets.npy")
+    }
 
 
 def test_same_arguments_give_identical_bytes(synthetic_pool, small_synthetic_spec, tmp_path):
     again = build_pool(small_synthetic_spec, tmp_path / "again", progress=False)
     assert _array_bytes(again) == _array_bytes(synthetic_pool)
-    assert (again / "tokenizer.json").read_bytes() == (synthetic_pool / "tokenizer.json").read_bytes()
+    assert (again / "tokenizer.json").read_bytes() == (
+        synthetic_pool / "tokenizer.json"
+    ).read_bytes()
 
 
 def test_rebuild_is_a_noop(synthetic_pool, small_synthetic_spec):
@@ -44,10 +50,20 @@ def test_seeds_give_different_train_and_optionally_the_same_val(tmp_path, source
     base = PoolSpec(source=source, tokens=20_000, val_tokens=4_000, vocab_size=300, val_seed=7)
     a = load_pool(build_pool(base, tmp_path / "a", progress=False))
     shared_tok = str(a.path / "tokenizer.json")
-    b = load_pool(build_pool(replace(base, seed=1, tokenizer=shared_tok), tmp_path / "b", progress=False))
-    c = load_pool(build_pool(replace(base, seed=1, val_seed=None, tokenizer=shared_tok), tmp_path / "c", progress=False))
+    b = load_pool(
+        build_pool(replace(base, seed=1, tokenizer=shared_tok), tmp_path / "b", progress=False)
+    )
+    c = load_pool(
+        build_pool(
+            replace(base, seed=1, val_seed=None, tokenizer=shared_tok),
+            tmp_path / "c",
+            progress=False,
+        )
+    )
     assert set(_decoded_docs(a, "train")) != set(_decoded_docs(b, "train"))
-    assert np.array_equal(a.val.tokens, b.val.tokens) and np.array_equal(a.val.doc_offsets, b.val.doc_offsets)
+    assert np.array_equal(a.val.tokens, b.val.tokens) and np.array_equal(
+        a.val.doc_offsets, b.val.doc_offsets
+    )
     assert set(_decoded_docs(c, "val")) != set(_decoded_docs(a, "val"))
 
 
@@ -61,9 +77,15 @@ def test_split_is_document_level_and_budgets_are_met(fixture, request):
     for split, target in (("train", want["tokens"]), ("val", want["val_tokens"])):
         s = pool.split(split)
         assert target <= s.n_tokens < target + s.doc_lengths()[-1]
-        assert s.n_tokens == len(s.tokens) and s.doc_offsets[0] == 0 and np.all(np.diff(s.doc_offsets) > 0)
+        assert (
+            s.n_tokens == len(s.tokens)
+            and s.doc_offsets[0] == 0
+            and np.all(np.diff(s.doc_offsets) > 0)
+        )
     assert pool.meta["splits"]["train"]["tokens"] == pool.train.n_tokens
-    assert pool.train.tokens.dtype == np.uint16 and pool.eos_id not in set(np.unique(pool.train.tokens).tolist())
+    assert pool.train.tokens.dtype == np.uint16 and pool.eos_id not in set(
+        np.unique(pool.train.tokens).tolist()
+    )
 
 
 def test_stdlib_meta_records_python_version_and_fingerprint(stdlib_pool):
@@ -80,9 +102,18 @@ def test_synthetic_pool_stores_bayes_floor(synthetic_pool):
 
 def test_duplicates_are_dropped(tmp_path):
     docs = [f"document number {i} " * 30 for i in range(40)]
-    (tmp_path / "docs.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in docs + docs[:10]))
-    pool = load_pool(build_pool(PoolSpec(source=str(tmp_path / "docs.jsonl"), tokens=2_000, val_tokens=300, vocab_size=300),
-                                tmp_path / "pool", progress=False))
+    (tmp_path / "docs.jsonl").write_text(
+        "".join(json.dumps({"text": d}) + "\n" for d in docs + docs[:10])
+    )
+    pool = load_pool(
+        build_pool(
+            PoolSpec(
+                source=str(tmp_path / "docs.jsonl"), tokens=2_000, val_tokens=300, vocab_size=300
+            ),
+            tmp_path / "pool",
+            progress=False,
+        )
+    )
     texts = _decoded_docs(pool, "train") + _decoded_docs(pool, "val")
     assert len(texts) == len(set(texts)) and set(texts) <= set(docs)
     assert pool.meta["duplicates_dropped"] > 0
@@ -96,8 +127,19 @@ def test_local_txt_text_units(tmp_path, unit, expected_docs):
         (tmp_path / f"{name}.txt").write_text("\n\n".join(paras) + "\n")
     source = open_source(str(tmp_path / "*.txt"), text_unit=unit)
     assert sum(1 for d in source.documents(0) if d.text.strip()) == expected_docs
-    pool = load_pool(build_pool(PoolSpec(source=str(tmp_path / "*.txt"), tokens=1, val_tokens=1, vocab_size=300, text_unit=unit),
-                                tmp_path / "pool", progress=False))
+    pool = load_pool(
+        build_pool(
+            PoolSpec(
+                source=str(tmp_path / "*.txt"),
+                tokens=1,
+                val_tokens=1,
+                vocab_size=300,
+                text_unit=unit,
+            ),
+            tmp_path / "pool",
+            progress=False,
+        )
+    )
     assert pool.meta["source_info"]["builder"] == "text"
     # tokens=1 takes one document per split; the unit decides what a document is
     assert pool.train.n_docs == 1 and pool.val.n_docs == 1
@@ -109,15 +151,31 @@ def test_local_parquet_and_hub_style_directory(tmp_path):
     pd = pytest.importorskip("pandas")
     texts = [f"parquet document {i} " * 20 for i in range(30)]
     pd.DataFrame({"body": texts}).to_parquet(tmp_path / "docs.parquet")
-    pool = load_pool(build_pool(PoolSpec(source=str(tmp_path / "docs.parquet"), tokens=1_000, val_tokens=200,
-                                         vocab_size=300, text_field="body"), tmp_path / "pq", progress=False))
+    pool = load_pool(
+        build_pool(
+            PoolSpec(
+                source=str(tmp_path / "docs.parquet"),
+                tokens=1_000,
+                val_tokens=200,
+                vocab_size=300,
+                text_field="body",
+            ),
+            tmp_path / "pq",
+            progress=False,
+        )
+    )
     assert set(_decoded_docs(pool, "train")) <= set(texts)
     # the hub code path (datasets streaming + seeded shuffle) on a local dataset directory
     hub_dir = tmp_path / "hubdata"
     hub_dir.mkdir()
     (hub_dir / "train.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
-    hub = load_pool(build_pool(PoolSpec(source=f"hf:{hub_dir}", tokens=1_000, val_tokens=200, vocab_size=300),
-                               tmp_path / "hub", progress=False))
+    hub = load_pool(
+        build_pool(
+            PoolSpec(source=f"hf:{hub_dir}", tokens=1_000, val_tokens=200, vocab_size=300),
+            tmp_path / "hub",
+            progress=False,
+        )
+    )
     assert set(_decoded_docs(hub, "train")) <= set(texts)
     assert not set(_decoded_docs(hub, "train")) & set(_decoded_docs(hub, "val"))
 
@@ -125,8 +183,17 @@ def test_local_parquet_and_hub_style_directory(tmp_path):
 def test_synthetic_logprobs_match_empirical_frequencies():
     """One- and two-sentence documents from a tiny grammar: exp(log p) must match observed frequencies."""
     for n_sent, n_samples in ((1, 40_000), (2, 60_000)):
-        grammar = Grammar(n_names=3, n_places=2, n_nouns=3, n_adjectives=2, n_verbs=2, n_topics=2,
-                          min_sentences=n_sent, max_sentences=n_sent, language_seed=3)
+        grammar = Grammar(
+            n_names=3,
+            n_places=2,
+            n_nouns=3,
+            n_adjectives=2,
+            n_verbs=2,
+            n_topics=2,
+            min_sentences=n_sent,
+            max_sentences=n_sent,
+            language_seed=3,
+        )
         stream = synthetic_documents(seed=11, grammar=grammar)
         counts, logp = Counter(), {}
         for _ in range(n_samples):
@@ -150,7 +217,14 @@ def test_synthetic_is_seeded_and_lengths_spread():
 
 
 def test_parse_count():
-    assert [parse_count(s) for s in ("500k", "1M", "2.5M", "1B", "1234", "1_000")] == [500_000, 10**6, 2_500_000, 10**9, 1234, 1000]
+    assert [parse_count(s) for s in ("500k", "1M", "2.5M", "1B", "1234", "1_000")] == [
+        500_000,
+        10**6,
+        2_500_000,
+        10**9,
+        1234,
+        1000,
+    ]
     for bad in ("1.5.3", "ten", "1X", "", "-5", "0"):
         with pytest.raises(ReproError):
             parse_count(bad)
@@ -158,38 +232,94 @@ def test_parse_count():
 
 # --- errors: one line, before expensive work, nothing half-written -------------------------------
 
+
 def _cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "repro.cli", *args], capture_output=True, text=True, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "repro.cli", *args], capture_output=True, text=True, cwd=cwd
+    )
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--source", "synthetic", "--tokens", "1.2.3"], "malformed token count"),
-    (["--source", "/nonexistent/*.txt", "--tokens", "1k"], "no files match"),
-    (["--source", "synthetic", "--tokens", "1k", "--vocab-size", "70000", "--dtype", "uint16"], "does not fit dtype uint16"),
-    (["--source", "synthetic", "--tokens", "1k", "--vocab-size", "100"], "too small"),
-    (["--source", "synthetic", "--tokens", "1k", "--tokenizer", "missing/tokenizer.json"], "does not exist"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--source", "synthetic", "--tokens", "1.2.3"], "malformed token count"),
+        (["--source", "/nonexistent/*.txt", "--tokens", "1k"], "no files match"),
+        (
+            [
+                "--source",
+                "synthetic",
+                "--tokens",
+                "1k",
+                "--vocab-size",
+                "70000",
+                "--dtype",
+                "uint16",
+            ],
+            "does not fit dtype uint16",
+        ),
+        (["--source", "synthetic", "--tokens", "1k", "--vocab-size", "100"], "too small"),
+        (
+            ["--source", "synthetic", "--tokens", "1k", "--tokenizer", "missing/tokenizer.json"],
+            "does not exist",
+        ),
+    ],
+)
 def test_cli_bad_input_is_one_line(tmp_path, args, message):
     result = _cli("data", "build", *args, "--out", str(tmp_path / "pool"))
     assert result.returncode == 2
-    assert message in result.stderr and result.stderr.count("\n") == 1 and result.stderr.startswith("repro: error:")
+    assert (
+        message in result.stderr
+        and result.stderr.count("\n") == 1
+        and result.stderr.startswith("repro: error:")
+    )
     assert not (tmp_path / "pool").exists() and not list(tmp_path.iterdir())
 
 
 def test_errors_of_the_source(tmp_path):
     (tmp_path / "empty.txt").write_text("  \n\n \n")
     with pytest.raises(ReproError, match="no non-empty documents"):
-        build_pool(PoolSpec(source=str(tmp_path / "empty.txt"), tokens=100, val_tokens=10, vocab_size=300), tmp_path / "p1", progress=False)
-    (tmp_path / "small.jsonl").write_text("".join(json.dumps({"text": f"short doc {i}"}) + "\n" for i in range(20)))
+        build_pool(
+            PoolSpec(source=str(tmp_path / "empty.txt"), tokens=100, val_tokens=10, vocab_size=300),
+            tmp_path / "p1",
+            progress=False,
+        )
+    (tmp_path / "small.jsonl").write_text(
+        "".join(json.dumps({"text": f"short doc {i}"}) + "\n" for i in range(20))
+    )
     with pytest.raises(ReproError, match=r"supplies only [\d,]+ unique training tokens.*--tokens"):
-        build_pool(PoolSpec(source=str(tmp_path / "small.jsonl"), tokens=10_000, val_tokens=10, vocab_size=300), tmp_path / "p2", progress=False)
+        build_pool(
+            PoolSpec(
+                source=str(tmp_path / "small.jsonl"), tokens=10_000, val_tokens=10, vocab_size=300
+            ),
+            tmp_path / "p2",
+            progress=False,
+        )
     with pytest.raises(ReproError, match="no field 'body'.*--text-field"):
-        build_pool(PoolSpec(source=str(tmp_path / "small.jsonl"), tokens=10, val_tokens=10, vocab_size=300, text_field="body"),
-                   tmp_path / "p3", progress=False)
+        build_pool(
+            PoolSpec(
+                source=str(tmp_path / "small.jsonl"),
+                tokens=10,
+                val_tokens=10,
+                vocab_size=300,
+                text_field="body",
+            ),
+            tmp_path / "p3",
+            progress=False,
+        )
     (tmp_path / "broken.parquet").write_bytes(b"not a parquet file")
     with pytest.raises(ReproError, match="cannot read"):
-        build_pool(PoolSpec(source=str(tmp_path / "broken.parquet"), tokens=10, val_tokens=10, vocab_size=300), tmp_path / "p4", progress=False)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["broken.parquet", "empty.txt", "small.jsonl"]
+        build_pool(
+            PoolSpec(
+                source=str(tmp_path / "broken.parquet"), tokens=10, val_tokens=10, vocab_size=300
+            ),
+            tmp_path / "p4",
+            progress=False,
+        )
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "broken.parquet",
+        "empty.txt",
+        "small.jsonl",
+    ]
 
 
 def test_existing_different_pool_needs_force(small_synthetic_spec, tmp_path):
@@ -199,13 +329,28 @@ def test_existing_different_pool_needs_force(small_synthetic_spec, tmp_path):
     with pytest.raises(ReproError, match="already holds a different pool.*--force"):
         build_pool(other, out, progress=False)
     build_pool(other, out, force=True, progress=False)
-    assert load_pool(out).meta["seed"] == 3 and sorted(p.name for p in tmp_path.iterdir()) == ["pool"]
+    assert load_pool(out).meta["seed"] == 3 and sorted(p.name for p in tmp_path.iterdir()) == [
+        "pool"
+    ]
 
 
 def test_cli_build_and_info(tmp_path):
     out = tmp_path / "pool"
-    built = _cli("data", "build", "--source", "synthetic", "--tokens", "5k", "--val-tokens", "1k", "--vocab-size", "300",
-                 "--out", str(out), "--quiet")
+    built = _cli(
+        "data",
+        "build",
+        "--source",
+        "synthetic",
+        "--tokens",
+        "5k",
+        "--val-tokens",
+        "1k",
+        "--vocab-size",
+        "300",
+        "--out",
+        str(out),
+        "--quiet",
+    )
     assert built.returncode == 0, built.stderr
     info = _cli("data", "info", str(out))
     assert info.returncode == 0 and "Bayes floor" in info.stdout

@@ -6,21 +6,33 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from repro.frontier import (MeasuredStepTime, crossovers, eval_costs, frontier, latency_speedup, ring_allreduce_seconds,
-                            step_units)
+from repro.frontier import (
+    MeasuredStepTime,
+    crossovers,
+    eval_costs,
+    frontier,
+    latency_speedup,
+    ring_allreduce_seconds,
+    step_units,
+)
 
 
 def _curves(spec):
     """spec: {run_id: (batch_size, [(step, val_loss), ...])}."""
     runs = pd.DataFrame([{"run_id": r, "batch_size": b} for r, (b, _) in spec.items()])
-    evals = pd.DataFrame([{"run_id": r, "step": s, "val_loss": v} for r, (_, pts) in spec.items() for s, v in pts])
+    evals = pd.DataFrame(
+        [{"run_id": r, "step": s, "val_loss": v} for r, (_, pts) in spec.items() for s, v in pts]
+    )
     return runs, evals
 
 
 def test_step_units():
     assert step_units(64, 1, 8) == 8 and step_units(64, 8, 8) == 1 and step_units(64, 16, 8) == 1
     assert step_units(4, 1, 8) == 1 and step_units(9, 1, 8) == 2
-    assert step_units(64, 8, 8, allreduce_units=0.25) == 1.25 and step_units(64, 1, 8, allreduce_units=0.25) == 8
+    assert (
+        step_units(64, 8, 8, allreduce_units=0.25) == 1.25
+        and step_units(64, 1, 8, allreduce_units=0.25) == 8
+    )
 
 
 def test_ring_allreduce_units_and_regimes():
@@ -32,20 +44,38 @@ def test_ring_allreduce_units_and_regimes():
 
 def test_measured_step_time_accumulates_micro_batches():
     st = MeasuredStepTime({1: 1.0, 2: 1.5, 3: 2.0, 4: 2.4}, gradient_bytes=0.0)
-    assert st.step_seconds(4, 1) == 2.4 and st.step_seconds(8, 1) == 4.8 and st.step_seconds(9, 1) == 5.8
-    assert st.step_seconds(8, 2) == pytest.approx(2.4 + 2 * 5e-6) and st.step_seconds(1, 4) == pytest.approx(1.0 + 6 * 5e-6)
+    assert (
+        st.step_seconds(4, 1) == 2.4
+        and st.step_seconds(8, 1) == 4.8
+        and st.step_seconds(9, 1) == 5.8
+    )
+    assert st.step_seconds(8, 2) == pytest.approx(2.4 + 2 * 5e-6) and st.step_seconds(
+        1, 4
+    ) == pytest.approx(1.0 + 6 * 5e-6)
 
 
 def test_frontier_known_answer_ties_and_too_short_deadlines():
     # batch 4: many cheap steps, reaches 2.0 at step 100; batch 16: fewer steps, 2.5 at step 10, 2.2 at step 30
-    runs, evals = _curves({"small": (4, [(10, 3.0), (50, 2.4), (100, 2.0)]),
-                           "large": (16, [(10, 2.5), (30, 2.2)]),
-                           "tie": (8, [(25, 2.2)])})
+    runs, evals = _curves(
+        {
+            "small": (4, [(10, 3.0), (50, 2.4), (100, 2.0)]),
+            "large": (16, [(10, 2.5), (30, 2.2)]),
+            "tie": (8, [(25, 2.2)]),
+        }
+    )
     step = lambda b, g: step_units(b, g, micro_batch=4)  # noqa: E731  units: batch 4 -> 1, 8 -> 2, 16 -> 4 on one GPU
-    table = frontier(evals, runs, [1, 4], [5, 40, 50, 120, 400], step).set_index(["gpus", "deadline"])
+    table = frontier(evals, runs, [1, 4], [5, 40, 50, 120, 400], step).set_index(
+        ["gpus", "deadline"]
+    )
     assert math.isnan(table.loc[(1, 5), "best_val_loss"])  # shorter than any first evaluation
-    assert table.loc[(1, 40), ["best_val_loss", "batch_size"]].tolist() == [2.5, 16]  # large batch: 10 steps x 4 units
-    assert table.loc[(1, 50), ["best_val_loss", "batch_size"]].tolist() == [2.2, 8]  # tie 2.2: batch 8 (50 units) vs 16 (120): smaller wins
+    assert table.loc[(1, 40), ["best_val_loss", "batch_size"]].tolist() == [
+        2.5,
+        16,
+    ]  # large batch: 10 steps x 4 units
+    assert table.loc[(1, 50), ["best_val_loss", "batch_size"]].tolist() == [
+        2.2,
+        8,
+    ]  # tie 2.2: batch 8 (50 units) vs 16 (120): smaller wins
     assert table.loc[(1, 400), ["best_val_loss", "batch_size"]].tolist() == [2.0, 4]
     # with 4 GPUs every batch here costs one unit per step: the large batch reaches 2.2 by T = 30
     assert table.loc[(4, 40), ["best_val_loss", "batch_size"]].tolist() == [2.2, 8]
@@ -58,11 +88,17 @@ def test_crossover_found_from_data():
     table = crossovers(evals, runs, [30, 300], step, micro_batch=4).set_index("deadline")
     assert table.loc[30, ["small_gpus", "large_gpus"]].tolist() == [1, 4]
     assert not table.loc[30, "smaller_wins"] and table.loc[300, "smaller_wins"]
-    assert np.isclose(table.loc[300, "small_loss"], 2.0) and np.isclose(table.loc[300, "large_loss"], 2.4)
+    assert np.isclose(table.loc[300, "small_loss"], 2.0) and np.isclose(
+        table.loc[300, "large_loss"], 2.4
+    )
 
 
 def test_projection_speedup():
-    assert latency_speedup(1, 0.5) == 1.0 and latency_speedup(4, 1.0) == 4.0 and latency_speedup(4, 0.5) == 2.5
+    assert (
+        latency_speedup(1, 0.5) == 1.0
+        and latency_speedup(4, 1.0) == 4.0
+        and latency_speedup(4, 0.5) == 2.5
+    )
     with pytest.raises(ValueError):
         latency_speedup(2, 1.5)
 
@@ -70,11 +106,19 @@ def test_projection_speedup():
 def test_schedule_runs_are_priced_step_by_step():
     """A run whose batch grows from 2 to 8 at its second evaluation: 10 steps at batch 2, then 10 at batch 8."""
     runs = pd.DataFrame({"run_id": ["fixed", "schedule"], "batch_size": [8, 4]})
-    evals = pd.DataFrame({"run_id": ["fixed", "fixed", "schedule", "schedule"], "step": [10, 20, 10, 20],
-                          "val_loss": [3.0, 2.5, 2.8, 2.4], "step_batch": [None, None, 2, 8]})
+    evals = pd.DataFrame(
+        {
+            "run_id": ["fixed", "fixed", "schedule", "schedule"],
+            "step": [10, 20, 10, 20],
+            "val_loss": [3.0, 2.5, 2.8, 2.4],
+            "step_batch": [None, None, 2, 8],
+        }
+    )
     points = evals.merge(runs, on="run_id")
     units = lambda b, g: step_units(b, g, micro_batch=2)  # noqa: E731
     costs = eval_costs(points, 1, units)
     assert costs.tolist() == [40, 80, 10, 10 + 40]
     table = frontier(evals, runs, [1], [45, 80], units)
-    assert table["run_id"].tolist() == ["schedule", "schedule"] and table["best_val_loss"].tolist() == [2.8, 2.4]
+    assert table["run_id"].tolist() == ["schedule", "schedule"] and table[
+        "best_val_loss"
+    ].tolist() == [2.8, 2.4]

@@ -33,18 +33,24 @@ def test_packing_joins_documents_with_eos_and_drops_the_remainder(split):
     total = split.n_tokens + split.n_docs
     assert loader.sequences_per_epoch == total // (SEQ + 1)
     order = loader._fixed.doc_order
-    reordered = Split(np.concatenate([split.doc(i) for i in order]), np.concatenate([[0], np.cumsum(np.diff(split.doc_offsets)[order])]))
+    reordered = Split(
+        np.concatenate([split.doc(i) for i in order]),
+        np.concatenate([[0], np.cumsum(np.diff(split.doc_offsets)[order])]),
+    )
     stream = _stream(reordered)
     seqs = _epoch(loader, 0)
     ids = loader.epoch_sequence_ids(0)
     for row, j in zip(seqs, ids):
-        assert np.array_equal(row, stream[j * (SEQ + 1):(j + 1) * (SEQ + 1)])
+        assert np.array_equal(row, stream[j * (SEQ + 1) : (j + 1) * (SEQ + 1)])
     assert (seqs == 0).sum() <= split.n_docs  # EOS only between documents
 
 
 @pytest.mark.parametrize("kind", ["repeat", "shuffle", "repack"])
 def test_each_token_at_most_once_per_epoch_and_deterministic(split, kind):
-    a, b = EpochLoader(split, 0, SEQ, BATCH, kind, seed=3), EpochLoader(split, 0, SEQ, BATCH, kind, seed=3)
+    a, b = (
+        EpochLoader(split, 0, SEQ, BATCH, kind, seed=3),
+        EpochLoader(split, 0, SEQ, BATCH, kind, seed=3),
+    )
     for epoch in range(3):
         ids = a.epoch_sequence_ids(epoch)
         assert len(set(ids.tolist())) == len(ids) == a.steps_per_epoch * BATCH
@@ -53,18 +59,24 @@ def test_each_token_at_most_once_per_epoch_and_deterministic(split, kind):
         used = np.bincount(_epoch(a, epoch).ravel(), minlength=1000)[1:]
         have = np.bincount(split.tokens.astype(np.int64), minlength=1000)[1:]
         assert np.all(used <= have)
-    assert not np.array_equal(_epoch(a, 0), _epoch(EpochLoader(split, 0, SEQ, BATCH, kind, seed=4), 0))
+    assert not np.array_equal(
+        _epoch(a, 0), _epoch(EpochLoader(split, 0, SEQ, BATCH, kind, seed=4), 0)
+    )
 
 
 def test_repeat_shuffle_repack_semantics(split):
-    rep, shu, rpk = (EpochLoader(split, 0, SEQ, BATCH, k, seed=0) for k in ("repeat", "shuffle", "repack"))
+    rep, shu, rpk = (
+        EpochLoader(split, 0, SEQ, BATCH, k, seed=0) for k in ("repeat", "shuffle", "repack")
+    )
     # REPEAT: identical batches every epoch
     assert np.array_equal(_epoch(rep, 0), _epoch(rep, 1))
     # SHUFFLE: the same set of sequences, a different order into batches
     s0, s1 = _epoch(shu, 0), _epoch(shu, 1)
     assert not np.array_equal(s0, s1)
+
     def full(ld, e):
         return {tuple(r) for r in _all_sequences(ld, e)}
+
     assert full(shu, 0) == full(shu, 1)
     # REPACK: sequence contents and boundaries change between epochs
     assert full(rpk, 0) != full(rpk, 1)
@@ -73,15 +85,22 @@ def test_repeat_shuffle_repack_semantics(split):
 
 def _all_sequences(loader, epoch):
     from repro.loaders import gather_sequences
+
     loader._prepare(epoch)
-    return gather_sequences(loader.split, loader._packing, loader.eos_id, np.arange(loader.sequences_per_epoch), loader.seq_len)
+    return gather_sequences(
+        loader.split,
+        loader._packing,
+        loader.eos_id,
+        np.arange(loader.sequences_per_epoch),
+        loader.seq_len,
+    )
 
 
 def test_validation_is_packed_once_in_full(split):
     val = validation_sequences(split, 0, SEQ)
     stream = _stream(split)
     n = len(stream) // (SEQ + 1)
-    assert np.array_equal(val, stream[:n * (SEQ + 1)].reshape(n, SEQ + 1))
+    assert np.array_equal(val, stream[: n * (SEQ + 1)].reshape(n, SEQ + 1))
 
 
 def test_real_pool_batches_are_slices_of_the_packed_stream(synthetic_pool):
@@ -93,4 +112,4 @@ def test_real_pool_batches_are_slices_of_the_packed_stream(synthetic_pool):
     ids = loader.epoch_sequence_ids(2)[8:16]
     assert batch.shape == (8, 65)
     for row, j in zip(batch, ids):
-        assert np.array_equal(row, stream[j * 65:(j + 1) * 65])
+        assert np.array_equal(row, stream[j * 65 : (j + 1) * 65])

@@ -16,7 +16,9 @@ VOCAB = 256
 
 
 def small_config(**overrides) -> ModelConfig:
-    fields = dict(vocab_size=VOCAB, d_model=64, n_layers=2, n_heads=4, n_kv_heads=4, d_ff=160, max_seq_len=64)
+    fields = dict(
+        vocab_size=VOCAB, d_model=64, n_layers=2, n_heads=4, n_kv_heads=4, d_ff=160, max_seq_len=64
+    )
     fields.update(overrides)
     return ModelConfig(**fields)
 
@@ -122,7 +124,9 @@ def test_model_config_sizes():
 
 
 def test_unknown_size():
-    with pytest.raises(ValueError, match=r"unknown model size 'huge'; choose one of: tiny, ") as err:
+    with pytest.raises(
+        ValueError, match=r"unknown model size 'huge'; choose one of: tiny, "
+    ) as err:
         model_config("huge", VOCAB)
     assert "\n" not in str(err.value)
 
@@ -143,7 +147,13 @@ def test_param_count_table_ladder():
     rows = {r["name"]: r for r in param_count_table(128256)}
     assert list(rows) == list(SIZES)
     # Size names are the untied totals with the Llama-3 vocabulary (within 10%).
-    for name, approx in [("150m", 150e6), ("300m", 300e6), ("600m", 600e6), ("1.4b", 1.4e9), ("1.5b", 1.5e9)]:
+    for name, approx in [
+        ("150m", 150e6),
+        ("300m", 300e6),
+        ("600m", 600e6),
+        ("1.4b", 1.4e9),
+        ("1.5b", 1.5e9),
+    ]:
         assert rows[name]["params"] == pytest.approx(approx, rel=0.1)
 
 
@@ -157,6 +167,7 @@ def test_flops_per_token():
 
 
 # --- Oracle: transformers.LlamaForCausalLM with our weights copied in ---------------------
+
 
 def hf_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
     """Our state dict renamed to LlamaForCausalLM's keys."""
@@ -185,7 +196,9 @@ def hf_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
     return out
 
 
-def oracle_max_abs_diff(config: ModelConfig, batch: int = 2, seq_len: int = 48, seed: int = 0) -> float:
+def oracle_max_abs_diff(
+    config: ModelConfig, batch: int = 2, seq_len: int = 48, seed: int = 0
+) -> float:
     """Max |logits_ours - logits_hf| (float32) for a random model of this config."""
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(seed)
@@ -208,7 +221,9 @@ def oracle_max_abs_diff(config: ModelConfig, batch: int = 2, seq_len: int = 48, 
         attention_bias=False,
         mlp_bias=False,
     )
-    hf = transformers.LlamaForCausalLM._from_config(hf_config, attn_implementation="eager", dtype=torch.float32)
+    hf = transformers.LlamaForCausalLM._from_config(
+        hf_config, attn_implementation="eager", dtype=torch.float32
+    )
     hf.eval()
     hf.load_state_dict(hf_state_dict(ours), strict=True)
     if config.tie_embeddings:

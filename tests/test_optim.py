@@ -8,8 +8,16 @@ from repro.optim import Schedule, build_optimizer, lr_multiplier, param_groups
 
 
 def make_model(tie: bool) -> Transformer:
-    config = ModelConfig(vocab_size=64, d_model=16, n_layers=2, n_heads=2, n_kv_heads=1, d_ff=32,
-                         max_seq_len=16, tie_embeddings=tie)
+    config = ModelConfig(
+        vocab_size=64,
+        d_model=16,
+        n_layers=2,
+        n_heads=2,
+        n_kv_heads=1,
+        d_ff=32,
+        max_seq_len=16,
+        tie_embeddings=tie,
+    )
     return Transformer(config)
 
 
@@ -24,10 +32,19 @@ def test_param_groups(tie):
     groups = param_groups(model)
     assert list(groups) == ["matrices", "embeddings", "vectors"]
     names = group_names(model)
-    hidden = ["attention.wq", "attention.wk", "attention.wv", "attention.wo",
-              "feed_forward.w1", "feed_forward.w2", "feed_forward.w3"]
+    hidden = [
+        "attention.wq",
+        "attention.wk",
+        "attention.wv",
+        "attention.wo",
+        "feed_forward.w1",
+        "feed_forward.w2",
+        "feed_forward.w3",
+    ]
     matrices = {f"layers.{i}.{m}.weight" for i in range(2) for m in hidden}
-    vectors = {"norm.weight"} | {f"layers.{i}.{m}.weight" for i in range(2) for m in ["attention_norm", "ffn_norm"]}
+    vectors = {"norm.weight"} | {
+        f"layers.{i}.{m}.weight" for i in range(2) for m in ["attention_norm", "ffn_norm"]
+    }
     assert names["matrices"] == matrices
     assert names["vectors"] == vectors
     embeddings = {"tok_embeddings.weight"} if tie else {"tok_embeddings.weight", "output.weight"}
@@ -53,7 +70,9 @@ def test_build_optimizer_groups():
     by_name = {g["name"]: g for g in opt.param_groups}
     decay = {k: g["weight_decay"] for k, g in by_name.items()}
     assert decay == {"matrices": 0.1, "embeddings": 0.01, "vectors": 0.0}
-    assert all(g["lr"] == 3e-3 and g["betas"] == (0.9, 0.95) and g["eps"] == 1e-8 for g in opt.param_groups)
+    assert all(
+        g["lr"] == 3e-3 and g["betas"] == (0.9, 0.95) and g["eps"] == 1e-8 for g in opt.param_groups
+    )
 
 
 def test_decoupled_weight_decay_step():
@@ -67,7 +86,9 @@ def test_decoupled_weight_decay_step():
     params = dict(model.named_parameters())
     wq = "layers.0.attention.wq.weight"
     torch.testing.assert_close(params[wq], before[wq] * 0.5)
-    torch.testing.assert_close(params["tok_embeddings.weight"], before["tok_embeddings.weight"] * 0.75)
+    torch.testing.assert_close(
+        params["tok_embeddings.weight"], before["tok_embeddings.weight"] * 0.75
+    )
     torch.testing.assert_close(params["output.weight"], before["output.weight"] * 0.75)
     torch.testing.assert_close(params["norm.weight"], before["norm.weight"])
 
@@ -123,7 +144,9 @@ def test_wsd():
 
 
 def test_wsd_decay_shapes_differ():
-    wsd = lambda shape: Schedule("wsd", warmup_fraction=0.0, min_lr_ratio=0.1, decay_fraction=0.5, decay_shape=shape)
+    wsd = lambda shape: Schedule(
+        "wsd", warmup_fraction=0.0, min_lr_ratio=0.1, decay_fraction=0.5, decay_shape=shape
+    )
     linear, sqrt = curve(wsd("linear"), 21), curve(wsd("1-sqrt"), 21)
     # decay covers steps 10..20; midpoint step 15 has progress 0.5.
     assert linear[15] == pytest.approx(1 - 0.9 * 0.5)

@@ -10,15 +10,31 @@ from repro.data.pool import load_pool
 from repro.errors import ReproError
 from repro.model import Transformer, model_config
 from repro.stacked import StackedForward, stack_parameters
-from repro.sweep import estimated_cost, longest_first, run_sweep, stacks, plan
+from repro.sweep import estimated_cost, longest_first, plan, run_sweep, stacks
 from repro.train import check_config, make_run_config, train, train_stacked
 
-BASE = dict(model="tiny", seq_len=32, batch_size=4, micro_batch=2, epochs=2, eval_every=0.5, threads=1, loader="repack")
-CONFIGS = [dict(lr=1e-3, weight_decay=0.1), dict(lr=3e-3, weight_decay=1.0, embedding_weight_decay=0.1), dict(lr=1e-2, weight_decay=0.0)]
+BASE = dict(
+    model="tiny",
+    seq_len=32,
+    batch_size=4,
+    micro_batch=2,
+    epochs=2,
+    eval_every=0.5,
+    threads=1,
+    loader="repack",
+)
+CONFIGS = [
+    dict(lr=1e-3, weight_decay=0.1),
+    dict(lr=3e-3, weight_decay=1.0, embedding_weight_decay=0.1),
+    dict(lr=1e-2, weight_decay=0.0),
+]
 
 
 def _metrics(run):
-    return [{k: v for k, v in json.loads(line).items() if k != "wall_s"} for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [
+        {k: v for k, v in json.loads(line).items() if k != "wall_s"}
+        for line in (run / "metrics.jsonl").read_text().splitlines()
+    ]
 
 
 def _weights(run):
@@ -50,7 +66,9 @@ def test_stacked_forward_equals_each_model(tie):
     assert logits.shape == (3, 2, 16, 300)
     for k in range(3):
         torch.testing.assert_close(logits[k], expected[k], rtol=1e-5, atol=1e-6)
-        torch.testing.assert_close(models[k](tokens), expected[k], rtol=0, atol=0)  # models are views of the stack
+        torch.testing.assert_close(
+            models[k](tokens), expected[k], rtol=0, atol=0
+        )  # models are views of the stack
     assert not torch.equal(logits[0], logits[1])  # the configs really differ
 
 
@@ -59,16 +77,24 @@ def test_stack_equals_separate_runs(synthetic_pool, tmp_path):
     for i, config in enumerate(configs):
         train(config, tmp_path / f"alone{i}", progress=False)
     statuses = train_stacked(configs, [tmp_path / f"stacked{i}" for i in range(3)], progress=False)
-    assert [s["status"] for s in statuses] == ["done"] * 3 and all(s["stacked"] == 3 for s in statuses)
+    assert [s["status"] for s in statuses] == ["done"] * 3 and all(
+        s["stacked"] == 3 for s in statuses
+    )
     for i in range(3):
         _assert_same_run(tmp_path / f"alone{i}", tmp_path / f"stacked{i}")
     # a finished stack is a no-op; a stacked run's checkpoint is an ordinary single-run checkpoint
-    assert train_stacked(configs, [tmp_path / f"stacked{i}" for i in range(3)], progress=False) == statuses
+    assert (
+        train_stacked(configs, [tmp_path / f"stacked{i}" for i in range(3)], progress=False)
+        == statuses
+    )
     assert train(configs[1], tmp_path / "stacked1", progress=False) == statuses[1]
 
 
 def test_diverging_member_leaves_the_others_unchanged(synthetic_pool, tmp_path):
-    configs = [make_run_config(BASE | c | {"pool": str(synthetic_pool)}) for c in (CONFIGS[0], {"lr": 1e4}, CONFIGS[2])]
+    configs = [
+        make_run_config(BASE | c | {"pool": str(synthetic_pool)})
+        for c in (CONFIGS[0], {"lr": 1e4}, CONFIGS[2])
+    ]
     statuses = train_stacked(configs, [tmp_path / f"s{i}" for i in range(3)], progress=False)
     assert [s["status"] for s in statuses] == ["done", "diverged", "done"]
     train(configs[2], tmp_path / "alone", progress=False)
@@ -80,7 +106,10 @@ def test_interrupted_stack_resumes(synthetic_pool, tmp_path, monkeypatch):
     import repro.train
 
     configs = [make_run_config(BASE | c | {"pool": str(synthetic_pool)}) for c in CONFIGS[:2]]
-    straight, killed = [tmp_path / "a", tmp_path / "b"], [tmp_path / "killed_a", tmp_path / "killed_b"]
+    straight, killed = (
+        [tmp_path / "a", tmp_path / "b"],
+        [tmp_path / "killed_a", tmp_path / "killed_b"],
+    )
     train_stacked(configs, straight, progress=False)
     evaluate, calls = repro.train.evaluate, []
 
@@ -96,23 +125,38 @@ def test_interrupted_stack_resumes(synthetic_pool, tmp_path, monkeypatch):
     monkeypatch.setattr(repro.train, "evaluate", evaluate)
     steps = [torch.load(k / "checkpoint.pt", weights_only=False)["step"] for k in killed]
     assert steps[0] > steps[1]
-    assert [json.loads((k / "status.json").read_text())["status"] for k in killed] == ["running", "running"]
+    assert [json.loads((k / "status.json").read_text())["status"] for k in killed] == [
+        "running",
+        "running",
+    ]
     train_stacked(configs, killed, progress=False)
     for a, b in zip(straight, killed):
         _assert_same_run(a, b)
 
 
 def test_stack_rejects_configs_of_different_shape(synthetic_pool, tmp_path):
-    configs = [make_run_config(BASE | {"pool": str(synthetic_pool)}), make_run_config(BASE | {"pool": str(synthetic_pool), "batch_size": 8})]
-    with pytest.raises(ReproError, match="may differ only in lr, weight_decay, embedding_weight_decay"):
+    configs = [
+        make_run_config(BASE | {"pool": str(synthetic_pool)}),
+        make_run_config(BASE | {"pool": str(synthetic_pool), "batch_size": 8}),
+    ]
+    with pytest.raises(
+        ReproError, match="may differ only in lr, weight_decay, embedding_weight_decay"
+    ):
         train_stacked(configs, [tmp_path / "a", tmp_path / "b"], progress=False)
 
 
 def test_sweep_with_stacks_equals_sweep_without(synthetic_pool, tmp_path):
-    grid = {"fixed": BASE | {"pool": str(synthetic_pool), "epochs": 1},
-            "axes": {"batch_size": [2, 4], "lr": [1e-3, 1e-2], "weight_decay": [0.0, 1.0]}}
+    grid = {
+        "fixed": BASE | {"pool": str(synthetic_pool), "epochs": 1},
+        "axes": {"batch_size": [2, 4], "lr": [1e-3, 1e-2], "weight_decay": [0.0, 1.0]},
+    }
     groups = stacks(plan(grid, tmp_path / "x"), 3)
-    assert sorted(len(g) for g in groups) == [1, 1, 3, 3]  # per batch size: a stack of 3 and one left over
+    assert sorted(len(g) for g in groups) == [
+        1,
+        1,
+        3,
+        3,
+    ]  # per batch size: a stack of 3 and one left over
     assert all(len({p.config.batch_size for p in g}) == 1 for g in groups)
     run_sweep(grid, tmp_path / "plain", progress=False)
     assert run_sweep(grid, tmp_path / "stacked", progress=False, stack=3) == {"done": 8}
@@ -121,24 +165,50 @@ def test_sweep_with_stacks_equals_sweep_without(synthetic_pool, tmp_path):
 
 
 def test_stacks_leave_compiled_and_large_schedule_runs_single(synthetic_pool, tmp_path):
-    grid = {"fixed": BASE | {"pool": str(synthetic_pool)}, "axes": {"lr": [1e-3, 1e-2], "compile": [False, True]}}
-    assert sorted(len(g) for g in stacks(plan(grid, tmp_path), 6)) == [1, 1, 2]  # compiled runs never stack
-    grid = {"fixed": BASE | {"pool": str(synthetic_pool), "batch_schedule": "0:2,0.5:8"}, "axes": {"lr": [1e-3, 1e-2]}}
-    assert [len(g) for g in stacks(plan(grid, tmp_path), 6, max_batch=4)] == [1, 1]  # the schedule reaches batch 8
+    grid = {
+        "fixed": BASE | {"pool": str(synthetic_pool)},
+        "axes": {"lr": [1e-3, 1e-2], "compile": [False, True]},
+    }
+    assert sorted(len(g) for g in stacks(plan(grid, tmp_path), 6)) == [
+        1,
+        1,
+        2,
+    ]  # compiled runs never stack
+    grid = {
+        "fixed": BASE | {"pool": str(synthetic_pool), "batch_schedule": "0:2,0.5:8"},
+        "axes": {"lr": [1e-3, 1e-2]},
+    }
+    assert [len(g) for g in stacks(plan(grid, tmp_path), 6, max_batch=4)] == [
+        1,
+        1,
+    ]  # the schedule reaches batch 8
     assert [len(g) for g in stacks(plan(grid, tmp_path), 6, max_batch=8)] == [2]
-    wsd = {"fixed": BASE | {"pool": str(synthetic_pool), "schedule": "wsd", "warmup_steps": 1, "batch_schedule": "0:2,0.5:8"},
-           "axes": {"epochs": [1, 2]}, "wsd_branches": True}
+    wsd = {
+        "fixed": BASE
+        | {
+            "pool": str(synthetic_pool),
+            "schedule": "wsd",
+            "warmup_steps": 1,
+            "batch_schedule": "0:2,0.5:8",
+        },
+        "axes": {"epochs": [1, 2]},
+        "wsd_branches": True,
+    }
     with pytest.raises(ReproError, match="does not support batch_schedule"):
         plan(wsd, tmp_path)
 
 
 def test_longest_jobs_first(synthetic_pool, tmp_path):
-    grid = {"fixed": BASE | {"pool": str(synthetic_pool), "epochs": 2},
-            "axes": {"batch_size": [8, 2], "lr": [1e-3, 1e-2, 3e-2]}}
+    grid = {
+        "fixed": BASE | {"pool": str(synthetic_pool), "epochs": 2},
+        "axes": {"batch_size": [8, 2], "lr": [1e-3, 1e-2, 3e-2]},
+    }
     planned = plan(grid, tmp_path)
     small = next(p for p in planned if p.config.batch_size == 2).config
     loader = check_config(small, load_pool(small.pool))
-    assert estimated_cost(small) == 2 * (loader.steps_per_epoch * 2 + loader.steps_per_epoch)  # sequences + passes
+    assert estimated_cost(small) == 2 * (
+        loader.steps_per_epoch * 2 + loader.steps_per_epoch
+    )  # sequences + passes
     split = make_run_config(asdict(small) | {"micro_batch": 1})  # two passes per step
     assert estimated_cost(split) == 2 * (loader.steps_per_epoch * 2 + 2 * loader.steps_per_epoch)
     jobs = longest_first(stacks(planned, 2))

@@ -18,20 +18,28 @@ TINY = {"model": "tiny", "seq_len": 32, "epochs": 1, "eval_every": 0.5, "threads
 
 
 def _grid(pool, **axes):
-    return {"fixed": TINY | {"pool": str(pool)}, "axes": axes or {"batch_size": [8, 16], "lr": [1e-3, 3e-3]}}
+    return {
+        "fixed": TINY | {"pool": str(pool)},
+        "axes": axes or {"batch_size": [8, 16], "lr": [1e-3, 3e-3]},
+    }
 
 
 def test_hash_is_stable_and_ignores_defaults():
     config = make_run_config({"pool": "p", "lr": 1e-3, "batch_size": 8})
     assert run_id(config) == run_id(make_run_config({"batch_size": 8, "lr": 0.001, "pool": "p"}))
     assert run_id(config) == "6ae1e159073b"  # pinned: ids must not change between versions
-    assert run_id(make_run_config({"pool": "p", "lr": 1e-3, "batch_size": 8, "seed": 0})) == run_id(config)
+    assert run_id(make_run_config({"pool": "p", "lr": 1e-3, "batch_size": 8, "seed": 0})) == run_id(
+        config
+    )
     assert run_id(make_run_config({"pool": "p", "lr": 2e-3, "batch_size": 8})) != run_id(config)
 
 
 def test_conditional_axes():
-    grid = {"fixed": {"pool": "p"}, "axes": {"batch_size": [4, 64], "lr": [1e-3, 3e-3]},
-            "when": [{"if": {"batch_size": 64}, "axes": {"lr": [1e-2, 3e-2, 1e-1]}}]}
+    grid = {
+        "fixed": {"pool": "p"},
+        "axes": {"batch_size": [4, 64], "lr": [1e-3, 3e-3]},
+        "when": [{"if": {"batch_size": 64}, "axes": {"lr": [1e-2, 3e-2, 1e-1]}}],
+    }
     points = sorted((c.batch_size, c.lr) for c in expand(grid))
     assert points == [(4, 1e-3), (4, 3e-3), (64, 1e-2), (64, 3e-2), (64, 1e-1)]
 
@@ -39,7 +47,9 @@ def test_conditional_axes():
 def test_sweep_runs_skips_and_reports(synthetic_pool, tmp_path, capsys):
     grid = _grid(synthetic_pool)
     assert run_sweep(grid, tmp_path / "s", workers=2, progress=False) == {"done": 4}
-    assert run_sweep(grid, tmp_path / "s", workers=2, progress=False) == {}  # everything finished: nothing runs
+    assert (
+        run_sweep(grid, tmp_path / "s", workers=2, progress=False) == {}
+    )  # everything finished: nothing runs
     assert sweep_status(tmp_path / "s") == {"done": 4}
     runs, evals = load_results(tmp_path / "s")
     assert len(runs) == 4 and len(evals) == 8 and set(runs["status"]) == {"done"}
@@ -47,12 +57,20 @@ def test_sweep_runs_skips_and_reports(synthetic_pool, tmp_path, capsys):
     assert list(table["batch_size"]) == [8, 16]
     for _, row in table.iterrows():
         group = evals.merge(runs[["run_id", "batch_size"]])
-        assert row["best_val_loss"] == group[group["batch_size"] == row["batch_size"]]["val_loss"].min()
+        assert (
+            row["best_val_loss"]
+            == group[group["batch_size"] == row["batch_size"]]["val_loss"].min()
+        )
 
 
 def test_several_grids_run_as_one_sweep(synthetic_pool, tmp_path):
-    first, second = _grid(synthetic_pool, batch_size=[8], lr=[1e-3, 3e-3]), _grid(synthetic_pool, batch_size=[8], lr=[3e-3, 1e-2])
-    assert run_sweep([first, second], tmp_path / "s", workers=2, progress=False) == {"done": 3}  # the shared run once
+    first, second = (
+        _grid(synthetic_pool, batch_size=[8], lr=[1e-3, 3e-3]),
+        _grid(synthetic_pool, batch_size=[8], lr=[3e-3, 1e-2]),
+    )
+    assert run_sweep([first, second], tmp_path / "s", workers=2, progress=False) == {
+        "done": 3
+    }  # the shared run once
     assert json.loads((tmp_path / "s" / "sweep.json").read_text())["grids"] == [first, second]
     assert run_sweep(second, tmp_path / "s", progress=False) == {}
 
@@ -61,11 +79,23 @@ def test_interrupted_sweep_resumes_without_losing_or_repeating(synthetic_pool, t
     grid = _grid(synthetic_pool, lr=[1e-3, 3e-3])
     grid["fixed"] |= {"epochs": 4, "eval_every": 0.25, "batch_size": 8}
     (tmp_path / "grid.yaml").write_text(json.dumps(grid))
-    cmd = [sys.executable, "-m", "repro.cli", "sweep", "run", str(tmp_path / "grid.yaml"), "--out", str(tmp_path / "s"), "--quiet"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "repro.cli",
+        "sweep",
+        "run",
+        str(tmp_path / "grid.yaml"),
+        "--out",
+        str(tmp_path / "s"),
+        "--quiet",
+    ]
     proc = subprocess.Popen(cmd)
     first = tmp_path / "s" / run_id(expand(grid)[0]) / "metrics.jsonl"
     deadline = time.time() + 120
-    while time.time() < deadline and (not first.exists() or len(first.read_text().splitlines()) < 3):
+    while time.time() < deadline and (
+        not first.exists() or len(first.read_text().splitlines()) < 3
+    ):
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
@@ -74,8 +104,14 @@ def test_interrupted_sweep_resumes_without_losing_or_repeating(synthetic_pool, t
     run_sweep(grid, tmp_path / "straight", progress=False)
     for config in expand(grid):
         rid = run_id(config)
-        killed = [{k: v for k, v in json.loads(x).items() if k != "wall_s"} for x in (tmp_path / "s" / rid / "metrics.jsonl").read_text().splitlines()]
-        straight = [{k: v for k, v in json.loads(x).items() if k != "wall_s"} for x in (tmp_path / "straight" / rid / "metrics.jsonl").read_text().splitlines()]
+        killed = [
+            {k: v for k, v in json.loads(x).items() if k != "wall_s"}
+            for x in (tmp_path / "s" / rid / "metrics.jsonl").read_text().splitlines()
+        ]
+        straight = [
+            {k: v for k, v in json.loads(x).items() if k != "wall_s"}
+            for x in (tmp_path / "straight" / rid / "metrics.jsonl").read_text().splitlines()
+        ]
         assert killed == straight
 
 
@@ -83,15 +119,33 @@ def test_two_executors_on_one_directory_never_run_a_config_twice(synthetic_pool,
     grid = _grid(synthetic_pool, lr=[1e-3, 2e-3, 3e-3, 4e-3])
     grid["fixed"] |= {"batch_size": 8}
     (tmp_path / "grid.yaml").write_text(json.dumps(grid))
-    cmd = [sys.executable, "-m", "repro.cli", "sweep", "run", str(tmp_path / "grid.yaml"), "--out", str(tmp_path / "s"), "--quiet"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "repro.cli",
+        "sweep",
+        "run",
+        str(tmp_path / "grid.yaml"),
+        "--out",
+        str(tmp_path / "s"),
+        "--quiet",
+    ]
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) for _ in range(2)]
     outputs = [p.communicate()[0] for p in procs]
     assert all(p.returncode == 0 for p in procs)
-    done = sum(int(part.split()[0]) for out in outputs for part in out.split(": ", 1)[1].split(" in ")[0].split(", ") if part.endswith("done"))
+    done = sum(
+        int(part.split()[0])
+        for out in outputs
+        for part in out.split(": ", 1)[1].split(" in ")[0].split(", ")
+        if part.endswith("done")
+    )
     assert done == 4, outputs  # each config trained by exactly one executor
     assert sweep_status(tmp_path / "s") == {"done": 4}
     for config in expand(grid):
-        steps = [json.loads(x)["step"] for x in (tmp_path / "s" / run_id(config) / "metrics.jsonl").read_text().splitlines()]
+        steps = [
+            json.loads(x)["step"]
+            for x in (tmp_path / "s" / run_id(config) / "metrics.jsonl").read_text().splitlines()
+        ]
         assert steps == sorted(set(steps))
 
 
@@ -99,9 +153,18 @@ def test_failures_are_recorded_and_isolated(synthetic_pool, tmp_path):
     grid = _grid(synthetic_pool, batch_size=[8, 10], lr=[1e-3])
     grid["fixed"] |= {"micro_batch": 4}
     assert run_sweep(grid, tmp_path / "s", progress=False) == {"done": 1, "failed": 1}
-    failed = tmp_path / "s" / run_id(make_run_config(grid["fixed"] | {"batch_size": 10, "lr": 1e-3})) / "status.json"
+    failed = (
+        tmp_path
+        / "s"
+        / run_id(make_run_config(grid["fixed"] | {"batch_size": 10, "lr": 1e-3}))
+        / "status.json"
+    )
     status = json.loads(failed.read_text())
-    assert status["status"] == "failed" and "not divisible" in status["error"] and "Traceback" in status["traceback"]
+    assert (
+        status["status"] == "failed"
+        and "not divisible" in status["error"]
+        and "Traceback" in status["traceback"]
+    )
     assert run_sweep(grid, tmp_path / "s", progress=False) == {"skipped (failed)": 1}
 
 
@@ -119,8 +182,18 @@ def _fake_run(store, config, curve):
     d = store / rid
     d.mkdir(parents=True)
     (d / "config.json").write_text(json.dumps(config))
-    lines = [{"step": 10 * (i + 1), "epoch": i + 1, "tokens": 100 * (i + 1), "lr": 1.0, "train_loss": v - 0.5, "wall_s": 1.0, "val_loss": v}
-             for i, v in enumerate(curve)]
+    lines = [
+        {
+            "step": 10 * (i + 1),
+            "epoch": i + 1,
+            "tokens": 100 * (i + 1),
+            "lr": 1.0,
+            "train_loss": v - 0.5,
+            "wall_s": 1.0,
+            "val_loss": v,
+        }
+        for i, v in enumerate(curve)
+    ]
     (d / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     (d / "status.json").write_text(json.dumps({"status": "done"}))
 
@@ -128,8 +201,13 @@ def _fake_run(store, config, curve):
 def test_endpoints_on_known_curves_and_grid_edge_warning(tmp_path):
     base = {"pool": "p", "epochs": 4}
     # batch 8: the best is lr=2e-3 (interior), wd=0.1 (interior), stop at epoch 2
-    for lr, wd, curve in [(1e-3, 0.1, [3.0, 2.9, 2.8, 2.85]), (2e-3, 0.1, [2.9, 2.5, 2.6, 2.7]), (4e-3, 0.1, [3.1, 3.0, 2.95, 2.9]),
-                          (2e-3, 0.0, [2.9, 2.7, 2.8, 2.9]), (2e-3, 0.3, [2.9, 2.6, 2.7, 2.8])]:
+    for lr, wd, curve in [
+        (1e-3, 0.1, [3.0, 2.9, 2.8, 2.85]),
+        (2e-3, 0.1, [2.9, 2.5, 2.6, 2.7]),
+        (4e-3, 0.1, [3.1, 3.0, 2.95, 2.9]),
+        (2e-3, 0.0, [2.9, 2.7, 2.8, 2.9]),
+        (2e-3, 0.3, [2.9, 2.6, 2.7, 2.8]),
+    ]:
         _fake_run(tmp_path, base | {"batch_size": 8, "lr": lr, "weight_decay": wd}, curve)
     # batch 32: the best lr is the largest tried, and the best stop is the last epoch
     for lr, curve in [(1e-3, [3.5, 3.3, 3.2, 3.1]), (4e-3, [3.4, 3.2, 3.0, 2.95])]:
@@ -138,34 +216,63 @@ def test_endpoints_on_known_curves_and_grid_edge_warning(tmp_path):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         table = tuned_endpoints(runs, evals, ["batch_size"]).set_index("batch_size")
-    assert table.loc[8, ["best_val_loss", "lr", "weight_decay", "stop_epoch"]].tolist() == [2.5, 2e-3, 0.1, 2]
+    assert table.loc[8, ["best_val_loss", "lr", "weight_decay", "stop_epoch"]].tolist() == [
+        2.5,
+        2e-3,
+        0.1,
+        2,
+    ]
     assert table.loc[8, "edge"] == ""
     assert table.loc[32, ["best_val_loss", "lr", "stop_epoch"]].tolist() == [2.95, 4e-3, 4]
-    assert "lr=0.004 is on the edge" in table.loc[32, "edge"] and "end of the longest run" in table.loc[32, "edge"]
+    assert (
+        "lr=0.004 is on the edge" in table.loc[32, "edge"]
+        and "end of the longest run" in table.loc[32, "edge"]
+    )
     assert len(caught) == 1 and "group batch_size=32" in str(caught[0].message)
 
 
 def test_wsd_branches_equal_standalone_runs(synthetic_pool, tmp_path):
-    grid = {"fixed": TINY | {"pool": str(synthetic_pool), "schedule": "wsd", "warmup_steps": 5, "batch_size": 16, "eval_every": 1.0},
-            "axes": {"epochs": [1, 2, 3]}, "wsd_branches": True}
+    grid = {
+        "fixed": TINY
+        | {
+            "pool": str(synthetic_pool),
+            "schedule": "wsd",
+            "warmup_steps": 5,
+            "batch_size": 16,
+            "eval_every": 1.0,
+        },
+        "axes": {"epochs": [1, 2, 3]},
+        "wsd_branches": True,
+    }
     planned = plan(grid, tmp_path / "s")
     trunk = [p for p in planned if p.after is None]
     branches = [p for p in planned if p.after is not None]
     assert len(trunk) == 1 and trunk[0].config.epochs == 3 and len(branches) == 2
     from repro.data.pool import load_pool
     from repro.loaders import EpochLoader
+
     pool = load_pool(synthetic_pool)
     spe = EpochLoader(pool.train, pool.eos_id, 32, 16, "repack", 0).steps_per_epoch
     starts = [int(s) for s in trunk[0].config.save_steps.split(",")]
-    assert starts == [e * spe - -(-2 * e * spe // 10) for e in (1, 2)]  # total steps minus ceil(20% of them)
-    assert all(b.config.init_from.endswith(f"step-{s}.pt") and trunk[0].run_id in b.config.init_from for b, s in zip(branches, starts))
+    assert starts == [
+        e * spe - -(-2 * e * spe // 10) for e in (1, 2)
+    ]  # total steps minus ceil(20% of them)
+    assert all(
+        b.config.init_from.endswith(f"step-{s}.pt") and trunk[0].run_id in b.config.init_from
+        for b, s in zip(branches, starts)
+    )
     run_sweep(grid, tmp_path / "s", progress=False)
     # each branch equals a standalone WSD run with the same epoch budget, bit for bit
     standalone = {"fixed": grid["fixed"], "axes": {"epochs": [1, 2]}}
     run_sweep(standalone, tmp_path / "alone", progress=False)
     for b, alone in zip(branches, expand(standalone)):
-        strip = lambda p: [{k: v for k, v in json.loads(x).items() if k != "wall_s"} for x in p.read_text().splitlines()]  # noqa: E731
-        assert strip(tmp_path / "s" / b.run_id / "metrics.jsonl") == strip(tmp_path / "alone" / run_id(alone) / "metrics.jsonl")
+        strip = lambda p: [
+            {k: v for k, v in json.loads(x).items() if k != "wall_s"}
+            for x in p.read_text().splitlines()
+        ]  # noqa: E731
+        assert strip(tmp_path / "s" / b.run_id / "metrics.jsonl") == strip(
+            tmp_path / "alone" / run_id(alone) / "metrics.jsonl"
+        )
 
 
 def test_moving_the_checkout_keeps_pools_and_runs(tmp_path):
@@ -173,15 +280,32 @@ def test_moving_the_checkout_keeps_pools_and_runs(tmp_path):
 
     from repro.data.pool import PoolSpec, build_pool
 
-    first = build_pool(PoolSpec(source="synthetic", tokens=6_000, val_tokens=2_000, vocab_size=300), tmp_path / "a" / "p0", progress=False)
-    second_spec = PoolSpec(source="synthetic", tokens=6_000, val_tokens=2_000, seed=1, val_seed=0, tokenizer=str(first / "tokenizer.json"))
+    first = build_pool(
+        PoolSpec(source="synthetic", tokens=6_000, val_tokens=2_000, vocab_size=300),
+        tmp_path / "a" / "p0",
+        progress=False,
+    )
+    second_spec = PoolSpec(
+        source="synthetic",
+        tokens=6_000,
+        val_tokens=2_000,
+        seed=1,
+        val_seed=0,
+        tokenizer=str(first / "tokenizer.json"),
+    )
     second = build_pool(second_spec, tmp_path / "a" / "p1", progress=False)
     grid = {"fixed": TINY | {"pool": str(second), "batch_size": 8}, "axes": {"lr": [1e-3]}}
     assert run_sweep(grid, tmp_path / "a" / "store", progress=False) == {"done": 1}
     shutil.move(tmp_path / "a", tmp_path / "b")
     moved = tmp_path / "b" / "p1"
     stamp = (moved / "meta.json").stat().st_mtime_ns
-    build_pool(replace(second_spec, tokenizer=str(tmp_path / "b" / "p0" / "tokenizer.json")), moved, progress=False)
+    build_pool(
+        replace(second_spec, tokenizer=str(tmp_path / "b" / "p0" / "tokenizer.json")),
+        moved,
+        progress=False,
+    )
     assert (moved / "meta.json").stat().st_mtime_ns == stamp  # same pool: nothing rebuilt
     grid["fixed"]["pool"] = str(moved)
-    assert run_sweep(grid, tmp_path / "b" / "store", progress=False) == {}  # same runs: nothing retrained
+    assert (
+        run_sweep(grid, tmp_path / "b" / "store", progress=False) == {}
+    )  # same runs: nothing retrained

@@ -16,7 +16,17 @@ from repro.data.pool import PoolSpec, build_pool
 from repro.errors import ReproError
 from repro.train import load_run_config, make_run_config, train
 
-BASE = dict(model="tiny", seq_len=32, batch_size=8, micro_batch=4, lr=3e-3, epochs=2, eval_every=0.5, threads=1, loader="repack")
+BASE = dict(
+    model="tiny",
+    seq_len=32,
+    batch_size=8,
+    micro_batch=4,
+    lr=3e-3,
+    epochs=2,
+    eval_every=0.5,
+    threads=1,
+    loader="repack",
+)
 
 
 def _free_port() -> int:
@@ -26,35 +36,64 @@ def _free_port() -> int:
 
 
 def _metrics(run, drop=("wall_s",)):
-    return [{k: v for k, v in json.loads(line).items() if k not in drop} for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [
+        {k: v for k, v in json.loads(line).items() if k not in drop}
+        for line in (run / "metrics.jsonl").read_text().splitlines()
+    ]
 
 
 def _cli_train(pool, out, *overrides):
-    return [sys.executable, "-m", "repro.cli", "train", "--pool", str(pool), "--out", str(out), "--quiet",
-            *[f"{k}={v}" for k, v in overrides]]
+    return [
+        sys.executable,
+        "-m",
+        "repro.cli",
+        "train",
+        "--pool",
+        str(pool),
+        "--out",
+        str(out),
+        "--quiet",
+        *[f"{k}={v}" for k, v in overrides],
+    ]
 
 
 def test_metrics_and_status(synthetic_pool, tmp_path):
-    status = train(make_run_config(BASE | {"pool": str(synthetic_pool)}), tmp_path / "run", progress=False)
+    status = train(
+        make_run_config(BASE | {"pool": str(synthetic_pool)}), tmp_path / "run", progress=False
+    )
     lines = _metrics(tmp_path / "run", drop=())
     assert status["status"] == "done" and len(lines) == 4
     assert [line["epoch"] for line in lines] == [0.5, 1.0, 1.5, 2.0]
-    assert all({"step", "epoch", "tokens", "lr", "train_loss", "wall_s", "val_loss"} <= set(line) for line in lines)
+    assert all(
+        {"step", "epoch", "tokens", "lr", "train_loss", "wall_s", "val_loss"} <= set(line)
+        for line in lines
+    )
     assert lines[-1]["tokens"] == lines[-1]["step"] * 8 * 32
     assert status["best_val_loss"] == min(line["val_loss"] for line in lines)
     assert json.loads((tmp_path / "run" / "config.json").read_text())["model"] == "tiny"
     # starting a finished run again is a no-op
-    assert train(make_run_config(BASE | {"pool": str(synthetic_pool)}), tmp_path / "run", progress=False) == status
+    assert (
+        train(
+            make_run_config(BASE | {"pool": str(synthetic_pool)}), tmp_path / "run", progress=False
+        )
+        == status
+    )
 
 
 def test_killed_run_resumes_bit_identically(synthetic_pool, tmp_path):
     fields = BASE | {"epochs": 6, "eval_every": 0.25}
-    train(make_run_config(fields | {"pool": str(synthetic_pool)}), tmp_path / "straight", progress=False)
+    train(
+        make_run_config(fields | {"pool": str(synthetic_pool)}),
+        tmp_path / "straight",
+        progress=False,
+    )
     cmd = _cli_train(synthetic_pool, tmp_path / "killed", *fields.items())
     proc = subprocess.Popen(cmd)
     metrics = tmp_path / "killed" / "metrics.jsonl"
     deadline = time.time() + 120
-    while time.time() < deadline and (not metrics.exists() or len(metrics.read_text().splitlines()) < 3):
+    while time.time() < deadline and (
+        not metrics.exists() or len(metrics.read_text().splitlines()) < 3
+    ):
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
@@ -69,21 +108,53 @@ def test_killed_run_resumes_bit_identically(synthetic_pool, tmp_path):
 
 
 def test_divergence_is_recorded_not_crashed(synthetic_pool, tmp_path):
-    result = subprocess.run(_cli_train(synthetic_pool, tmp_path / "run", *(BASE | {"lr": 1e30}).items()), capture_output=True, text=True)
+    result = subprocess.run(
+        _cli_train(synthetic_pool, tmp_path / "run", *(BASE | {"lr": 1e30}).items()),
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stderr
     status = json.loads((tmp_path / "run" / "status.json").read_text())
     assert status["status"] == "diverged" and status["step"] < status["total_steps"]
-    assert _metrics(tmp_path / "run")[-1].get("diverged") or _metrics(tmp_path / "run")[-1]["val_loss"] is None
+    assert (
+        _metrics(tmp_path / "run")[-1].get("diverged")
+        or _metrics(tmp_path / "run")[-1]["val_loss"] is None
+    )
 
 
 def test_ddp_matches_single_process(synthetic_pool, tmp_path):
-    fields = BASE | {"epochs": 1, "batch_size": 8, "micro_batch": 2, "noise_scale": True}  # DDP: per-rank norms before the all-reduce
-    train(make_run_config(fields | {"pool": str(synthetic_pool)}), tmp_path / "single", progress=False)
+    fields = BASE | {
+        "epochs": 1,
+        "batch_size": 8,
+        "micro_batch": 2,
+        "noise_scale": True,
+    }  # DDP: per-rank norms before the all-reduce
+    train(
+        make_run_config(fields | {"pool": str(synthetic_pool)}), tmp_path / "single", progress=False
+    )
     env = os.environ | {"OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(_free_port()), "-m", "repro.cli",
-           "train", "--pool", str(synthetic_pool), "--out", str(tmp_path / "ddp"), "--quiet", *[f"{k}={v}" for k, v in fields.items()]]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        str(_free_port()),
+        "-m",
+        "repro.cli",
+        "train",
+        "--pool",
+        str(synthetic_pool),
+        "--out",
+        str(tmp_path / "ddp"),
+        "--quiet",
+        *[f"{k}={v}" for k, v in fields.items()],
+    ]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    assert done.returncode == 0, "\n".join(line for line in done.stderr.splitlines() if "rank" in line or "error" in line.lower())[-4000:]
+    assert done.returncode == 0, "\n".join(
+        line for line in done.stderr.splitlines() if "rank" in line or "error" in line.lower()
+    )[-4000:]
     single, ddp = _metrics(tmp_path / "single"), _metrics(tmp_path / "ddp")
     assert len(single) == len(ddp) == 2
     for a, b in zip(single, ddp):
@@ -94,32 +165,56 @@ def test_ddp_matches_single_process(synthetic_pool, tmp_path):
 
 
 def test_small_model_overfits_a_tiny_pool(tmp_path):
-    pool = build_pool(PoolSpec(source="synthetic", tokens=3_000, val_tokens=2_000, vocab_size=300), tmp_path / "pool", progress=False)
-    status = train(make_run_config(BASE | {"pool": str(pool), "epochs": 60, "eval_every": 1.0, "lr": 1e-2, "weight_decay": 0.0,
-                                          "loader": "repeat", "batch_size": 4, "micro_batch": 4}), tmp_path / "run", progress=False)
+    pool = build_pool(
+        PoolSpec(source="synthetic", tokens=3_000, val_tokens=2_000, vocab_size=300),
+        tmp_path / "pool",
+        progress=False,
+    )
+    status = train(
+        make_run_config(
+            BASE
+            | {
+                "pool": str(pool),
+                "epochs": 60,
+                "eval_every": 1.0,
+                "lr": 1e-2,
+                "weight_decay": 0.0,
+                "loader": "repeat",
+                "batch_size": 4,
+                "micro_batch": 4,
+            }
+        ),
+        tmp_path / "run",
+        progress=False,
+    )
     lines = _metrics(tmp_path / "run")
     assert lines[-1]["train_loss"] < 0.5 * lines[0]["train_loss"]  # training loss falls far
-    assert status["best_epoch"] < 60 and lines[-1]["val_loss"] > status["best_val_loss"] + 0.05  # validation turned up
+    assert (
+        status["best_epoch"] < 60 and lines[-1]["val_loss"] > status["best_val_loss"] + 0.05
+    )  # validation turned up
     assert lines[-1]["train_loss"] < lines[-1]["val_loss"] - 0.5
 
 
-@pytest.mark.parametrize("overrides,message", [
-    ({"batch_size": 10, "micro_batch": 4}, "not divisible by micro_batch"),
-    ({"seq_len": 1024}, "exceeds model tiny's limit"),
-    ({"seq_len": 500, "batch_size": 512, "micro_batch": 0}, "less than one batch"),
-    ({"vocab_size": 1000}, "does not match"),
-    ({"model": "huge"}, "unknown model size"),
-    ({"loader": "random"}, "unknown loader"),
-    ({"lr": -1}, "lr must be positive"),
-    ({"epochs": 0}, "epochs must be positive"),
-    ({"colour": "red"}, "unknown run field"),
-    ({"tie_embeddings": "maybe"}, "not a boolean"),
-    ({"micro_batch": -1}, "must be >= 0"),
-    ({"seed": -3}, "must be >= 0"),
-    ({"device": "gpu"}, "use auto, cpu, cuda"),
-    ({"eval_every": 0.4}, "must be 1/k"),
-    ({"batch_size": 8.5}, "is not a valid int"),
-])
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        ({"batch_size": 10, "micro_batch": 4}, "not divisible by micro_batch"),
+        ({"seq_len": 1024}, "exceeds model tiny's limit"),
+        ({"seq_len": 500, "batch_size": 512, "micro_batch": 0}, "less than one batch"),
+        ({"vocab_size": 1000}, "does not match"),
+        ({"model": "huge"}, "unknown model size"),
+        ({"loader": "random"}, "unknown loader"),
+        ({"lr": -1}, "lr must be positive"),
+        ({"epochs": 0}, "epochs must be positive"),
+        ({"colour": "red"}, "unknown run field"),
+        ({"tie_embeddings": "maybe"}, "not a boolean"),
+        ({"micro_batch": -1}, "must be >= 0"),
+        ({"seed": -3}, "must be >= 0"),
+        ({"device": "gpu"}, "use auto, cpu, cuda"),
+        ({"eval_every": 0.4}, "must be 1/k"),
+        ({"batch_size": 8.5}, "is not a valid int"),
+    ],
+)
 def test_bad_configs_fail_before_compute(synthetic_pool, tmp_path, overrides, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(_cli_train(synthetic_pool, tmp_path / "run", *(BASE | overrides).items())[3:])
@@ -129,9 +224,19 @@ def test_bad_configs_fail_before_compute(synthetic_pool, tmp_path, overrides, me
 
 
 def test_config_file_and_overrides(tmp_path, synthetic_pool):
-    (tmp_path / "run.yaml").write_text("model: tiny\nlr: 0.001\ntie_embeddings: true\nloader: shuffle\n")
-    config = load_run_config(str(tmp_path / "run.yaml"), ["lr=2e-3", "epochs=3"], pool=str(synthetic_pool))
-    assert (config.lr, config.epochs, config.tie_embeddings, config.loader, config.model) == (2e-3, 3, True, "shuffle", "tiny")
+    (tmp_path / "run.yaml").write_text(
+        "model: tiny\nlr: 0.001\ntie_embeddings: true\nloader: shuffle\n"
+    )
+    config = load_run_config(
+        str(tmp_path / "run.yaml"), ["lr=2e-3", "epochs=3"], pool=str(synthetic_pool)
+    )
+    assert (config.lr, config.epochs, config.tie_embeddings, config.loader, config.model) == (
+        2e-3,
+        3,
+        True,
+        "shuffle",
+        "tiny",
+    )
     with pytest.raises(ReproError, match="key=value"):
         load_run_config(None, ["lr"])
     (tmp_path / "float.yaml").write_text("batch_size: 8.7\n")
@@ -140,6 +245,14 @@ def test_config_file_and_overrides(tmp_path, synthetic_pool):
     (tmp_path / "list.yaml").write_text("- lr\n")
     with pytest.raises(ReproError, match="must be a mapping"):
         load_run_config(str(tmp_path / "list.yaml"), [])
-    train(make_run_config(BASE | {"pool": str(synthetic_pool), "epochs": 1}), tmp_path / "a", progress=False)
+    train(
+        make_run_config(BASE | {"pool": str(synthetic_pool), "epochs": 1}),
+        tmp_path / "a",
+        progress=False,
+    )
     with pytest.raises(ReproError, match="holds a different run.*lr"):
-        train(make_run_config(BASE | {"pool": str(synthetic_pool), "epochs": 1, "lr": 1e-3}), tmp_path / "a", progress=False)
+        train(
+            make_run_config(BASE | {"pool": str(synthetic_pool), "epochs": 1, "lr": 1e-3}),
+            tmp_path / "a",
+            progress=False,
+        )

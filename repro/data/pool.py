@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from repro.data.sources import Document, Source, open_source
+from repro.data.sources import Document, open_source
 from repro.data.tokenizer import MIN_BPE_VOCAB, eos_id, load_tokenizer, tokenizer_sha256, train_bpe
 from repro.errors import ReproError
 
@@ -53,7 +53,9 @@ class PoolSpec:
     tokens: int
     val_tokens: int = 100_000
     seed: int = 0
-    val_seed: int | None = None  # None: same as seed; fix it to share the validation documents across pools
+    val_seed: int | None = (
+        None  # None: same as seed; fix it to share the validation documents across pools
+    )
     vocab_size: int = 2048  # for a trained BPE; ignored when `tokenizer` is given
     tokenizer: str | None = None  # tokenizer.json path, pool directory or hub name
     text_field: str = "text"
@@ -85,7 +87,7 @@ class Split:
         return np.diff(self.doc_offsets)
 
     def doc(self, i: int) -> np.ndarray:
-        return self.tokens[self.doc_offsets[i]:self.doc_offsets[i + 1]]
+        return self.tokens[self.doc_offsets[i] : self.doc_offsets[i + 1]]
 
 
 @dataclass
@@ -112,14 +114,21 @@ def load_pool(path: str | Path) -> Pool:
     path = Path(path)
     meta_path = path / "meta.json"
     if not meta_path.is_file():
-        raise ReproError(f"{path} is not a pool (no meta.json); build one with: repro data build --source stdlib --tokens 1M --out {path}")
+        raise ReproError(
+            f"{path} is not a pool (no meta.json); build one with: repro data build --source stdlib --tokens 1M --out {path}"
+        )
     meta = json.loads(meta_path.read_text())
-    splits = {s: Split(np.load(path / s / "tokens.npy", mmap_mode="r"), np.load(path / s / "doc_offsets.npy"))
-              for s in SPLITS}
+    splits = {
+        s: Split(
+            np.load(path / s / "tokens.npy", mmap_mode="r"), np.load(path / s / "doc_offsets.npy")
+        )
+        for s in SPLITS
+    }
     return Pool(path, meta, splits["train"], splits["val"])
 
 
 # --- selection of candidate documents ---------------------------------------------------------
+
 
 @dataclass
 class _Candidates:
@@ -130,15 +139,27 @@ class _Candidates:
 
 
 def _key(seed: int, sha: bytes) -> int:
-    return int.from_bytes(hashlib.blake2b(sha, digest_size=8, key=seed.to_bytes(8, "little", signed=True)).digest(), "little")
+    return int.from_bytes(
+        hashlib.blake2b(sha, digest_size=8, key=seed.to_bytes(8, "little", signed=True)).digest(),
+        "little",
+    )
 
 
-def _gather(docs: Iterator[Document], budget_bytes: int, seed: int, finite: bool, exclude: set[bytes],
-            desc: str, progress: bool) -> _Candidates:
+def _gather(
+    docs: Iterator[Document],
+    budget_bytes: int,
+    seed: int,
+    finite: bool,
+    exclude: set[bytes],
+    desc: str,
+    progress: bool,
+) -> _Candidates:
     """The first documents of the seeded order whose UTF-8 size reaches `budget_bytes`."""
     out = _Candidates()
     held: set[bytes] = set()
-    heap: list[tuple[int, bytes, int, int, Document]] = []  # (-key, sha, index, bytes, doc): a max-heap on key
+    heap: list[
+        tuple[int, bytes, int, int, Document]
+    ] = []  # (-key, sha, index, bytes, doc): a max-heap on key
     total = 0
     bar = tqdm(desc=desc, unit=" docs", disable=not progress, leave=False)
     for index, doc in enumerate(docs):
@@ -162,7 +183,9 @@ def _gather(docs: Iterator[Document], budget_bytes: int, seed: int, finite: bool
                 return out
             continue
         heapq.heappush(heap, (-_key(seed, sha), sha, index, len(data), doc))
-        while total - heap[0][3] >= budget_bytes:  # drop the largest key while the rest still meets the budget
+        while (
+            total - heap[0][3] >= budget_bytes
+        ):  # drop the largest key while the rest still meets the budget
             _, gone, _, size, _ = heapq.heappop(heap)
             held.discard(gone)
             total -= size
@@ -174,13 +197,22 @@ def _gather(docs: Iterator[Document], budget_bytes: int, seed: int, finite: bool
     return out
 
 
-def _tokenize_until(tokenizer, docs: list[Document], budget_tokens: int, desc: str, progress: bool) -> list[np.ndarray]:
+def _tokenize_until(
+    tokenizer, docs: list[Document], budget_tokens: int, desc: str, progress: bool
+) -> list[np.ndarray]:
     """Token arrays of the leading documents whose total first reaches `budget_tokens`."""
     arrays: list[np.ndarray] = []
     total = 0
-    with tqdm(total=budget_tokens, desc=desc, unit=" tok", unit_scale=True, disable=not progress, leave=False) as bar:
+    with tqdm(
+        total=budget_tokens,
+        desc=desc,
+        unit=" tok",
+        unit_scale=True,
+        disable=not progress,
+        leave=False,
+    ) as bar:
         for start in range(0, len(docs), ENCODE_BATCH_DOCS):
-            batch = docs[start:start + ENCODE_BATCH_DOCS]
+            batch = docs[start : start + ENCODE_BATCH_DOCS]
             for enc in tokenizer.encode_batch([d.text for d in batch], add_special_tokens=False):
                 ids = np.asarray(enc.ids, dtype=np.int64)  # non-empty: blank documents were skipped
                 arrays.append(ids)
@@ -192,6 +224,7 @@ def _tokenize_until(tokenizer, docs: list[Document], budget_tokens: int, desc: s
 
 
 # --- building --------------------------------------------------------------------------------
+
 
 def _check_existing(out: Path, build_args: dict, force: bool) -> bool:
     """True when `out` already holds this exact pool (rebuilding is then a no-op)."""
@@ -206,20 +239,31 @@ def _check_existing(out: Path, build_args: dict, force: bool) -> bool:
         if existing == build_args:
             return True
         if not force:
-            raise ReproError(f"{out} already holds a different pool; pass --force to replace it or choose another --out")
+            raise ReproError(
+                f"{out} already holds a different pool; pass --force to replace it or choose another --out"
+            )
     elif not force:
-        raise ReproError(f"{out} exists and is not a pool; pass --force to replace it or choose another --out")
+        raise ReproError(
+            f"{out} exists and is not a pool; pass --force to replace it or choose another --out"
+        )
     return False
 
 
 def _split_stats(split: Split, logprobs: list[float] | None) -> dict:
     lengths = split.doc_lengths()
-    stats = {"docs": split.n_docs, "tokens": split.n_tokens, "mean_doc_tokens": float(lengths.mean()),
-             "median_doc_tokens": float(np.median(lengths)), "min_doc_tokens": int(lengths.min()),
-             "max_doc_tokens": int(lengths.max())}
+    stats = {
+        "docs": split.n_docs,
+        "tokens": split.n_tokens,
+        "mean_doc_tokens": float(lengths.mean()),
+        "median_doc_tokens": float(np.median(lengths)),
+        "min_doc_tokens": int(lengths.min()),
+        "max_doc_tokens": int(lengths.max()),
+    }
     if logprobs is not None:
         # Bayes floor: -sum_d log p(d) / sum_d (tokens(d) + 1), the +1 being the EOS that ends d.
-        stats["bayes_floor_nats_per_token"] = -float(np.sum(logprobs)) / (split.n_tokens + split.n_docs)
+        stats["bayes_floor_nats_per_token"] = -float(np.sum(logprobs)) / (
+            split.n_tokens + split.n_docs
+        )
     return stats
 
 
@@ -229,9 +273,13 @@ def build_pool(spec: PoolSpec, out: str | Path, force: bool = False, progress: b
     if spec.dtype not in DTYPES:
         raise ReproError(f"unknown dtype {spec.dtype!r}; choose one of: {', '.join(DTYPES)}")
     if spec.tokenizer is None and spec.vocab_size < MIN_BPE_VOCAB:
-        raise ReproError(f"vocab size {spec.vocab_size} is too small for a byte-level BPE; use at least {MIN_BPE_VOCAB}")
+        raise ReproError(
+            f"vocab size {spec.vocab_size} is too small for a byte-level BPE; use at least {MIN_BPE_VOCAB}"
+        )
     if spec.dtype == "uint16" and spec.tokenizer is None and spec.vocab_size > 65536:
-        raise ReproError(f"vocab size {spec.vocab_size} does not fit dtype uint16 (at most 65536 ids); use --dtype uint32 or auto")
+        raise ReproError(
+            f"vocab size {spec.vocab_size} does not fit dtype uint16 (at most 65536 ids); use --dtype uint32 or auto"
+        )
     source = open_source(spec.source, spec.text_field, spec.text_unit)
     build_args = spec.build_args() | {"source_info": source.info}
     local_tokenizer = spec.tokenizer is not None and Path(spec.tokenizer).exists()
@@ -245,44 +293,82 @@ def build_pool(spec: PoolSpec, out: str | Path, force: bool = False, progress: b
     if given is not None:
         vocab = given.get_vocab_size(with_added_tokens=True)
         if spec.dtype == "uint16" and vocab > 65536:
-            raise ReproError(f"tokenizer vocab {vocab} does not fit dtype uint16; use --dtype uint32 or auto")
+            raise ReproError(
+                f"tokenizer vocab {vocab} does not fit dtype uint16; use --dtype uint32 or auto"
+            )
         eos_id(given)
 
     val_seed = build_args["val_seed"]
     bytes_per_token = INITIAL_BYTES_PER_TOKEN
     while True:
-        val = _gather(source.documents(val_seed), int(spec.val_tokens * bytes_per_token) + 1, val_seed, source.finite,
-                      set(), "val docs", progress)
+        val = _gather(
+            source.documents(val_seed),
+            int(spec.val_tokens * bytes_per_token) + 1,
+            val_seed,
+            source.finite,
+            set(),
+            "val docs",
+            progress,
+        )
         if not val.docs:
-            raise ReproError(f"source {spec.source!r} yielded no non-empty documents; check the path, text field and text unit")
-        train = _gather(source.documents(spec.seed), int(spec.tokens * bytes_per_token) + 1, spec.seed, source.finite,
-                        set(val.shas), "train docs", progress)
+            raise ReproError(
+                f"source {spec.source!r} yielded no non-empty documents; check the path, text field and text unit"
+            )
+        train = _gather(
+            source.documents(spec.seed),
+            int(spec.tokens * bytes_per_token) + 1,
+            spec.seed,
+            source.finite,
+            set(val.shas),
+            "train docs",
+            progress,
+        )
         if not train.docs:
-            raise ReproError(f"source {spec.source!r} has no documents left for training after the validation split; "
-                             "lower --val-tokens or use a larger source")
+            raise ReproError(
+                f"source {spec.source!r} has no documents left for training after the validation split; "
+                "lower --val-tokens or use a larger source"
+            )
         tokenizer = given or train_bpe((d.text for d in train.docs), spec.vocab_size)
         val_arrays = _tokenize_until(tokenizer, val.docs, spec.val_tokens, "tokenize val", progress)
-        train_arrays = _tokenize_until(tokenizer, train.docs, spec.tokens, "tokenize train", progress)
-        short = [(name, got, want, cands) for name, got, want, cands in
-                 (("validation", sum(map(len, val_arrays)), spec.val_tokens, val),
-                  ("training", sum(map(len, train_arrays)), spec.tokens, train)) if got < want]
+        train_arrays = _tokenize_until(
+            tokenizer, train.docs, spec.tokens, "tokenize train", progress
+        )
+        short = [
+            (name, got, want, cands)
+            for name, got, want, cands in (
+                ("validation", sum(map(len, val_arrays)), spec.val_tokens, val),
+                ("training", sum(map(len, train_arrays)), spec.tokens, train),
+            )
+            if got < want
+        ]
         if not short:
             break
         name, got, want, cands = short[0]
         if cands.exhausted:
             flag = "--val-tokens" if name == "validation" else "--tokens"
-            raise ReproError(f"source {spec.source!r} supplies only {got:,} unique {name} tokens (asked for {want:,}); "
-                             f"ask for at most {got:,} with {flag} or use a larger source")
-        measured = sum(len(d.text.encode("utf-8", errors="surrogatepass")) for d in cands.docs) / max(got, 1)
+            raise ReproError(
+                f"source {spec.source!r} supplies only {got:,} unique {name} tokens (asked for {want:,}); "
+                f"ask for at most {got:,} with {flag} or use a larger source"
+            )
+        measured = sum(
+            len(d.text.encode("utf-8", errors="surrogatepass")) for d in cands.docs
+        ) / max(got, 1)
         bytes_per_token = max(bytes_per_token, measured) * 1.25
 
     vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
-    dtype = np.uint16 if (spec.dtype == "uint16" or (spec.dtype == "auto" and vocab_size <= 65535)) else np.uint32
+    dtype = (
+        np.uint16
+        if (spec.dtype == "uint16" or (spec.dtype == "auto" and vocab_size <= 65535))
+        else np.uint32
+    )
     splits, logprobs = {}, {}
     for name, arrays, cands in (("val", val_arrays, val), ("train", train_arrays, train)):
         lengths = np.fromiter((len(a) for a in arrays), dtype=np.int64, count=len(arrays))
-        splits[name] = Split(np.concatenate(arrays).astype(dtype), np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))
-        used = cands.docs[:len(arrays)]
+        splits[name] = Split(
+            np.concatenate(arrays).astype(dtype),
+            np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
+        )
+        used = cands.docs[: len(arrays)]
         logprobs[name] = [d.logprob for d in used] if used[0].logprob is not None else None
 
     meta = {
@@ -294,11 +380,14 @@ def build_pool(spec: PoolSpec, out: str | Path, force: bool = False, progress: b
         "splits": {name: _split_stats(splits[name], logprobs[name]) for name in SPLITS},
         "vocab_size": vocab_size,
         "eos_id": eos_id(tokenizer),
-        "tokenizer": spec.tokenizer or f"byte-level BPE trained on {len(train.docs)} training candidates",
+        "tokenizer": spec.tokenizer
+        or f"byte-level BPE trained on {len(train.docs)} training candidates",
         "tokenizer_sha256": tokenizer_sha256(tokenizer),
         "dtype": np.dtype(dtype).name,
         "duplicates_dropped": val.duplicates + train.duplicates,
-        "bayes_floor_nats_per_token": (_split_stats(splits["val"], logprobs["val"]).get("bayes_floor_nats_per_token")),
+        "bayes_floor_nats_per_token": (
+            _split_stats(splits["val"], logprobs["val"]).get("bayes_floor_nats_per_token")
+        ),
         "build_args": build_args,
     }
     digest = hashlib.sha256(meta["tokenizer_sha256"].encode())
@@ -336,15 +425,24 @@ def _write_atomically(out: Path, meta: dict, tokenizer, splits: dict[str, Split]
 def pool_summary(pool: Pool) -> str:
     """Human-readable counts for `repro data info`."""
     m = pool.meta
-    lines = [f"pool        {pool.path}", f"source      {m['source']}  (seed {m['seed']}, val seed {m['val_seed']})",
-             f"tokenizer   {m['tokenizer']}  vocab {m['vocab_size']}, eos id {m['eos_id']}, dtype {m['dtype']}",
-             f"duplicates  {m['duplicates_dropped']} dropped", "",
-             f"{'split':<6} {'docs':>9} {'tokens':>12} {'mean/doc':>10} {'median/doc':>11} {'min':>7} {'max':>9}"]
+    lines = [
+        f"pool        {pool.path}",
+        f"source      {m['source']}  (seed {m['seed']}, val seed {m['val_seed']})",
+        f"tokenizer   {m['tokenizer']}  vocab {m['vocab_size']}, eos id {m['eos_id']}, dtype {m['dtype']}",
+        f"duplicates  {m['duplicates_dropped']} dropped",
+        "",
+        f"{'split':<6} {'docs':>9} {'tokens':>12} {'mean/doc':>10} {'median/doc':>11} {'min':>7} {'max':>9}",
+    ]
     for name in SPLITS:
         s = m["splits"][name]
-        lines.append(f"{name:<6} {s['docs']:>9,} {s['tokens']:>12,} {s['mean_doc_tokens']:>10.1f} {s['median_doc_tokens']:>11.1f} "
-                     f"{s['min_doc_tokens']:>7,} {s['max_doc_tokens']:>9,}")
+        lines.append(
+            f"{name:<6} {s['docs']:>9,} {s['tokens']:>12,} {s['mean_doc_tokens']:>10.1f} {s['median_doc_tokens']:>11.1f} "
+            f"{s['min_doc_tokens']:>7,} {s['max_doc_tokens']:>9,}"
+        )
     if m.get("bayes_floor_nats_per_token") is not None:
-        lines += ["", f"Bayes floor (val, nats/token incl. EOS): {m['bayes_floor_nats_per_token']:.4f}"
-                      f"   train: {m['splits']['train']['bayes_floor_nats_per_token']:.4f}"]
+        lines += [
+            "",
+            f"Bayes floor (val, nats/token incl. EOS): {m['bayes_floor_nats_per_token']:.4f}"
+            f"   train: {m['splits']['train']['bayes_floor_nats_per_token']:.4f}",
+        ]
     return "\n".join(lines)

@@ -55,7 +55,9 @@ def stdlib_files() -> list[Path]:
     files: list[Path] = []
     for folder, subdirs, names in os.walk(root):
         subdirs[:] = [d for d in subdirs if d not in _TEST_DIRS and not d.startswith("test_")]
-        files += [Path(folder) / n for n in names if n.endswith(".py") and not n.startswith("test_")]
+        files += [
+            Path(folder) / n for n in names if n.endswith(".py") and not n.startswith("test_")
+        ]
     return sorted(files)
 
 
@@ -67,23 +69,35 @@ class StdlibSource(Source):
         for path in files:
             digest.update(str(path.relative_to(self._root)).encode())
             digest.update(hashlib.sha256(path.read_bytes()).digest())
-        super().__init__("stdlib", finite=True, info={
-            "python_version": sys.version.split()[0],
-            "files": len(files),
-            "content_sha256": digest.hexdigest(),
-        })
+        super().__init__(
+            "stdlib",
+            finite=True,
+            info={
+                "python_version": sys.version.split()[0],
+                "files": len(files),
+                "content_sha256": digest.hexdigest(),
+            },
+        )
         self._files = files
 
     def documents(self, seed: int) -> Iterator[Document]:
         for path in self._files:
-            yield Document(str(path.relative_to(self._root)), path.read_text(encoding="utf-8", errors="replace"))
+            yield Document(
+                str(path.relative_to(self._root)),
+                path.read_text(encoding="utf-8", errors="replace"),
+            )
 
 
 # --- synthetic ----------------------------------------------------------------------------------
 
+
 class SyntheticSource(Source):
     def __init__(self, grammar: Grammar = Grammar()) -> None:
-        super().__init__("synthetic", finite=False, info={"grammar": grammar.__dict__ | {"template_probs": list(grammar.template_probs)}})
+        super().__init__(
+            "synthetic",
+            finite=False,
+            info={"grammar": grammar.__dict__ | {"template_probs": list(grammar.template_probs)}},
+        )
         self.grammar = grammar
 
     def documents(self, seed: int) -> Iterator[Document]:
@@ -93,9 +107,12 @@ class SyntheticSource(Source):
 
 # --- Hugging Face datasets: the hub, and local files through the packaged builders ----------
 
+
 def _check_text_field(record: dict, text_field: str, where: str) -> None:
     if text_field not in record:
-        raise ReproError(f"{where} has no field {text_field!r} (fields: {', '.join(record)}); pass --text-field NAME")
+        raise ReproError(
+            f"{where} has no field {text_field!r} (fields: {', '.join(record)}); pass --text-field NAME"
+        )
 
 
 def _stream_records(dataset, text_field: str, where: str, prefix: str) -> Iterator[Document]:
@@ -113,9 +130,17 @@ class HubSource(Source):
     """`hf:NAME[:CONFIG]`, streamed (train split) and shuffled with datasets' seeded shuffle buffer."""
 
     def __init__(self, name: str, config: str | None, text_field: str) -> None:
-        super().__init__(f"hf:{name}" + (f":{config}" if config else ""), finite=False,
-                         info={"dataset": name, "config": config, "split": "train", "text_field": text_field,
-                               "shuffle_buffer_docs": HUB_SHUFFLE_BUFFER})
+        super().__init__(
+            f"hf:{name}" + (f":{config}" if config else ""),
+            finite=False,
+            info={
+                "dataset": name,
+                "config": config,
+                "split": "train",
+                "text_field": text_field,
+                "shuffle_buffer_docs": HUB_SHUFFLE_BUFFER,
+            },
+        )
         self.name, self.config, self.text_field = name, config, text_field
 
     def documents(self, seed: int) -> Iterator[Document]:
@@ -124,8 +149,10 @@ class HubSource(Source):
         try:
             stream = datasets.load_dataset(self.name, self.config, split="train", streaming=True)
         except Exception as exc:  # the hub's errors are long; keep the first line
-            raise ReproError(f"cannot open dataset {self.name!r}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__} "
-                             "(check the name, the network, or HF_HUB_OFFLINE)") from exc
+            raise ReproError(
+                f"cannot open dataset {self.name!r}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__} "
+                "(check the name, the network, or HF_HUB_OFFLINE)"
+            ) from exc
         stream = stream.shuffle(seed=seed, buffer_size=HUB_SHUFFLE_BUFFER)
         yield from _stream_records(stream, self.text_field, self.spec, prefix="")
 
@@ -135,21 +162,29 @@ class LocalFilesSource(Source):
 
     def __init__(self, pattern: str, text_field: str, text_unit: str) -> None:
         if text_unit not in TEXT_UNITS:
-            raise ReproError(f"unknown --text-unit {text_unit!r}; choose one of: {', '.join(TEXT_UNITS)}")
+            raise ReproError(
+                f"unknown --text-unit {text_unit!r}; choose one of: {', '.join(TEXT_UNITS)}"
+            )
         path = Path(pattern)
         if path.is_dir():
             files = sorted(str(p) for p in path.rglob("*") if p.suffix in LOCAL_BUILDERS)
         else:
             files = sorted(glob.glob(pattern, recursive=True))
         if not files:
-            raise ReproError(f"no files match {pattern!r}; give a .txt/.jsonl/.parquet path, directory or glob")
+            raise ReproError(
+                f"no files match {pattern!r}; give a .txt/.jsonl/.parquet path, directory or glob"
+            )
         kinds = {Path(f).suffix for f in files}
         unknown = kinds - set(LOCAL_BUILDERS)
         if unknown:
-            raise ReproError(f"unsupported file type {sorted(unknown)[0]!r} in {pattern!r}; use .txt, .jsonl or .parquet")
+            raise ReproError(
+                f"unsupported file type {sorted(unknown)[0]!r} in {pattern!r}; use .txt, .jsonl or .parquet"
+            )
         builders = {LOCAL_BUILDERS[k] for k in kinds}
         if len(builders) > 1:
-            raise ReproError(f"{pattern!r} mixes file types {sorted(kinds)}; build from one type at a time")
+            raise ReproError(
+                f"{pattern!r} mixes file types {sorted(kinds)}; build from one type at a time"
+            )
         for f in files:
             if not os.access(f, os.R_OK):
                 raise ReproError(f"cannot read {f}; check its permissions")
@@ -160,21 +195,33 @@ class LocalFilesSource(Source):
         for f in files:
             stat = os.stat(f)
             digest.update(f"{Path(f).resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode())
-        super().__init__(pattern, finite=True, info={
-            "files": len(files), "builder": self.builder, "text_field": self.text_field,
-            "text_unit": text_unit if self.builder == "text" else None, "paths_sizes_mtimes_sha256": digest.hexdigest()})
+        super().__init__(
+            pattern,
+            finite=True,
+            info={
+                "files": len(files),
+                "builder": self.builder,
+                "text_field": self.text_field,
+                "text_unit": text_unit if self.builder == "text" else None,
+                "paths_sizes_mtimes_sha256": digest.hexdigest(),
+            },
+        )
 
     def documents(self, seed: int) -> Iterator[Document]:
         import datasets
 
         kwargs = {"sample_by": TEXT_UNITS[self.text_unit]} if self.builder == "text" else {}
         try:
-            stream = datasets.load_dataset(self.builder, data_files=self.files, split="train", streaming=True, **kwargs)
+            stream = datasets.load_dataset(
+                self.builder, data_files=self.files, split="train", streaming=True, **kwargs
+            )
             yield from _stream_records(stream, self.text_field, self.spec, prefix="")
         except ReproError:
             raise
         except Exception as exc:
-            raise ReproError(f"cannot read {self.spec!r}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from exc
+            raise ReproError(
+                f"cannot read {self.spec!r}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            ) from exc
 
 
 def open_source(spec: str, text_field: str = "text", text_unit: str = "file") -> Source:

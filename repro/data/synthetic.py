@@ -83,12 +83,20 @@ class SyntheticLanguage:
         sizes = [g.n_names, g.n_places, g.n_nouns, g.n_adjectives, g.n_verbs]
         words = _pseudo_words(sum(sizes), rng)
         bounds = np.cumsum([0, *sizes])
-        self.names = [w.capitalize() for w in words[bounds[0]:bounds[1]]]
-        self.places = [w.capitalize() for w in words[bounds[1]:bounds[2]]]
-        self.nouns, self.adjectives, self.verbs = (words[bounds[i]:bounds[i + 1]] for i in (2, 3, 4))
+        self.names = [w.capitalize() for w in words[bounds[0] : bounds[1]]]
+        self.places = [w.capitalize() for w in words[bounds[1] : bounds[2]]]
+        self.nouns, self.adjectives, self.verbs = (
+            words[bounds[i] : bounds[i + 1]] for i in (2, 3, 4)
+        )
         self.p_name = _zipf(g.n_names, g.zipf_exponent)
-        self.p_place, self.p_adj, self.p_verb = (_zipf(n, g.zipf_exponent) for n in (g.n_places, g.n_adjectives, g.n_verbs))
-        self.log_p_place, self.log_p_adj, self.log_p_verb = np.log(self.p_place), np.log(self.p_adj), np.log(self.p_verb)
+        self.p_place, self.p_adj, self.p_verb = (
+            _zipf(n, g.zipf_exponent) for n in (g.n_places, g.n_adjectives, g.n_verbs)
+        )
+        self.log_p_place, self.log_p_adj, self.log_p_verb = (
+            np.log(self.p_place),
+            np.log(self.p_adj),
+            np.log(self.p_verb),
+        )
         # topic k gives noun j the Zipf probability of rank noun_rank[k, j]
         zipf_nouns = _zipf(g.n_nouns, g.zipf_exponent)
         self.noun_rank = np.stack([rng.permutation(g.n_nouns) for _ in range(g.n_topics)])
@@ -98,7 +106,9 @@ class SyntheticLanguage:
         self.p_length = (1.0 / lengths) / (1.0 / lengths).sum()
         self.lengths = lengths
         self.cdf_name, self.cdf_place, self.cdf_adj, self.cdf_verb, self.cdf_length = (
-            np.cumsum(p) for p in (self.p_name, self.p_place, self.p_adj, self.p_verb, self.p_length))
+            np.cumsum(p)
+            for p in (self.p_name, self.p_place, self.p_adj, self.p_verb, self.p_length)
+        )
         self.log_p_template = np.log(np.asarray(g.template_probs) / sum(g.template_probs))
         self.p_template = np.exp(self.log_p_template)
 
@@ -153,35 +163,59 @@ class SyntheticLanguage:
             if t == 0:
                 e = entity()
                 if e not in home:
-                    home[e] = int(places[ip]); used_places.append(places[ip]); ip += 1
+                    home[e] = int(places[ip])
+                    used_places.append(places[ip])
+                    ip += 1
                 sent = f"{self.names[e]} lives in {self.places[home[e]]}."
             elif t == 1:
                 e = entity()
                 if e not in like:
-                    like[e] = (int(adjs[ia]), int(nouns[inn])); used_adjs.append(adjs[ia]); used_nouns.append(nouns[inn]); ia += 1; inn += 1
+                    like[e] = (int(adjs[ia]), int(nouns[inn]))
+                    used_adjs.append(adjs[ia])
+                    used_nouns.append(nouns[inn])
+                    ia += 1
+                    inn += 1
                 a, n = like[e]
                 sent = f"{self.names[e]} likes the {self.adjectives[a]} {self.nouns[n]}."
             elif t == 2:
                 a, n1, v, n2 = adjs[ia], nouns[inn], verbs[iv], nouns[inn + 1]
-                used_adjs.append(a); used_nouns += [n1, n2]; used_verbs.append(v); ia += 1; inn += 2; iv += 1
+                used_adjs.append(a)
+                used_nouns += [n1, n2]
+                used_verbs.append(v)
+                ia += 1
+                inn += 2
+                iv += 1
                 sent = f"The {self.adjectives[a]} {self.nouns[n1]} {self.verbs[v]} the {self.nouns[n2]}."
             elif t == 3:
-                e1 = entity(); e2 = entity()
+                e1 = entity()
+                e2 = entity()
                 used_places.append(places[ip])
-                sent = f"{self.names[e1]} met {self.names[e2]} at {self.places[places[ip]]}."; ip += 1
+                sent = f"{self.names[e1]} met {self.names[e2]} at {self.places[places[ip]]}."
+                ip += 1
             else:
                 e1 = entity()
-                v, n = verbs[iv], nouns[inn]; iv += 1; inn += 1
-                used_verbs.append(v); used_nouns.append(n)
+                v, n = verbs[iv], nouns[inn]
+                iv += 1
+                inn += 1
+                used_verbs.append(v)
+                used_nouns.append(n)
                 e2 = entity()
-                sent = f"{self.names[e1]} {self.verbs[v]} the {self.nouns[n]} with {self.names[e2]}."
+                sent = (
+                    f"{self.names[e1]} {self.verbs[v]} the {self.nouns[n]} with {self.names[e2]}."
+                )
             out.append(sent)
             if s < n_sent - 1:
                 out.append("\n\n" if breaks[s] else " ")
         n_gaps = n_sent - 1
         n_breaks = int(breaks[:n_gaps].sum())
-        logp += n_breaks * math.log(g.paragraph_break_prob) + (n_gaps - n_breaks) * math.log(1 - g.paragraph_break_prob)
-        logp += float(self.log_p_place[used_places].sum() + self.log_p_adj[used_adjs].sum() + self.log_p_verb[used_verbs].sum())
+        logp += n_breaks * math.log(g.paragraph_break_prob) + (n_gaps - n_breaks) * math.log(
+            1 - g.paragraph_break_prob
+        )
+        logp += float(
+            self.log_p_place[used_places].sum()
+            + self.log_p_adj[used_adjs].sum()
+            + self.log_p_verb[used_verbs].sum()
+        )
         # topic marginalised exactly: log sum_k (1/K) prod_j p_k(noun_j); the 1/K is added above
         per_topic = self.log_p_noun[:, used_nouns].sum(axis=1)
         top = per_topic.max()
@@ -198,7 +232,9 @@ def _draw_one(cdf: np.ndarray, rng: np.random.Generator) -> int:
     return int(np.searchsorted(cdf, rng.random(), side="right").clip(max=len(cdf) - 1))
 
 
-def synthetic_documents(seed: int, grammar: Grammar = Grammar()) -> Iterator[tuple[str, str, float]]:
+def synthetic_documents(
+    seed: int, grammar: Grammar = Grammar()
+) -> Iterator[tuple[str, str, float]]:
     """Endless stream of (doc_id, text, log_prob_nats) for one seed."""
     language = SyntheticLanguage(grammar)
     rng = np.random.default_rng([seed % 2**63, 1_000_003])  # any int seed, negative ones included

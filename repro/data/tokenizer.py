@@ -20,8 +20,12 @@ def train_bpe(texts: Iterable[str], vocab_size: int) -> Tokenizer:
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOS], show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[EOS],
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tokenizer.train_from_iterator(texts, trainer=trainer)
     return tokenizer
 
@@ -35,14 +39,18 @@ def load_tokenizer(file_or_name: str) -> Tokenizer:
         try:
             return Tokenizer.from_file(str(path))
         except Exception as exc:
-            raise ReproError(f"{path} is not a valid tokenizer.json ({type(exc).__name__}); give an HF tokenizers file") from exc
+            raise ReproError(
+                f"{path} is not a valid tokenizer.json ({type(exc).__name__}); give an HF tokenizers file"
+            ) from exc
     if path.suffix == ".json" or file_or_name.startswith((".", "/")):
         raise ReproError(f"tokenizer file {file_or_name!r} does not exist")
     try:
         return Tokenizer.from_pretrained(file_or_name)
     except Exception as exc:
-        raise ReproError(f"cannot load tokenizer {file_or_name!r} from the hub ({str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__}); "
-                         "check the name and the network, or pass a tokenizer.json path") from exc
+        raise ReproError(
+            f"cannot load tokenizer {file_or_name!r} from the hub ({str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__}); "
+            "check the name and the network, or pass a tokenizer.json path"
+        ) from exc
 
 
 def eos_id(tokenizer: Tokenizer) -> int:
@@ -51,7 +59,9 @@ def eos_id(tokenizer: Tokenizer) -> int:
         token_id = tokenizer.token_to_id(token)
         if token_id is not None:
             return token_id
-    raise ReproError(f"the tokenizer has no end-of-text token (looked for {', '.join(EOS_CANDIDATES)}); add one or use another tokenizer")
+    raise ReproError(
+        f"the tokenizer has no end-of-text token (looked for {', '.join(EOS_CANDIDATES)}); add one or use another tokenizer"
+    )
 
 
 def tokenizer_sha256(tokenizer: Tokenizer) -> str:
