@@ -2,8 +2,8 @@
 paper-claim vs measured tables (computed from results, never typed in).
 
 Claim tables have columns claim | paper | measured here | agrees?; `agrees?` is "yes", "no" (with
-the reason when the effect is within pool-to-pool noise), or "n/a" when the measurement cannot decide
-(for instance a grid with a single batch size).
+the reason when the effect is within pool-to-pool noise), or "n/a" when the measurement cannot
+decide (for instance a grid with a single batch size).
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ def _verdict(ok: bool | None) -> str:
 
 
 def pool_table(paths: list[str | Path]) -> pd.DataFrame:
-    """One row per pool and split: documents, tokens, document length, and the Bayes floor if known."""
+    """One row per pool and split: documents, tokens, document length, and the Bayes floor if
+    known."""
     rows = []
     for path in paths:
         meta = load_pool(path).meta
@@ -49,7 +50,8 @@ def pool_table(paths: list[str | Path]) -> pd.DataFrame:
 
 
 def pool_overlap(paths: list[str | Path]) -> pd.DataFrame:
-    """Shared training documents between pools (as token sequences) and whether validation sets are identical."""
+    """Shared training documents between pools (as token sequences) and whether validation sets
+    are identical."""
     pools = [load_pool(p) for p in paths]
     docs = [{pool.train.doc(i).tobytes() for i in range(pool.train.n_docs)} for pool in pools]
     rows = []
@@ -68,7 +70,8 @@ def pool_overlap(paths: list[str | Path]) -> pd.DataFrame:
 
 
 def train_val_shared_docs(paths: list[str | Path]) -> list[int]:
-    """Per pool, how many validation documents (as token sequences) also appear in its training split."""
+    """Per pool, how many validation documents (as token sequences) also appear in its training
+    split."""
     shared = []
     for path in paths:
         pool = load_pool(path)
@@ -83,14 +86,16 @@ def train_val_shared_docs(paths: list[str | Path]) -> list[int]:
 def batch_endpoints(
     runs: pd.DataFrame, evals: pd.DataFrame, extra_group: list[str] | None = None
 ) -> pd.DataFrame:
-    """Tuned endpoints per pool x model x batch size (x extra fields); grid-edge notes are in its `edge` column."""
+    """Tuned endpoints per pool x model x batch size (x extra fields); grid-edge notes are in its
+    `edge` column."""
     return tuned_endpoints(
         runs, evals, ["pool", "model", "batch_size", *(extra_group or [])], warn=False
     )
 
 
 def across_pools(endpoints: pd.DataFrame, by: list[str] | None = None) -> pd.DataFrame:
-    """Mean, min, max and std over pools of the tuned best validation loss, per model x batch size."""
+    """Mean, min, max and std over pools of the tuned best validation loss, per model x batch
+    size."""
     by = by or ["model", "batch_size"]
     agg = (
         endpoints.groupby(by)["best_val_loss"]
@@ -127,13 +132,16 @@ def batch_sweep_claims(
         verdict = "n/a"
     elif b_opt in (batches[0], batches[-1]):
         verdict = "no"
-    else:  # an interior optimum counts only if both edges are worse by more than the pool-to-pool spread
+    else:
+        # an interior optimum counts only if both edges are worse by more than the
+        # pool-to-pool spread
         verdict = "yes" if margin > noise else "no (within pool noise)"
     rows.append(
         [
             "best val loss vs batch size is U-shaped (interior optimum)",
             "yes",
-            f"optimum at batch {b_opt} of {batches}; edges worse by {margin:.3f} nats vs pool std up to {noise:.3f}",
+            f"optimum at batch {b_opt} of {batches}; edges worse by {margin:.3f} nats "
+            f"vs pool std up to {noise:.3f}",
             verdict,
         ]
     )
@@ -150,7 +158,8 @@ def batch_sweep_claims(
     )
 
     def gap(batch: int) -> tuple[float, float]:
-        """(final train loss, best val loss) of the tuned endpoint at `batch`, averaged over pools."""
+        """(final train loss, best val loss) of the tuned endpoint at `batch`, averaged over
+        pools."""
         ends = endpoints[(endpoints["model"] == model) & (endpoints["batch_size"] == batch)]
         train = np.mean([_final(evals, rid)["train_loss"] for rid in ends["run_id"]])
         return float(train), float(ends["best_val_loss"].mean())
@@ -162,7 +171,8 @@ def batch_sweep_claims(
             [
                 "the smallest batch overfits: lower train loss, worse val loss",
                 "yes",
-                f"batch {batches[0]}: train {t_small:.3f}, val {v_small:.3f}; optimum {b_opt}: train {t_opt:.3f}, val {v_opt:.3f}",
+                f"batch {batches[0]}: train {t_small:.3f}, val {v_small:.3f}; "
+                f"optimum {b_opt}: train {t_opt:.3f}, val {v_opt:.3f}",
                 _verdict(overfits),
             ]
         )
@@ -208,7 +218,8 @@ def recipe_claims(
     loaders: pd.DataFrame, embeddings: pd.DataFrame, original: pd.DataFrame, combined: pd.DataFrame
 ) -> pd.DataFrame:
     """Claims of the recipe section. `loaders`: best_per(.., [batch_size, loader]); `embeddings`:
-    best_per(.., [tie_embeddings, embedding_weight_decay]); `original` / `combined`: best_per(.., [batch_size])."""
+    best_per(.., [tie_embeddings, embedding_weight_decay]); `original` / `combined`:
+    best_per(.., [batch_size])."""
     rows = []
     for batch, group in loaders.groupby("batch_size"):
         loss = group.set_index("loader")["best_val_loss"]
@@ -224,7 +235,6 @@ def recipe_claims(
     emb = embeddings.set_index(["tie_embeddings", "embedding_weight_decay"])["best_val_loss"]
     untied0, tied0 = emb[(False, 0.0)], emb[(True, 0.0)]
     untied_pos = emb[[k for k in emb.index if not k[0] and k[1] > 0]].min()
-    tied_pos = emb[[k for k in emb.index if k[0] and k[1] > 0]].min()
     rows.append(
         [
             "positive embedding weight decay helps (untied)",
@@ -257,7 +267,8 @@ def recipe_claims(
         [
             "the combined recipe lowers the best val loss",
             "yes",
-            f"{c['best_val_loss'].min():.3f} vs {o['best_val_loss'].min():.3f} (change {c['best_val_loss'].min() - o['best_val_loss'].min():+.3f})",
+            f"{c['best_val_loss'].min():.3f} vs {o['best_val_loss'].min():.3f} "
+            f"(change {c['best_val_loss'].min() - o['best_val_loss'].min():+.3f})",
             _verdict(c["best_val_loss"].min() < o["best_val_loss"].min()),
         ]
     )
@@ -265,7 +276,8 @@ def recipe_claims(
         [
             "the best stopping point moves later",
             "yes (20 -> 32 epochs at the largest model)",
-            f"{o.loc[b_o, 'stop_epoch']:.1f} -> {c.loc[b_c, 'stop_epoch']:.1f} epochs (at each recipe's optimal batch)",
+            f"{o.loc[b_o, 'stop_epoch']:.1f} -> {c.loc[b_c, 'stop_epoch']:.1f} epochs "
+            "(at each recipe's optimal batch)",
             _verdict(c.loc[b_c, "stop_epoch"] > o.loc[b_o, "stop_epoch"]),
         ]
     )

@@ -26,7 +26,8 @@ def repack(
 ) -> dict:
     """REPACK of a `tokens`-token pool with the document lengths of `pool_path` (resampled; token
     values random, which does not change the cost): per-epoch preparation (document and sequence
-    permutations, start positions), one batch's gather, and the gather of the whole epoch (seconds)."""
+    permutations, start positions), one batch's gather, and the gather of the whole epoch
+    (seconds)."""
     rng = np.random.default_rng(0)
     lengths = (
         np.diff(load_pool(pool_path).train.doc_offsets)
@@ -59,7 +60,8 @@ def repack(
 
 
 def peak_matmul_flops(device: str = "cpu", n: int = 2048, repeats: int = 5) -> float:
-    """Measured matmul FLOP/s of this device: an n x n x n product (float32 on CPU, bf16 on CUDA)."""
+    """Measured matmul FLOP/s of this device: an n x n x n product (float32 on CPU, bf16 on
+    CUDA)."""
     dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
     a, b = (
         torch.randn(n, n, device=device, dtype=dtype),
@@ -97,10 +99,10 @@ def throughput(
     stack: int = 1,
     compile: bool = False,
 ) -> dict:
-    """Training tokens/s of one model size: forward, backward, clipping and AdamW step (float32 on CPU,
-    bf16 autocast on CUDA), as the trainer does them. With stack = K, K configs of the size train at
-    once (repro.stacked) and tokens/s counts all K. With `peak_flops` (FLOP/s, measured in the same
-    run), also model FLOPs utilisation: flops_per_token * tokens/s / peak_flops."""
+    """Training tokens/s of one model size: forward, backward, clipping and AdamW step (float32 on
+    CPU, bf16 autocast on CUDA), as the trainer does them. With stack = K, K configs of the size
+    train at once (repro.stacked) and tokens/s counts all K. With `peak_flops` (FLOP/s, measured in
+    the same run), also model FLOPs utilisation: flops_per_token * tokens/s / peak_flops."""
     models = []
     for k in range(stack):
         torch.manual_seed(k)
@@ -224,8 +226,8 @@ def noise_scale_overhead(
     epochs: int = 4,
     rounds: int = 5,
 ) -> dict:
-    """Wall seconds of the same training run (repro.train, one evaluation per epoch) without and with
-    noise_scale=true, alternated `rounds` times; medians and their ratio."""
+    """Wall seconds of the same training run (repro.train, one evaluation per epoch) without and
+    with noise_scale=true, alternated `rounds` times; medians and their ratio."""
     import tempfile
 
     from repro.train import make_run_config, train
@@ -262,8 +264,8 @@ def noise_scale_overhead(
 def step_time(
     size: str, vocab_size: int, seq_len: int, max_micro_batch: int, device: str = "cpu"
 ) -> dict:
-    """Seconds per training step for micro-batches 1..max_micro_batch (the measured step-time model of
-    repro.frontier.MeasuredStepTime); gradient bytes assume float32 gradients."""
+    """Seconds per training step for micro-batches 1..max_micro_batch (the measured step-time model
+    of repro.frontier.MeasuredStepTime); gradient bytes assume float32 gradients."""
     rows = [
         throughput(size, vocab_size, seq_len, m, steps=5, warmup=2, device=device)
         for m in range(1, max_micro_batch + 1)

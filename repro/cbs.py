@@ -1,4 +1,5 @@
-"""Critical batch size: the gradient noise scale during training, and fits of steps-to-target curves.
+"""Critical batch size: the gradient noise scale during training, and fits of steps-to-target
+curves.
 
 Units: batch sizes are sequences (multiply by seq_len for tokens); S is optimizer steps; E is
 training sequences consumed (S * B), reported as tokens where a column says so.
@@ -10,16 +11,16 @@ training sequences consumed (S * B), reported as tokens where a column says so.
   are unbiased; each is smoothed by its own EMA and B_simple = tr(Sigma) / |G|^2 is their ratio.
   The trainer takes |G_small|^2 from each micro-batch (single process; the mean over micro-batches)
   or from each rank's gradient before the all-reduce (DDP), and |G_big|^2 from the global batch.
-- Steps-to-target: for a target loss, the fewest steps over tuned runs (lr, weight decay) at which an
-  evaluation first reaches it, per batch size.
-- Fits: McCandlish's hyperbola (S / S_min - 1)(E / E_min - 1) = 1, i.e. S(B) = S_min + E_min / B, fitted
-  in log S, gives B_crit = E_min / S_min. Zhang et al. 2025 fit the same form S(B) = a + b / B in S
-  and call critical the batch whose steps exceed linear scaling from the smallest batch by 20%:
-  B* = 1.2 B_ref + 0.2 b / a. Zhou et al. 2026 (WSD) model E(S) piecewise (inverse, quadratic,
-  linear tail); we fit its two later pieces: a parabola through the points nearest the fewest
-  tokens gives B_opt = E_min / S_opt, and the linear tail E = A1 S + A0 of the smallest batches gives
-  B_min = A1 (below it the target is not reached). Each fit comes with residuals and a bootstrap
-  interval over the (batch, steps) points.
+- Steps-to-target: for a target loss, the fewest steps over tuned runs (lr, weight decay) at which
+  an evaluation first reaches it, per batch size.
+- Fits: McCandlish's hyperbola (S / S_min - 1)(E / E_min - 1) = 1, i.e. S(B) = S_min + E_min / B,
+  fitted in log S, gives B_crit = E_min / S_min. Zhang et al. 2025 fit the same form
+  S(B) = a + b / B in S and call critical the batch whose steps exceed linear scaling from the
+  smallest batch by 20%: B* = 1.2 B_ref + 0.2 b / a. Zhou et al. 2026 (WSD) model E(S) piecewise
+  (inverse, quadratic, linear tail); we fit its two later pieces: a parabola through the points
+  nearest the fewest tokens gives B_opt = E_min / S_opt, and the linear tail E = A1 S + A0 of the
+  smallest batches gives B_min = A1 (below it the target is not reached). Each fit comes with
+  residuals and a bootstrap interval over the (batch, steps) points.
 """
 
 from __future__ import annotations
@@ -32,13 +33,14 @@ import pandas as pd
 import torch
 from scipy.optimize import least_squares
 
-# --- the gradient noise scale during training ------------------------------------------------------
+# --- the gradient noise scale during training ---------------------------------------------------
 
 
 def two_batch_estimates(
     small_sq: float, big_sq: float, b_small: float, b_big: float
 ) -> tuple[float, float]:
-    """Unbiased (|G|^2, tr(Sigma)) from squared gradient norms at batch sizes b_small < b_big (sequences)."""
+    """Unbiased (|G|^2, tr(Sigma)) from squared gradient norms at batch sizes b_small < b_big
+    (sequences)."""
     grad_sq = (b_big * big_sq - b_small * small_sq) / (b_big - b_small)
     trace = (small_sq - big_sq) / (1 / b_small - 1 / b_big)
     return grad_sq, trace
@@ -46,7 +48,8 @@ def two_batch_estimates(
 
 @dataclass
 class NoiseScaleEMA:
-    """Bias-corrected EMAs of the |G|^2 and tr(Sigma) estimates of one run; B_simple is their ratio."""
+    """Bias-corrected EMAs of the |G|^2 and tr(Sigma) estimates of one run; B_simple is their
+    ratio."""
 
     decay: float = 0.95
     grad_sq: float = 0.0
@@ -62,7 +65,8 @@ class NoiseScaleEMA:
         self.weight = self.decay * self.weight + (1 - self.decay)
 
     def values(self) -> dict:
-        """grad_sq = |G|^2, trace_cov = tr(Sigma) (per sequence), b_simple = tr(Sigma) / |G|^2 (sequences)."""
+        """grad_sq = |G|^2, trace_cov = tr(Sigma) (per sequence), b_simple = tr(Sigma) / |G|^2
+        (sequences)."""
         if not self.weight:
             return {}
         grad_sq, trace = self.grad_sq / self.weight, self.trace / self.weight
@@ -79,7 +83,8 @@ class NoiseScaleEMA:
 class MicroBatchNorms:
     """Squared norms of each micro-batch's gradient, per config, while accumulating the gradients by
     hand: after each backward the fresh gradients are measured and moved into an accumulator, and
-    `restore` puts the sum back. Tensors are parameters [...] (one config) or stacked leaves [K, ...]."""
+    `restore` puts the sum back. Tensors are parameters [...] (one config) or stacked leaves
+    [K, ...]."""
 
     def __init__(self, stacked: bool):
         self.stacked = stacked
@@ -88,7 +93,8 @@ class MicroBatchNorms:
         self.count = 0
 
     def add(self, tensors: list[torch.Tensor], scale: float) -> None:
-        """Measure the gradients now in `tensors` (a micro-batch's loss times 1 / scale) and take them."""
+        """Measure the gradients now in `tensors` (a micro-batch's loss times 1 / scale) and take
+        them."""
         grads = [t.grad for t in tensors]
         sq = sum(
             (g.float().pow(2).flatten(1).sum(1) if self.stacked else g.float().pow(2).sum()[None])
@@ -104,7 +110,8 @@ class MicroBatchNorms:
         self.count += 1
 
     def restore(self, tensors: list[torch.Tensor]) -> torch.Tensor:
-        """Give the accumulated gradients back; returns the mean squared micro-batch norm per config."""
+        """Give the accumulated gradients back; returns the mean squared micro-batch norm per
+        config."""
         for t, g in zip(tensors, self.accumulated):
             t.grad = g
         mean = self.sq_sum / self.count
@@ -112,7 +119,7 @@ class MicroBatchNorms:
         return mean
 
 
-# --- steps to a target loss --------------------------------------------------------------------------
+# --- steps to a target loss ---------------------------------------------------------------------
 
 
 def steps_to_target(
@@ -122,9 +129,10 @@ def steps_to_target(
     by: tuple[str, ...] = ("batch_size",),
     seq_len: int | None = None,
 ) -> pd.DataFrame:
-    """For every group of `by` (batch size, and e.g. pool) and target: the fewest steps over the group's
-    runs (tuned hyperparameters) at which a run's evaluation first reaches val_loss <= target.
-    Columns: *by, target, steps, sequences (steps * batch), tokens, run_id. Unreached targets are left out."""
+    """For every group of `by` (batch size, and e.g. pool) and target: the fewest steps over the
+    group's runs (tuned hyperparameters) at which a run's evaluation first reaches
+    val_loss <= target. Columns: *by, target, steps, sequences (steps * batch), tokens, run_id.
+    Unreached targets are left out."""
     points = evals.dropna(subset=["val_loss"]).merge(
         runs[["run_id", *[c for c in by if c not in evals]]], on="run_id"
     )
@@ -147,7 +155,8 @@ def steps_to_target(
 
 
 def reachable_target(runs: pd.DataFrame, evals: pd.DataFrame, n_batches: int) -> float:
-    """The lowest validation loss (rounded up to 1e-3) that at least `n_batches` batch sizes reach."""
+    """The lowest validation loss (rounded up to 1e-3) that at least `n_batches` batch sizes
+    reach."""
     best = (
         evals.merge(runs[["run_id", "batch_size"]], on="run_id")
         .groupby("batch_size")["val_loss"]
@@ -157,11 +166,12 @@ def reachable_target(runs: pd.DataFrame, evals: pd.DataFrame, n_batches: int) ->
     return float(np.ceil(best.iloc[min(n_batches, len(best)) - 1] * 1000) / 1000)
 
 
-# --- fits ----------------------------------------------------------------------------------------------
+# --- fits ---------------------------------------------------------------------------------------
 
 
 def fit_mccandlish(batch: np.ndarray, steps: np.ndarray) -> dict:
-    """S(B) = S_min + E_min / B fitted in log S (equal relative errors); B_crit = E_min / S_min (sequences)."""
+    """S(B) = S_min + E_min / B fitted in log S (equal relative errors); B_crit = E_min / S_min
+    (sequences)."""
     batch, steps = np.asarray(batch, float), np.asarray(steps, float)
 
     def residuals(log_params):
@@ -178,7 +188,8 @@ def fit_zhang(
     batch: np.ndarray, steps: np.ndarray, b_ref: float | None = None, excess: float = 0.2
 ) -> dict:
     """S(B) = a + b / B by least squares in S (a, b >= 0); B* is where steps exceed linear scaling
-    from b_ref (default the smallest batch) by `excess`: B* = (1 + excess) b_ref + excess * b / a."""
+    from b_ref (default the smallest batch) by `excess`:
+    B* = (1 + excess) b_ref + excess * b / a."""
     batch, steps = np.asarray(batch, float), np.asarray(steps, float)
     b_ref = batch.min() if b_ref is None else b_ref
     fit = least_squares(
@@ -192,12 +203,12 @@ def fit_zhang(
 
 
 def fit_wsd(batch: np.ndarray, steps: np.ndarray) -> dict:
-    """Zhou et al.'s later pieces of E(S) (E = S * B): a parabola E = C (S - S_opt)^2 + E_min through the
-    three points nearest the fewest tokens gives B_opt = E_min / S_opt; a line E = A1 S + A0 through the
-    points of the largest S (the two smallest batches) gives B_min = A1. NaN where the points do not
-    determine a piece: the fewest tokens at an edge, or a parabola that opens downward or whose vertex
-    lies outside its three points (the residuals of three points on a parabola are zero by construction;
-    the bootstrap gives the spread)."""
+    """Zhou et al.'s later pieces of E(S) (E = S * B): a parabola E = C (S - S_opt)^2 + E_min
+    through the three points nearest the fewest tokens gives B_opt = E_min / S_opt; a line
+    E = A1 S + A0 through the points of the largest S (the two smallest batches) gives B_min = A1.
+    NaN where the points do not determine a piece: the fewest tokens at an edge, or a parabola that
+    opens downward or whose vertex lies outside its three points (the residuals of three points on
+    a parabola are zero by construction; the bootstrap gives the spread)."""
     batch, steps = np.asarray(batch, float), np.asarray(steps, float)
     order = np.argsort(steps)
     s, e = steps[order], (steps * batch)[order]
@@ -232,7 +243,8 @@ def bootstrap(
 ) -> tuple[float, float]:
     """Percentile interval of fit(batch, steps)[key] over resamples of the points (with replacement;
     resamples with fewer than three distinct batch sizes, or where the fit does not determine the
-    value (NaN), are skipped; an infinite value, e.g. B_crit of points that never level off, counts)."""
+    value (NaN), are skipped; an infinite value, e.g. B_crit of points that never level off,
+    counts)."""
     batch, steps = np.asarray(batch, float), np.asarray(steps, float)
     rng = np.random.default_rng(seed)
     values = []

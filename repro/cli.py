@@ -167,15 +167,20 @@ def _bench(args: argparse.Namespace) -> None:
             [int(t) for t in args.thread_counts.split(",")],
         )
         print(
-            f"{rows[0]['model']}, seq_len {rows[0]['seq_len']}, {args.stack} configs: sequential runs vs one stack (medians of 3)"
+            f"{rows[0]['model']}, seq_len {rows[0]['seq_len']}, {args.stack} configs: "
+            "sequential runs vs one stack (medians of 3)"
         )
         print(
-            f"{'threads':>7} {'batch':>5} {'peak GFLOP/s':>12} {'seq tok/s':>10} {'seq MFU':>8} {'stack tok/s':>11} {'stack MFU':>9} {'speed-up':>8}"
+            f"{'threads':>7} {'batch':>5} {'peak GFLOP/s':>12} {'seq tok/s':>10} {'seq MFU':>8} "
+            f"{'stack tok/s':>11} {'stack MFU':>9} {'speed-up':>8}"
         )
         for r in rows:
             print(
-                f"{r['threads']:>7} {r['batch_size']:>5} {r['peak_matmul_flops_per_s'] / 1e9:>12.1f} {r['sequential_tokens_per_s']:>10,.0f} "
-                f"{r['sequential_mfu']:>8.1%} {r['stacked_tokens_per_s']:>11,.0f} {r['stacked_mfu']:>9.1%} {r['speedup']:>7.2f}x"
+                f"{r['threads']:>7} {r['batch_size']:>5} "
+                f"{r['peak_matmul_flops_per_s'] / 1e9:>12.1f} "
+                f"{r['sequential_tokens_per_s']:>10,.0f} {r['sequential_mfu']:>8.1%} "
+                f"{r['stacked_tokens_per_s']:>11,.0f} {r['stacked_mfu']:>9.1%} "
+                f"{r['speedup']:>7.2f}x"
             )
     elif args.what == "noise-scale":
         if not args.pool:
@@ -188,8 +193,10 @@ def _bench(args: argparse.Namespace) -> None:
             args.micro_batch or 4,
         )
         print(
-            f"{rows['model']}, batch {rows['batch_size']} in micro-batches of {rows['micro_batch']}, {rows['threads']} threads: "
-            f"{rows['seconds_without']:.2f} s without, {rows['seconds_with']:.2f} s with noise_scale "
+            f"{rows['model']}, batch {rows['batch_size']} "
+            f"in micro-batches of {rows['micro_batch']}, {rows['threads']} threads: "
+            f"{rows['seconds_without']:.2f} s without, "
+            f"{rows['seconds_with']:.2f} s with noise_scale "
             f"(overhead {rows['overhead']:+.1%}, medians of {rows['rounds']})"
         )
     elif args.what == "load-results":
@@ -222,15 +229,18 @@ def _bench(args: argparse.Namespace) -> None:
         ]
         kind = "bf16" if device == "cuda" else f"float32, {torch.get_num_threads()} threads"
         print(
-            f"measured matmul peak: {peak / 1e9:,.1f} GFLOP/s ({kind}){', torch.compile' if args.compile else ''}"
+            f"measured matmul peak: {peak / 1e9:,.1f} GFLOP/s ({kind})"
+            f"{', torch.compile' if args.compile else ''}"
         )
         print(
-            f"{'model':<8} {'params':>13} {'seq':>5} {'batch':>6} {'step ms':>9} {'tokens/s':>10} {'MFU':>6} {'peak MiB':>9}"
+            f"{'model':<8} {'params':>13} {'seq':>5} {'batch':>6} {'step ms':>9} "
+            f"{'tokens/s':>10} {'MFU':>6} {'peak MiB':>9}"
         )
         for r in rows:
             print(
-                f"{r['model']:<8} {r['params']:>13,} {r['seq_len']:>5} {r['micro_batch']:>6} {r['step_s'] * 1e3:>9.1f} "
-                f"{r['tokens_per_s']:>10,.0f} {r['mfu']:>6.1%} {r['peak_memory_bytes'] / 2**20:>9,.0f}"
+                f"{r['model']:<8} {r['params']:>13,} {r['seq_len']:>5} {r['micro_batch']:>6} "
+                f"{r['step_s'] * 1e3:>9.1f} {r['tokens_per_s']:>10,.0f} {r['mfu']:>6.1%} "
+                f"{r['peak_memory_bytes'] / 2**20:>9,.0f}"
             )
         rows = {"peak_matmul_flops_per_s": peak, "device": device, "runs": rows}
     name = args.name or (
@@ -357,7 +367,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = commands.add_parser(
         "bench",
-        help="benchmarks: repack cost, training throughput and MFU, step time per micro-batch, loading sweep results",
+        help=(
+            "benchmarks: repack cost, training throughput and MFU, step time per micro-batch, "
+            "loading sweep results"
+        ),
     )
     bench.add_argument(
         "what",
@@ -395,7 +408,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--batch-size",
         type=int,
         default=0,
-        help="sequences (default: 64 for repack, 16 for throughput; step-time: the largest micro-batch, 8)",
+        help=(
+            "sequences (default: 64 for repack, 16 for throughput; "
+            "step-time: the largest micro-batch, 8)"
+        ),
     )
     bench.add_argument("--threads", type=int, default=0)
     bench.add_argument(

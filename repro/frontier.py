@@ -36,7 +36,8 @@ GPUS_PER_NODE = 8
 
 
 def step_units(batch_size: int, gpus: int, micro_batch: int, allreduce_units: float = 0.0) -> float:
-    """Idealised time of one optimizer step, in units of one micro-batch forward+backward on one GPU."""
+    """Idealised time of one optimizer step, in units of one micro-batch forward+backward on one
+    GPU."""
     return max(1, math.ceil(batch_size / (gpus * micro_batch))) + (
         allreduce_units if gpus > 1 else 0.0
     )
@@ -57,13 +58,15 @@ def ring_allreduce_seconds(n_bytes: float, gpus: int, gpus_per_node: int = GPUS_
 
 @dataclass(frozen=True)
 class MeasuredStepTime:
-    """Seconds per forward+backward+optimizer step for every micro-batch 1..m (`repro bench step-time`)."""
+    """Seconds per forward+backward+optimizer step for every micro-batch 1..m
+    (`repro bench step-time`)."""
 
     seconds_by_micro_batch: dict[int, float]
     gradient_bytes: float  # bytes all-reduced per step (parameters x bytes per gradient element)
 
     def step_seconds(self, batch_size: int, gpus: int) -> float:
-        """A step of `batch_size` sequences on `gpus` GPUs: accumulation over the largest measured micro-batch."""
+        """A step of `batch_size` sequences on `gpus` GPUs: accumulation over the largest measured
+        micro-batch."""
         per_gpu = math.ceil(batch_size / gpus)
         m = max(self.seconds_by_micro_batch)
         full, rest = divmod(per_gpu, m)
@@ -85,9 +88,10 @@ def step_time_table(batch_sizes, gpu_counts, step_time) -> pd.DataFrame:
 
 
 def eval_costs(points: pd.DataFrame, gpus: int, step_time) -> pd.Series:
-    """Time of each evaluation point on `gpus` GPUs: the steps before it, each priced at its batch size
-    (`batch_size` of the run, or `step_batch` of the evaluation for a batch-size schedule, whose batch
-    changes only at epoch ends, where an evaluation always falls). Index aligned with `points`."""
+    """Time of each evaluation point on `gpus` GPUs: the steps before it, each priced at its batch
+    size (`batch_size` of the run, or `step_batch` of the evaluation for a batch-size schedule,
+    whose batch changes only at epoch ends, where an evaluation always falls). Index aligned with
+    `points`."""
     cost = points["step"] * points["batch_size"].map(lambda b: step_time(int(b), gpus))
     if "step_batch" not in points or points["step_batch"].isna().all():
         return cost
@@ -106,11 +110,13 @@ def eval_costs(points: pd.DataFrame, gpus: int, step_time) -> pd.Series:
 def frontier(
     evals: pd.DataFrame, runs: pd.DataFrame, gpu_counts, deadlines, step_time, speedup: float = 1.0
 ) -> pd.DataFrame:
-    """Best observed validation loss per (GPUs, deadline), with the batch size and run that reach it.
+    """Best observed validation loss per (GPUs, deadline), with the batch size and run that reach
+    it.
 
-    `evals` has run_id, step, val_loss; `runs` has run_id, batch_size. An evaluation point at step s of
-    a run with batch B costs s * step_time(B, G) / speedup (a batch-size schedule: eval_costs). Deadlines shorter than every run's first
-    evaluation give NaN loss (nothing is reachable). Ties go to the smaller batch, then the earlier step.
+    `evals` has run_id, step, val_loss; `runs` has run_id, batch_size. An evaluation point at step s
+    of a run with batch B costs s * step_time(B, G) / speedup (a batch-size schedule: eval_costs).
+    Deadlines shorter than every run's first evaluation give NaN loss (nothing is reachable). Ties
+    go to the smaller batch, then the earlier step.
     """
     points = evals.dropna(subset=["val_loss"]).merge(runs[["run_id", "batch_size"]], on="run_id")
     rows = []
@@ -161,9 +167,9 @@ def crossovers(
 ) -> pd.DataFrame:
     """Deadlines at which a smaller batch on fewer GPUs beats a larger batch on more GPUs.
 
-    Each batch B runs on the GPUs it can fill, G = max(1, B / micro_batch); for every deadline and every
-    pair B1 < B2 (so G1 <= G2, strictly fewer GPUs when B1 fills fewer), the row says whether B1 on G1
-    reaches a lower validation loss than B2 on G2.
+    Each batch B runs on the GPUs it can fill, G = max(1, B / micro_batch); for every deadline and
+    every pair B1 < B2 (so G1 <= G2, strictly fewer GPUs when B1 fills fewer), the row says whether
+    B1 on G1 reaches a lower validation loss than B2 on G2.
     """
     batches = sorted(runs["batch_size"].unique())
     gpus = {b: max(1, int(b) // micro_batch) for b in batches}
@@ -194,7 +200,8 @@ def crossovers(
 
 
 def latency_speedup(gpus_per_replica: int, efficiency: float) -> float:
-    """Projected step-time speed-up of k-way latency-oriented parallelism at parallel efficiency e."""
+    """Projected step-time speed-up of k-way latency-oriented parallelism at parallel efficiency
+    e."""
     if gpus_per_replica < 1 or not 0 <= efficiency <= 1:
         raise ValueError("gpus_per_replica must be >= 1 and efficiency in [0, 1]")
     return 1 + efficiency * (gpus_per_replica - 1)

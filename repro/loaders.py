@@ -111,8 +111,9 @@ class EpochLoader:
         return self.sequences(epoch, step * self.batch_size, self.batch_size)
 
     def sequences(self, epoch: int, offset: int, count: int) -> np.ndarray:
-        """`count` sequences of the epoch's order from position `offset` (sequences), int64 [count, seq_len + 1];
-        the order does not depend on the batch size, so a batch-size schedule slices the same epoch."""
+        """`count` sequences of the epoch's order from position `offset` (sequences), int64
+        [count, seq_len + 1]; the order does not depend on the batch size, so a batch-size schedule
+        slices the same epoch."""
         self._prepare(epoch)
         return gather_sequences(
             self.split,
@@ -129,7 +130,8 @@ class EpochLoader:
 
 
 def validation_sequences(split: Split, eos_id: int, seq_len: int) -> np.ndarray:
-    """The validation split packed once in document order: every complete sequence, [n, seq_len + 1]."""
+    """The validation split packed once in document order: every complete sequence,
+    [n, seq_len + 1]."""
     packing = pack(split, np.arange(split.n_docs))
     n = (split.n_tokens + split.n_docs) // (seq_len + 1)
     return gather_sequences(split, packing, eos_id, np.arange(n), seq_len)
@@ -138,7 +140,8 @@ def validation_sequences(split: Split, eos_id: int, seq_len: int) -> np.ndarray:
 @dataclass(frozen=True)
 class StepPlan:
     """Where each optimizer step takes its batch. The batch size may change at epoch boundaries (a
-    batch-size schedule); within an epoch, step i takes sequences [i * B, (i + 1) * B) of its order."""
+    batch-size schedule); within an epoch, step i takes sequences [i * B, (i + 1) * B) of its
+    order."""
 
     batch_by_epoch: tuple[int, ...]  # sequences per step in each epoch
     steps_by_epoch: tuple[int, ...]
@@ -175,8 +178,8 @@ class StepPlan:
 
 
 def parse_batch_schedule(text: str) -> list[tuple[float, int]]:
-    """ "0:4,0.5:16" -> [(0.0, 4), (0.5, 16)]: from each fraction of the training epochs on, that batch
-    size (sequences). Raises ValueError for a malformed schedule."""
+    """ "0:4,0.5:16" -> [(0.0, 4), (0.5, 16)]: from each fraction of the training epochs on, that
+    batch size (sequences). Raises ValueError for a malformed schedule."""
     phases = []
     for item in text.split(","):
         fraction, _, batch = item.partition(":")
@@ -195,7 +198,8 @@ def parse_batch_schedule(text: str) -> list[tuple[float, int]]:
 def step_plan(
     sequences_per_epoch: int, epochs: int, batch_size: int, batch_schedule: str = ""
 ) -> StepPlan:
-    """The steps of a run: `batch_size` every epoch, or the schedule's batch from epoch floor(f * epochs + 1/2) on."""
+    """The steps of a run: `batch_size` every epoch, or the schedule's batch from epoch
+    floor(f * epochs + 1/2) on."""
     batches = [batch_size] * epochs
     if batch_schedule:
         for fraction, batch in parse_batch_schedule(batch_schedule):

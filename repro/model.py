@@ -99,7 +99,8 @@ def model_config(size: str, vocab_size: int, tie_embeddings: bool = False) -> Mo
 # --- stacked weights ----------------------------------------------------------------------------
 # Every parameter may carry a leading "config" dimension K (torch.func.functional_call with stacked
 # parameters): K models of one shape then train in one pass, config k's weights acting on x[k] of
-# activations [K, B, T, d]. The unstacked model is the K-less special case and runs the usual kernels.
+# activations [K, B, T, d]. The unstacked model is the K-less special case and runs the usual
+# kernels.
 
 
 def per_config(weight: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -164,7 +165,8 @@ class Attention(nn.Module):
         self.wo = nn.Linear(config.n_heads * config.head_dim, config.d_model, bias=False)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        """x: [..., T, d_model]; leading dims (batch, or configs x batch) are one batch to attention."""
+        """x: [..., T, d_model]; leading dims (batch, or configs x batch) are one batch to
+        attention."""
         T = x.shape[-2]
         q = linear(x, self.wq.weight).reshape(-1, T, self.n_heads, self.head_dim).transpose(1, 2)
         k = linear(x, self.wk.weight).reshape(-1, T, self.n_kv_heads, self.head_dim).transpose(1, 2)

@@ -84,7 +84,8 @@ class Schedule:
 
 
 def _num_steps(fraction: float, total_steps: int) -> int:
-    """ceil(fraction * total_steps), immune to float noise such as 0.07 * 100 = 7.000000000000001."""
+    """ceil(fraction * total_steps), immune to float noise such as
+    0.07 * 100 = 7.000000000000001."""
     return math.ceil(round(fraction * total_steps, 9))
 
 

@@ -1,4 +1,5 @@
-"""One figure style for the whole series; figures are saved as PNG and PDF under figures/<preset>/."""
+"""One figure style for the whole series; figures are saved as PNG and PDF under
+figures/<preset>/."""
 
 from __future__ import annotations
 

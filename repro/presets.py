@@ -1,8 +1,8 @@
 """Scales of the study: smoke (CI), cpu (a laptop), gpu-small (one GPU), gpu (paper scale).
 
 A preset fixes the pools, model sizes, sequence length, batch sizes, the lr / weight-decay grids
-(lr grids move with sqrt(batch size)), the epoch budget and the recipe ablations. The notebooks turn a
-preset into sweeps with the grid builders below; nothing here trains.
+(lr grids move with sqrt(batch size)), the epoch budget and the recipe ablations. The notebooks turn
+a preset into sweeps with the grid builders below; nothing here trains.
 """
 
 from __future__ import annotations
@@ -36,8 +36,10 @@ class Preset:
     frontier_micro_batch: int = 4  # notebook 04: sequences one GPU processes per step unit
     gpu_counts: tuple[int, ...] = (1, 2, 4, 8)  # notebook 04
     workers: int = 2
-    stack: int = 1  # sweeps train up to this many lr / weight-decay configs of one shape at once (repro.stacked)
-    max_stacked_batch: int = 0  # ... but only runs with batches up to this (sequences; 0: all); `repro bench stacked` decides
+    # sweeps train up to this many lr / weight-decay configs of one shape at once (repro.stacked)
+    stack: int = 1
+    # ... but only runs with batches up to this (sequences; 0: all); `repro bench stacked` decides
+    max_stacked_batch: int = 0
     one_pass_batch_size: int = (
         16  # the batch a one-pass recipe uses at this scale (Kim et al.: 64 at paper scale)
     )
@@ -64,7 +66,8 @@ class Preset:
         )
 
     def pool_spec(self, seed: int, tokenizer: str | None) -> PoolSpec:
-        """Pool `seed`: training documents drawn with `seed`, validation documents and tokenizer shared."""
+        """Pool `seed`: training documents drawn with `seed`, validation documents and tokenizer
+        shared."""
         return replace(
             self.pool,
             seed=seed,
@@ -102,13 +105,15 @@ class Preset:
         }
 
     def scaling_grid(self, pools: list[str | Path], **recipe) -> dict:
-        """The batch sweep on pools of several sizes, at the first weight decay only (lr still tuned)."""
+        """The batch sweep on pools of several sizes, at the first weight decay only (lr still
+        tuned)."""
         grid = self.batch_sweep_grid(pools, **recipe)
         grid["axes"]["weight_decay"] = [self.weight_decays[0]]
         return grid
 
     def noise_scale_grid(self, pool: str | Path, **recipe) -> dict:
-        """Runs that log the gradient noise scale: each noise-scale batch at its middle lr, evaluated 4x per epoch."""
+        """Runs that log the gradient noise scale: each noise-scale batch at its middle lr,
+        evaluated 4x per epoch."""
         rules = [
             {"if": {"batch_size": b}, "axes": {"lr": [self.lrs[b][len(self.lrs[b]) // 2]]}}
             for b in self.noise_scale_batches
@@ -145,13 +150,15 @@ class Preset:
 
 
 ORIGINAL_RECIPE = {"loader": "shuffle", "tie_embeddings": False, "embedding_weight_decay": 0.0}
-"""Kim et al.'s recipe as tuned for one pass: sequences packed once and reshuffled, untied, no embedding decay."""
+"""Kim et al.'s recipe as tuned for one pass: sequences packed once and reshuffled, untied, no
+embedding decay."""
 
 
 def _lr_ladder(
     batch_sizes: tuple[int, ...], base_batch: int, base_lrs: tuple[float, ...]
 ) -> dict[int, tuple[float, ...]]:
-    """lr grids that move with sqrt(batch / base_batch) (the Adam square-root rule), so they widen with batch."""
+    """lr grids that move with sqrt(batch / base_batch) (the Adam square-root rule), so they widen
+    with batch."""
     return {
         b: tuple(round(lr * (b / base_batch) ** 0.5, 6) for lr in base_lrs) for b in batch_sizes
     }
@@ -182,7 +189,8 @@ PRESETS: dict[str, Preset] = {
         batch_schedules={"ramp-up": "0:2,0.5:8", "ramp-down": "0:8,0.5:2"},
         schedule_batch=8,
     ),
-    # sized for a 2-core machine: the whole series (pools, 137 runs, notebooks 01-05) in under 20 minutes (README)
+    # sized for a 2-core machine: the whole series (pools, 137 runs, notebooks 01-05) in under 20
+    # minutes (README)
     "cpu": Preset(
         name="cpu",
         pool=PoolSpec(source="synthetic", tokens=24_000, val_tokens=8_000, vocab_size=512),

@@ -21,9 +21,10 @@ def notebooks(root: Path, only: list[str] | None = None) -> list[Path]:
         found = [nb for nb in found if nb.name[:2] in only]
         missing = sorted(set(only) - {nb.name[:2] for nb in found})
         if missing:
+            every = sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb"))
             raise ReproError(
                 f"no notebook numbered {missing[0]} in {root / 'notebooks'}; choose from "
-                f"{', '.join(nb.name[:2] for nb in sorted((root / 'notebooks').glob('[0-9][0-9]_*.ipynb')))}"
+                f"{', '.join(nb.name[:2] for nb in every)}"
             )
     return found
 
@@ -31,9 +32,9 @@ def notebooks(root: Path, only: list[str] | None = None) -> list[Path]:
 def reproduce(
     preset: str, only: list[str] | None = None, workers: int | None = None
 ) -> list[tuple[str, float]]:
-    """Run the notebooks in order; returns (stage, wall seconds). For the whole series (no `only`), the
-    runs that follow from the preset alone train first as one sweep (Study.prefetch: the longest jobs
-    first, no idle workers between notebooks). Raises ReproError naming the failing cell."""
+    """Run the notebooks in order; returns (stage, wall seconds). For the whole series (no `only`),
+    the runs that follow from the preset alone train first as one sweep (Study.prefetch: the longest
+    jobs first, no idle workers between notebooks). Raises ReproError naming the failing cell."""
     import papermill
 
     get_preset(preset)  # fail fast on a bad name

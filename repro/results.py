@@ -1,7 +1,8 @@
 """Sweep results as tidy pandas DataFrames, and tuned endpoints.
 
 - `load_results(store)` -> (runs, evals): one row per run (its config, status and best point) and
-  one row per evaluation point (step, epoch, tokens, lr_t (the scheduled lr), train_loss, val_loss, wall_s).
+  one row per evaluation point (step, epoch, tokens, lr_t (the scheduled lr), train_loss, val_loss,
+  wall_s).
 - `tuned_endpoints(runs, evals, group_by)`: per group (e.g. model x batch size) the best validation
   loss over the tuned fields (lr, weight decay, epoch budget) and over every evaluation point inside
   a run (the "stopping point"), with the chosen values and a warning whenever a chosen value sits on
@@ -97,13 +98,15 @@ def tuned_endpoints(
     tuned: tuple[str, ...] = TUNED,
     warn: bool = True,
 ) -> pd.DataFrame:
-    """One row per group: best val loss over tuned fields and stopping points, chosen values, edge flags."""
+    """One row per group: best val loss over tuned fields and stopping points, chosen values, edge
+    flags."""
     if group_by is None:
         group_by = default_group_by(runs, tuned)
     missing = [g for g in group_by if g not in runs]
     if missing:
         raise ReproError(
-            f"cannot group by {missing[0]!r}; run fields are: {', '.join(c for c in CONFIG_FIELDS if c in runs)}"
+            f"cannot group by {missing[0]!r}; "
+            f"run fields are: {', '.join(c for c in CONFIG_FIELDS if c in runs)}"
         )
     points = evals.dropna(subset=["val_loss"]).merge(runs.drop(columns=["wall_s"]), on="run_id")
     rows = []

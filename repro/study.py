@@ -54,8 +54,8 @@ class Study:
         return paths
 
     def sized_pools(self) -> list[Path]:
-        """The main pool (seed 0) and smaller ones of scaling_pool_tokens, all with its tokenizer and
-        validation documents; ordered by size."""
+        """The main pool (seed 0) and smaller ones of scaling_pool_tokens, all with its tokenizer
+        and validation documents; ordered by size."""
         main = self.pools()[0]
         sized = [
             build_pool(
@@ -71,7 +71,8 @@ class Study:
         return [*sized, main]
 
     def batch_sweep_grid(self) -> dict:
-        """02's sweep: every batch size x lr x weight decay on every pool, Kim et al.'s one-pass recipe."""
+        """02's sweep: every batch size x lr x weight decay on every pool, Kim et al.'s one-pass
+        recipe."""
         return self.preset.batch_sweep_grid(self.pools(), **ORIGINAL_RECIPE)
 
     def schedule_grid(self) -> dict:
@@ -87,8 +88,9 @@ class Study:
         return self.preset.scaling_grid(self.sized_pools(), **ORIGINAL_RECIPE)
 
     def preset_grids(self) -> list[dict]:
-        """The notebooks' grids that follow from the preset alone (the four above, where the preset has
-        schedules, noise-scale batches and scaling pools); notebook 03's depend on 02's results."""
+        """The notebooks' grids that follow from the preset alone (the four above, where the preset
+        has schedules, noise-scale batches and scaling pools); notebook 03's depend on 02's
+        results."""
         P = self.preset
         return [
             self.batch_sweep_grid(),
@@ -98,8 +100,9 @@ class Study:
         ]
 
     def prefetch(self) -> None:
-        """Run every preset grid as one sweep, longest jobs first, so that no worker idles between the
-        notebooks' sweeps (`repro reproduce` does this first); the notebooks then find these runs done."""
+        """Run every preset grid as one sweep, longest jobs first, so that no worker idles between
+        the notebooks' sweeps (`repro reproduce` does this first); the notebooks then find these
+        runs done."""
         self._run(self.preset_grids())
 
     def sweep(self, grid: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -122,7 +125,8 @@ class Study:
         plots.save(fig, self.preset.name, name, self.root / "figures" / self.preset.name)
 
     def save_table(self, table: pd.DataFrame, name: str) -> Path:
-        """Write a table as figures/<preset>/<name>.md (a Markdown table, for the README) and .csv."""
+        """Write a table as figures/<preset>/<name>.md (a Markdown table, for the README) and
+        .csv."""
         folder = self.root / "figures" / self.preset.name
         folder.mkdir(parents=True, exist_ok=True)
         table.to_csv(folder / f"{name}.csv", index=False)

@@ -63,9 +63,10 @@ class PlannedRun:
 
 
 def run_id(config: RunConfig) -> str:
-    """Stable 12-hex-digit identity of a resolved config: a hash of the fields that differ from their
-    defaults (so adding a new field with a default that keeps old behaviour keeps existing ids), with
-    the pool and a branch's checkpoint identified independently of absolute paths (run_identity)."""
+    """Stable 12-hex-digit identity of a resolved config: a hash of the fields that differ from
+    their defaults (so adding a new field with a default that keeps old behaviour keeps existing
+    ids), with the pool and a branch's checkpoint identified independently of absolute paths
+    (run_identity)."""
     defaults = asdict(RunConfig())
     changed = {k: v for k, v in run_identity(config).items() if v != defaults[k]}
     return hashlib.sha256(json.dumps(changed, sort_keys=True).encode()).hexdigest()[:12]
@@ -138,7 +139,8 @@ def plan(grid: dict, store: Path) -> list[PlannedRun]:
             )
         if c.batch_schedule:
             raise ReproError(
-                "wsd_branches does not support batch_schedule (a branch's steps would not match its trunk's)"
+                "wsd_branches does not support batch_schedule "
+                "(a branch's steps would not match its trunk's)"
             )
         families.setdefault(run_id(_replace(c, epochs=0)), []).append(c)
     planned: list[PlannedRun] = []
@@ -245,9 +247,9 @@ def execute_stack(
 
 
 def estimated_cost(config: RunConfig) -> float:
-    """Relative cost of a run for ordering work: sequences it trains on plus one per forward/backward
-    pass (a micro-batch; at the cpu scale a pass's fixed overhead costs about one sequence). 0 for a
-    pool not built yet."""
+    """Relative cost of a run for ordering work: sequences it trains on plus one per
+    forward/backward pass (a micro-batch; at the cpu scale a pass's fixed overhead costs about one
+    sequence). 0 for a pool not built yet."""
     meta = Path(config.pool) / "meta.json"
     train = json.loads(meta.read_text()).get("splits", {}).get("train") if meta.is_file() else None
     if not train:
@@ -266,13 +268,15 @@ def estimated_cost(config: RunConfig) -> float:
 
 
 def longest_first(jobs: list[list[PlannedRun]]) -> list[list[PlannedRun]]:
-    """Jobs (stacks) by decreasing estimated cost, so the longest start first and the workers finish together."""
+    """Jobs (stacks) by decreasing estimated cost, so the longest start first and the workers finish
+    together."""
     return sorted(jobs, key=lambda members: -sum(estimated_cost(p.config) for p in members))
 
 
 def stacks(planned: list[PlannedRun], size: int, max_batch: int = 0) -> list[list[PlannedRun]]:
-    """Runs grouped into stacks of at most `size` that differ only in the STACKABLE fields, in plan order;
-    runs with a batch above `max_batch` sequences (if > 0), which fill the cores alone, stay single."""
+    """Runs grouped into stacks of at most `size` that differ only in the STACKABLE fields, in plan
+    order; runs with a batch above `max_batch` sequences (if > 0), which fill the cores alone, stay
+    single."""
     groups: dict[str, list[PlannedRun]] = {}
     for p in planned:
         largest = max(
@@ -302,11 +306,11 @@ def run_sweep(
     stack: int = 1,
     max_stacked_batch: int = 0,
 ) -> dict[str, int]:
-    """Run every missing config of `grid` (or of a list of grids, as one sweep) into `store`; returns
-    counts of outcomes. Several grids may share one store: identical configs are then run once. With
-    stack > 1, up to `stack` configs that differ only in lr and weight decays train at once in one
-    process (repro.stacked); with max_stacked_batch > 0, only runs with batches up to that many
-    sequences. The longest jobs start first (estimated_cost)."""
+    """Run every missing config of `grid` (or of a list of grids, as one sweep) into `store`;
+    returns counts of outcomes. Several grids may share one store: identical configs are then run
+    once. With stack > 1, up to `stack` configs that differ only in lr and weight decays train at
+    once in one process (repro.stacked); with max_stacked_batch > 0, only runs with batches up to
+    that many sequences. The longest jobs start first (estimated_cost)."""
     if workers < 1:
         raise ReproError(f"--workers must be at least 1, got {workers}")
     if stack < 1:
@@ -346,7 +350,8 @@ def run_sweep(
 
 
 def _executor(kind: str, workers: int, slurm: dict | None, store: Path) -> Callable:
-    """A function that runs a list of execute_stack argument tuples and yields their outcome lists."""
+    """A function that runs a list of execute_stack argument tuples and yields their outcome
+    lists."""
     if kind == "local":
 
         def local(jobs):
@@ -393,7 +398,8 @@ def _executor(kind: str, workers: int, slurm: dict | None, store: Path) -> Calla
 
 
 def _write_manifest(store: Path, spec: dict, planned: list[PlannedRun]) -> None:
-    """Record the grid's runs in DIR/sweep.json, added to those of earlier grids run into the same store."""
+    """Record the grid's runs in DIR/sweep.json, added to those of earlier grids run into the same
+    store."""
     path = store / "sweep.json"
     with open(store / ".manifest.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # two sweeps on one store must not drop each other's runs
@@ -415,7 +421,8 @@ def sweep_status(store: str | Path) -> dict[str, int]:
     manifest = store / "sweep.json"
     if not manifest.exists():
         raise ReproError(
-            f"{store} is not a sweep directory (no sweep.json); start one with: repro sweep run GRID.yaml --out {store}"
+            f"{store} is not a sweep directory (no sweep.json); "
+            f"start one with: repro sweep run GRID.yaml --out {store}"
         )
     counts: dict[str, int] = {}
     for entry in json.loads(manifest.read_text())["runs"]:

@@ -1,4 +1,5 @@
-"""One training run: a model, a pool, a loader, AdamW and a schedule, single process or torchrun/DDP.
+"""One training run: a model, a pool, a loader, AdamW and a schedule, single process or
+torchrun/DDP.
 
 Units: batch_size and micro_batch are sequences of seq_len tokens; epochs count passes over the
 pool's training split; a step is one optimizer update; `tokens` in the metrics are training
@@ -6,7 +7,8 @@ tokens consumed (steps * batch_size * seq_len).
 
 Run directory (shared/DESIGN.md):
     RUN/config.json     the resolved RunConfig
-    RUN/metrics.jsonl   one object per line: step, epoch, tokens, lr, train_loss, wall_s [, val_loss]
+    RUN/metrics.jsonl   one object per line: step, epoch, tokens, lr, train_loss,
+                        wall_s [, val_loss]
     RUN/status.json     {"status": "running" | "done" | "diverged" | "failed", ...}
     RUN/checkpoint.pt   model, optimizer, RNG and progress at the last evaluation point
 
@@ -48,7 +50,8 @@ from repro.model import SIZES, Transformer, model_config
 from repro.optim import GRAD_CLIP, Schedule, build_optimizer, lr_multiplier
 from repro.stacked import StackedForward, stack_parameters
 
-EVAL_BATCH = 16  # sequences per validation forward pass, at least (no gradients, so larger than tiny micro-batches)
+# sequences per validation forward pass, at least (no gradients, so larger than tiny micro-batches)
+EVAL_BATCH = 16
 
 
 @dataclass
@@ -57,7 +60,9 @@ class RunConfig:
     model: str = "tiny"
     seq_len: int = 128  # tokens per sequence
     batch_size: int = 16  # sequences per optimizer step, over all processes
-    micro_batch: int = 0  # sequences per forward/backward in one process (capped at its share of the batch); 0: that share
+    # sequences per forward/backward in one process (capped at its share of the batch);
+    # 0: that share
+    micro_batch: int = 0
     lr: float = 3e-3
     weight_decay: float = 0.1  # hidden matrices
     embedding_weight_decay: float = 0.0  # token embedding and output head
@@ -83,7 +88,8 @@ class RunConfig:
         ""  # comma-separated steps at which to keep checkpoints/step-N.pt (a WSD trunk)
     )
     init_from: str = ""  # a checkpoints/step-N.pt of another run to continue from (a WSD branch)
-    batch_schedule: str = ""  # "f:B,...": batch B (sequences) from fraction f of the epochs on; lr * sqrt(B / batch_size)
+    # "f:B,...": batch B (sequences) from fraction f of the epochs on; lr * sqrt(B / batch_size)
+    batch_schedule: str = ""
     noise_scale: bool = (
         False  # log the gradient noise scale (needs >= 2 micro-batches or processes per step)
     )
@@ -155,8 +161,9 @@ def load_run_config(
 
 
 def run_identity(config: RunConfig) -> dict:
-    """The fields that identify a run wherever the checkout lives: the pool by its content fingerprint
-    (once built) and a WSD branch's start by <trunk run>/checkpoints/<file>, not by absolute paths."""
+    """The fields that identify a run wherever the checkout lives: the pool by its content
+    fingerprint (once built) and a WSD branch's start by <trunk run>/checkpoints/<file>, not by
+    absolute paths."""
     fields = asdict(config)
     meta = Path(config.pool) / "meta.json" if config.pool else None
     if meta is not None and meta.is_file():
@@ -194,7 +201,8 @@ def check_config(config: RunConfig, pool: Pool, world_size: int = 1) -> EpochLoa
             raise ReproError(f"{name} must be positive, got {getattr(config, name)}")
     if config.eval_every > 1:
         raise ReproError(
-            f"eval_every={config.eval_every} epochs; evaluate at least once per epoch (eval_every <= 1)"
+            f"eval_every={config.eval_every} epochs; "
+            "evaluate at least once per epoch (eval_every <= 1)"
         )
     if config.weight_decay < 0 or config.embedding_weight_decay < 0:
         raise ReproError("weight decays must be >= 0")
@@ -208,25 +216,27 @@ def check_config(config: RunConfig, pool: Pool, world_size: int = 1) -> EpochLoa
         )
     if abs(1 / config.eval_every - round(1 / config.eval_every)) > 1e-9:
         raise ReproError(
-            f"eval_every={config.eval_every} epochs must be 1/k for a whole number k (1, 0.5, 0.25, ...)"
+            f"eval_every={config.eval_every} epochs must be 1/k for a whole number k "
+            "(1, 0.5, 0.25, ...)"
         )
     try:
         phases = parse_batch_schedule(config.batch_schedule) if config.batch_schedule else []
     except ValueError:
         raise ReproError(
-            f"batch_schedule={config.batch_schedule!r} must look like 0:4,0.5:16 (fraction of epochs:batch size, "
-            "starting at 0, fractions increasing below 1)"
+            f"batch_schedule={config.batch_schedule!r} must look like 0:4,0.5:16 "
+            "(fraction of epochs:batch size, starting at 0, fractions increasing below 1)"
         ) from None
     for batch_size in {config.batch_size, *(b for _, b in phases)}:
         micro, n_micro = _micro_batches(config, batch_size, world_size)
         if micro == 0 or batch_size % (micro * world_size):
             raise ReproError(
-                f"batch_size {batch_size} is not divisible by micro_batch {micro} x world size {world_size}"
+                f"batch_size {batch_size} is not divisible by micro_batch {micro} "
+                f"x world size {world_size}"
             )
         if config.noise_scale and n_micro * world_size < 2:
             raise ReproError(
-                f"noise_scale needs at least two micro-batches or processes per step; set micro_batch below "
-                f"{batch_size // world_size}"
+                "noise_scale needs at least two micro-batches or processes per step; "
+                f"set micro_batch below {batch_size // world_size}"
             )
     max_len = SIZES[config.model].max_seq_len
     if config.seq_len > max_len:
@@ -235,7 +245,8 @@ def check_config(config: RunConfig, pool: Pool, world_size: int = 1) -> EpochLoa
         )
     if config.vocab_size and config.vocab_size != pool.vocab_size:
         raise ReproError(
-            f"pool vocab {pool.vocab_size} does not match the model's vocab_size {config.vocab_size}"
+            f"pool vocab {pool.vocab_size} does not match "
+            f"the model's vocab_size {config.vocab_size}"
         )
     loader = EpochLoader(
         pool.train, pool.eos_id, config.seq_len, config.batch_size, config.loader, config.seed
@@ -243,13 +254,15 @@ def check_config(config: RunConfig, pool: Pool, world_size: int = 1) -> EpochLoa
     largest = max([config.batch_size, *(b for _, b in phases)])
     if loader.sequences_per_epoch < largest:
         raise ReproError(
-            f"the pool's training split packs into {loader.sequences_per_epoch} sequences of {config.seq_len + 1} "
-            f"tokens, less than one batch of {largest}; lower seq_len or batch_size, or use a larger pool"
+            f"the pool's training split packs into {loader.sequences_per_epoch} sequences "
+            f"of {config.seq_len + 1} tokens, less than one batch of {largest}; "
+            "lower seq_len or batch_size, or use a larger pool"
         )
     if (pool.val.n_tokens + pool.val.n_docs) // (config.seq_len + 1) < world_size:
         raise ReproError(
-            f"the validation split packs into fewer than {world_size} sequence(s) of {config.seq_len + 1} tokens "
-            "(one per process); lower seq_len or use a larger validation split"
+            f"the validation split packs into fewer than {world_size} sequence(s) "
+            f"of {config.seq_len + 1} tokens (one per process); "
+            "lower seq_len or use a larger validation split"
         )
     return loader
 
@@ -277,7 +290,8 @@ def _micro_batches(config: RunConfig, batch_size: int, world_size: int) -> tuple
 
 
 def _evaluation_steps(steps_by_epoch: tuple[int, ...], eval_every: float) -> list[int]:
-    """Steps (counted from 1) after which validation runs: evenly spaced, always at each epoch end."""
+    """Steps (counted from 1) after which validation runs: evenly spaced, always at each epoch
+    end."""
     per_epoch = max(1, round(1 / eval_every))
     starts = np.concatenate([[0], np.cumsum(steps_by_epoch)])
     points = {
@@ -325,7 +339,8 @@ def evaluate(
 
 
 STACKABLE = ("lr", "weight_decay", "embedding_weight_decay")
-"""Run fields that may differ between the members of a stack (train_stacked); all others must agree."""
+"""Run fields that may differ between the members of a stack (train_stacked); all others must
+agree."""
 
 
 def stack_key(config: RunConfig) -> str:
@@ -509,14 +524,15 @@ def _open_member(
 def _local_norm_hook(
     state, bucket
 ):  # no annotations: DDP checks them against real types, not strings
-    """DDP comm hook (state: dict, bucket: dist.GradBucket -> Future): add the squared norm of this rank's
-    gradients, then all-reduce them as usual."""
+    """DDP comm hook (state: dict, bucket: dist.GradBucket -> Future): add the squared norm of this
+    rank's gradients, then all-reduce them as usual."""
     state["sq"] += bucket.buffer().float().pow(2).sum()
     return allreduce_hook(None, bucket)
 
 
 def _save_checkpoint(path: Path, member: _Member, step: int, wall_s: float) -> None:
-    """Everything needed to continue exactly: weights, AdamW state, RNG, progress, the open loss window."""
+    """Everything needed to continue exactly: weights, AdamW state, RNG, progress, the open loss
+    window."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     weights = {
@@ -576,7 +592,8 @@ def _run(
         forward, train_model = stack, None
 
     def gradient_holders() -> list[torch.Tensor]:
-        """The tensors backward writes gradients to: the stack's [K, ...] leaves, or the one model's parameters."""
+        """The tensors backward writes gradients to: the stack's [K, ...] leaves, or the one model's
+        parameters."""
         return (
             list(stack.leaves.values())
             if stack is not None
@@ -684,7 +701,8 @@ def _run(
             step_loss += loss.detach()
             if micro_norms is not None:
                 micro_norms.add(gradient_holders(), n_micro)
-        small_sq = None  # mean squared gradient norm of the small batches (micro-batches, or ranks under DDP)
+        # mean squared gradient norm of the small batches (micro-batches, or ranks under DDP)
+        small_sq = None
         if micro_norms is not None:
             small_sq = micro_norms.restore(gradient_holders())
         elif noise_hook is not None:
@@ -708,7 +726,7 @@ def _run(
             member.optimizer.zero_grad(set_to_none=True)
         step += 1
         bar.update()
-        for k, (member, step_loss_value) in enumerate(zip(list(active), step_loss.tolist())):
+        for member, step_loss_value in zip(list(active), step_loss.tolist()):
             lr = member.config.lr * multiplier
             record = {
                 "step": step,

@@ -16,7 +16,8 @@ def parse_count(text: str | int, what: str = "token count") -> int:
         match = _COUNT.match(str(text).replace("_", ""))
         if not match:
             raise ReproError(
-                f"malformed {what} {text!r}; use an integer or a number with k, M or B, such as 500k, 1M, 2.5M, 1B"
+                f"malformed {what} {text!r}; "
+                "use an integer or a number with k, M or B, such as 500k, 1M, 2.5M, 1B"
             )
         value = round(float(match.group(1)) * _SUFFIX[match.group(2).lower()])
     if value <= 0:

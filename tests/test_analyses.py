@@ -6,7 +6,8 @@ from repro.analyses import batch_sweep_claims, recipe_claims
 
 
 def _sweep(best_by_batch, final_train_by_batch):
-    """Endpoints and curves for two pools with given best val loss and final train loss per batch."""
+    """Endpoints and curves for two pools with given best val loss and final train loss per
+    batch."""
     runs, evals, ends = [], [], []
     for pool in ("p0", "p1"):
         for b, best in best_by_batch.items():

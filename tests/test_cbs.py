@@ -1,5 +1,6 @@
 """Critical batch size: the noise-scale estimator on a problem with known gradient covariance, fits
-that recover known constants, steps-to-target, and the trainer's noise-scale and batch-schedule runs."""
+that recover known constants, steps-to-target, and the trainer's noise-scale and batch-schedule
+runs."""
 
 import json
 import math
@@ -27,8 +28,9 @@ from repro.train import make_run_config, train
 
 
 def test_b_simple_of_linear_regression_matches_the_analytic_value():
-    """Loss 1/2 (x.w - y)^2, x ~ N(0, I_d), y = x.w* + N(0, s^2): per-example gradient x (x.delta - eps) with
-    delta = w - w*, so |G|^2 = |delta|^2 and tr(Sigma) = (d + 1)|delta|^2 + s^2 d."""
+    """Loss 1/2 (x.w - y)^2, x ~ N(0, I_d), y = x.w* + N(0, s^2): per-example gradient
+    x (x.delta - eps) with delta = w - w*, so |G|^2 = |delta|^2 and
+    tr(Sigma) = (d + 1)|delta|^2 + s^2 d."""
     torch.manual_seed(0)
     d, noise, micro, n_micro = 8, 0.5, 4, 8
     w_star = torch.randn(d)

@@ -181,7 +181,8 @@ def test_local_parquet_and_hub_style_directory(tmp_path):
 
 
 def test_synthetic_logprobs_match_empirical_frequencies():
-    """One- and two-sentence documents from a tiny grammar: exp(log p) must match observed frequencies."""
+    """One- and two-sentence documents from a tiny grammar: exp(log p) must match observed
+    frequencies."""
     for n_sent, n_samples in ((1, 40_000), (2, 60_000)):
         grammar = Grammar(
             n_names=3,

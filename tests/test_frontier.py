@@ -55,7 +55,8 @@ def test_measured_step_time_accumulates_micro_batches():
 
 
 def test_frontier_known_answer_ties_and_too_short_deadlines():
-    # batch 4: many cheap steps, reaches 2.0 at step 100; batch 16: fewer steps, 2.5 at step 10, 2.2 at step 30
+    # batch 4: many cheap steps, reaches 2.0 at step 100; batch 16: fewer steps, 2.5 at step 10,
+    # 2.2 at step 30
     runs, evals = _curves(
         {
             "small": (4, [(10, 3.0), (50, 2.4), (100, 2.0)]),
@@ -104,7 +105,8 @@ def test_projection_speedup():
 
 
 def test_schedule_runs_are_priced_step_by_step():
-    """A run whose batch grows from 2 to 8 at its second evaluation: 10 steps at batch 2, then 10 at batch 8."""
+    """A run whose batch grows from 2 to 8 at its second evaluation: 10 steps at batch 2, then 10 at
+    batch 8."""
     runs = pd.DataFrame({"run_id": ["fixed", "schedule"], "batch_size": [8, 4]})
     evals = pd.DataFrame(
         {

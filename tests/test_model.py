@@ -76,7 +76,10 @@ def test_tied_embeddings():
     tied = Transformer(small_config(tie_embeddings=True))
     assert tied.output.weight is tied.tok_embeddings.weight
     assert untied.output.weight is not untied.tok_embeddings.weight
-    total = lambda m: sum(p.numel() for p in m.parameters())
+
+    def total(m):
+        return sum(p.numel() for p in m.parameters())
+
     assert total(untied) - total(tied) == VOCAB * 64
     assert tied.num_params() == total(tied)
     assert untied.num_params() == total(untied)

@@ -76,7 +76,8 @@ def test_build_optimizer_groups():
 
 
 def test_decoupled_weight_decay_step():
-    """With zero gradients from a fresh state the Adam update is 0, leaving w <- w * (1 - lr * wd)."""
+    """With zero gradients from a fresh state the Adam update is 0, leaving
+    w <- w * (1 - lr * wd)."""
     model = make_model(False)
     opt = build_optimizer(model, lr=1.0, weight_decay=0.5, embedding_weight_decay=0.25)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
@@ -144,9 +145,11 @@ def test_wsd():
 
 
 def test_wsd_decay_shapes_differ():
-    wsd = lambda shape: Schedule(
-        "wsd", warmup_fraction=0.0, min_lr_ratio=0.1, decay_fraction=0.5, decay_shape=shape
-    )
+    def wsd(shape):
+        return Schedule(
+            "wsd", warmup_fraction=0.0, min_lr_ratio=0.1, decay_fraction=0.5, decay_shape=shape
+        )
+
     linear, sqrt = curve(wsd("linear"), 21), curve(wsd("1-sqrt"), 21)
     # decay covers steps 10..20; midpoint step 15 has progress 0.5.
     assert linear[15] == pytest.approx(1 - 0.9 * 0.5)

@@ -1,5 +1,5 @@
-"""`repro reproduce`: the preset's runs first (whole series only), then the notebooks; a failure names
-the notebook and cell and exits non-zero."""
+"""`repro reproduce`: the preset's runs first (whole series only), then the notebooks; a failure
+names the notebook and cell and exits non-zero."""
 
 import nbformat
 import pytest
@@ -10,7 +10,8 @@ from repro.study import Study
 
 
 def _project(root, *sources):
-    """A project root whose one notebook, 01_only.ipynb, runs `sources` after its parameters cell."""
+    """A project root whose one notebook, 01_only.ipynb, runs `sources` after its parameters
+    cell."""
     (root / "pyproject.toml").write_text("")
     (root / "repro").mkdir()
     (root / "notebooks").mkdir()

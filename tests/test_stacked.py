@@ -1,4 +1,5 @@
-"""Stacked training: K configs at once equal K separate runs; divergence, resume and the sweep option."""
+"""Stacked training: K configs at once equal K separate runs; divergence, resume and the sweep
+option."""
 
 import json
 from dataclasses import asdict
@@ -102,7 +103,8 @@ def test_diverging_member_leaves_the_others_unchanged(synthetic_pool, tmp_path):
 
 
 def test_interrupted_stack_resumes(synthetic_pool, tmp_path, monkeypatch):
-    """A kill between two members' checkpoint writes leaves them at different steps; both resume exactly."""
+    """A kill between two members' checkpoint writes leaves them at different steps; both resume
+    exactly."""
     import repro.train
 
     configs = [make_run_config(BASE | c | {"pool": str(synthetic_pool)}) for c in CONFIGS[:2]]

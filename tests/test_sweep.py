@@ -265,11 +265,14 @@ def test_wsd_branches_equal_standalone_runs(synthetic_pool, tmp_path):
     # each branch equals a standalone WSD run with the same epoch budget, bit for bit
     standalone = {"fixed": grid["fixed"], "axes": {"epochs": [1, 2]}}
     run_sweep(standalone, tmp_path / "alone", progress=False)
-    for b, alone in zip(branches, expand(standalone)):
-        strip = lambda p: [
+
+    def strip(p):
+        return [
             {k: v for k, v in json.loads(x).items() if k != "wall_s"}
             for x in p.read_text().splitlines()
-        ]  # noqa: E731
+        ]
+
+    for b, alone in zip(branches, expand(standalone)):
         assert strip(tmp_path / "s" / b.run_id / "metrics.jsonl") == strip(
             tmp_path / "alone" / run_id(alone) / "metrics.jsonl"
         )

@@ -115,7 +115,8 @@ def load_pool(path: str | Path) -> Pool:
     meta_path = path / "meta.json"
     if not meta_path.is_file():
         raise ReproError(
-            f"{path} is not a pool (no meta.json); build one with: repro data build --source stdlib --tokens 1M --out {path}"
+            f"{path} is not a pool (no meta.json); build one with: "
+            f"repro data build --source stdlib --tokens 1M --out {path}"
         )
     meta = json.loads(meta_path.read_text())
     splits = {
@@ -240,7 +241,8 @@ def _check_existing(out: Path, build_args: dict, force: bool) -> bool:
             return True
         if not force:
             raise ReproError(
-                f"{out} already holds a different pool; pass --force to replace it or choose another --out"
+                f"{out} already holds a different pool; "
+                "pass --force to replace it or choose another --out"
             )
     elif not force:
         raise ReproError(
@@ -274,11 +276,13 @@ def build_pool(spec: PoolSpec, out: str | Path, force: bool = False, progress: b
         raise ReproError(f"unknown dtype {spec.dtype!r}; choose one of: {', '.join(DTYPES)}")
     if spec.tokenizer is None and spec.vocab_size < MIN_BPE_VOCAB:
         raise ReproError(
-            f"vocab size {spec.vocab_size} is too small for a byte-level BPE; use at least {MIN_BPE_VOCAB}"
+            f"vocab size {spec.vocab_size} is too small for a byte-level BPE; "
+            f"use at least {MIN_BPE_VOCAB}"
         )
     if spec.dtype == "uint16" and spec.tokenizer is None and spec.vocab_size > 65536:
         raise ReproError(
-            f"vocab size {spec.vocab_size} does not fit dtype uint16 (at most 65536 ids); use --dtype uint32 or auto"
+            f"vocab size {spec.vocab_size} does not fit dtype uint16 (at most 65536 ids); "
+            "use --dtype uint32 or auto"
         )
     source = open_source(spec.source, spec.text_field, spec.text_unit)
     build_args = spec.build_args() | {"source_info": source.info}
@@ -312,7 +316,8 @@ def build_pool(spec: PoolSpec, out: str | Path, force: bool = False, progress: b
         )
         if not val.docs:
             raise ReproError(
-                f"source {spec.source!r} yielded no non-empty documents; check the path, text field and text unit"
+                f"source {spec.source!r} yielded no non-empty documents; "
+                "check the path, text field and text unit"
             )
         train = _gather(
             source.documents(spec.seed),
@@ -325,8 +330,8 @@ def build_pool(spec: PoolSpec, out: str | Path, force: bool = False, progress: b
         )
         if not train.docs:
             raise ReproError(
-                f"source {spec.source!r} has no documents left for training after the validation split; "
-                "lower --val-tokens or use a larger source"
+                f"source {spec.source!r} has no documents left for training "
+                "after the validation split; lower --val-tokens or use a larger source"
             )
         tokenizer = given or train_bpe((d.text for d in train.docs), spec.vocab_size)
         val_arrays = _tokenize_until(tokenizer, val.docs, spec.val_tokens, "tokenize val", progress)
@@ -347,8 +352,8 @@ def build_pool(spec: PoolSpec, out: str | Path, force: bool = False, progress: b
         if cands.exhausted:
             flag = "--val-tokens" if name == "validation" else "--tokens"
             raise ReproError(
-                f"source {spec.source!r} supplies only {got:,} unique {name} tokens (asked for {want:,}); "
-                f"ask for at most {got:,} with {flag} or use a larger source"
+                f"source {spec.source!r} supplies only {got:,} unique {name} tokens "
+                f"(asked for {want:,}); ask for at most {got:,} with {flag} or use a larger source"
             )
         measured = sum(
             len(d.text.encode("utf-8", errors="surrogatepass")) for d in cands.docs
@@ -428,16 +433,22 @@ def pool_summary(pool: Pool) -> str:
     lines = [
         f"pool        {pool.path}",
         f"source      {m['source']}  (seed {m['seed']}, val seed {m['val_seed']})",
-        f"tokenizer   {m['tokenizer']}  vocab {m['vocab_size']}, eos id {m['eos_id']}, dtype {m['dtype']}",
+        (
+            f"tokenizer   {m['tokenizer']}  vocab {m['vocab_size']}, eos id {m['eos_id']}, "
+            f"dtype {m['dtype']}"
+        ),
         f"duplicates  {m['duplicates_dropped']} dropped",
         "",
-        f"{'split':<6} {'docs':>9} {'tokens':>12} {'mean/doc':>10} {'median/doc':>11} {'min':>7} {'max':>9}",
+        (
+            f"{'split':<6} {'docs':>9} {'tokens':>12} {'mean/doc':>10} {'median/doc':>11} "
+            f"{'min':>7} {'max':>9}"
+        ),
     ]
     for name in SPLITS:
         s = m["splits"][name]
         lines.append(
-            f"{name:<6} {s['docs']:>9,} {s['tokens']:>12,} {s['mean_doc_tokens']:>10.1f} {s['median_doc_tokens']:>11.1f} "
-            f"{s['min_doc_tokens']:>7,} {s['max_doc_tokens']:>9,}"
+            f"{name:<6} {s['docs']:>9,} {s['tokens']:>12,} {s['mean_doc_tokens']:>10.1f} "
+            f"{s['median_doc_tokens']:>11.1f} {s['min_doc_tokens']:>7,} {s['max_doc_tokens']:>9,}"
         )
     if m.get("bayes_floor_nats_per_token") is not None:
         lines += [

@@ -91,8 +91,11 @@ class StdlibSource(Source):
 # --- synthetic ----------------------------------------------------------------------------------
 
 
+_DEFAULT_GRAMMAR = Grammar()  # frozen, so one shared default instance is safe
+
+
 class SyntheticSource(Source):
-    def __init__(self, grammar: Grammar = Grammar()) -> None:
+    def __init__(self, grammar: Grammar = _DEFAULT_GRAMMAR) -> None:
         super().__init__(
             "synthetic",
             finite=False,
@@ -111,7 +114,8 @@ class SyntheticSource(Source):
 def _check_text_field(record: dict, text_field: str, where: str) -> None:
     if text_field not in record:
         raise ReproError(
-            f"{where} has no field {text_field!r} (fields: {', '.join(record)}); pass --text-field NAME"
+            f"{where} has no field {text_field!r} (fields: {', '.join(record)}); "
+            "pass --text-field NAME"
         )
 
 
@@ -127,7 +131,8 @@ def _stream_records(dataset, text_field: str, where: str, prefix: str) -> Iterat
 
 
 class HubSource(Source):
-    """`hf:NAME[:CONFIG]`, streamed (train split) and shuffled with datasets' seeded shuffle buffer."""
+    """`hf:NAME[:CONFIG]`, streamed (train split) and shuffled with datasets' seeded shuffle
+    buffer."""
 
     def __init__(self, name: str, config: str | None, text_field: str) -> None:
         super().__init__(
@@ -150,7 +155,8 @@ class HubSource(Source):
             stream = datasets.load_dataset(self.name, self.config, split="train", streaming=True)
         except Exception as exc:  # the hub's errors are long; keep the first line
             raise ReproError(
-                f"cannot open dataset {self.name!r}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__} "
+                f"cannot open dataset {self.name!r}: "
+                f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__} "
                 "(check the name, the network, or HF_HUB_OFFLINE)"
             ) from exc
         stream = stream.shuffle(seed=seed, buffer_size=HUB_SHUFFLE_BUFFER)
@@ -178,7 +184,8 @@ class LocalFilesSource(Source):
         unknown = kinds - set(LOCAL_BUILDERS)
         if unknown:
             raise ReproError(
-                f"unsupported file type {sorted(unknown)[0]!r} in {pattern!r}; use .txt, .jsonl or .parquet"
+                f"unsupported file type {sorted(unknown)[0]!r} in {pattern!r}; "
+                "use .txt, .jsonl or .parquet"
             )
         builders = {LOCAL_BUILDERS[k] for k in kinds}
         if len(builders) > 1:
@@ -220,7 +227,8 @@ class LocalFilesSource(Source):
             raise
         except Exception as exc:
             raise ReproError(
-                f"cannot read {self.spec!r}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                f"cannot read {self.spec!r}: {type(exc).__name__}: "
+                f"{str(exc).splitlines()[0] if str(exc) else ''}"
             ) from exc
 
 

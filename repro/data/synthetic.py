@@ -38,7 +38,8 @@ TEMPLATES = ("lives", "likes", "free", "met", "with")
 
 @dataclass(frozen=True)
 class Grammar:
-    """Sizes and probabilities of the synthetic language; the word lists depend on language_seed only."""
+    """Sizes and probabilities of the synthetic language; the word lists depend on language_seed
+    only."""
 
     n_names: int = 400
     n_places: int = 200
@@ -61,7 +62,8 @@ def _zipf(n: int, exponent: float) -> np.ndarray:
 
 
 def _pseudo_words(n: int, rng: np.random.Generator) -> list[str]:
-    """n distinct consonant-vowel words of 2-3 syllables (no English function word has this form)."""
+    """n distinct consonant-vowel words of 2-3 syllables (no English function word has this
+    form)."""
     syllables = [c + v for c in "bdfgklmnprstvz" for v in "aeiou"]
     words: set[str] = set()
     ordered: list[str] = []
@@ -142,8 +144,8 @@ class SyntheticLanguage:
             u = rng.random() * (mentions + a)
             if u < mentions:  # reuse an existing entity, chosen proportionally to its count
                 acc = 0.0
-                for e, c in counts.items():
-                    acc += c
+                for e in counts:  # e is used after the loop
+                    acc += counts[e]
                     if u < acc:
                         break
                 logp += math.log(counts[e] / (mentions + a))
@@ -185,7 +187,10 @@ class SyntheticLanguage:
                 ia += 1
                 inn += 2
                 iv += 1
-                sent = f"The {self.adjectives[a]} {self.nouns[n1]} {self.verbs[v]} the {self.nouns[n2]}."
+                sent = (
+                    f"The {self.adjectives[a]} {self.nouns[n1]} {self.verbs[v]} "
+                    f"the {self.nouns[n2]}."
+                )
             elif t == 3:
                 e1 = entity()
                 e2 = entity()

@@ -31,7 +31,8 @@ def train_bpe(texts: Iterable[str], vocab_size: int) -> Tokenizer:
 
 
 def load_tokenizer(file_or_name: str) -> Tokenizer:
-    """A tokenizer.json path, a pool directory holding one, or a hub name (e.g. meta-llama/Meta-Llama-3-8B)."""
+    """A tokenizer.json path, a pool directory holding one, or a hub name
+    (e.g. meta-llama/Meta-Llama-3-8B)."""
     path = Path(file_or_name)
     if path.is_dir() and (path / "tokenizer.json").exists():
         path = path / "tokenizer.json"
@@ -40,7 +41,8 @@ def load_tokenizer(file_or_name: str) -> Tokenizer:
             return Tokenizer.from_file(str(path))
         except Exception as exc:
             raise ReproError(
-                f"{path} is not a valid tokenizer.json ({type(exc).__name__}); give an HF tokenizers file"
+                f"{path} is not a valid tokenizer.json ({type(exc).__name__}); "
+                "give an HF tokenizers file"
             ) from exc
     if path.suffix == ".json" or file_or_name.startswith((".", "/")):
         raise ReproError(f"tokenizer file {file_or_name!r} does not exist")
@@ -48,7 +50,8 @@ def load_tokenizer(file_or_name: str) -> Tokenizer:
         return Tokenizer.from_pretrained(file_or_name)
     except Exception as exc:
         raise ReproError(
-            f"cannot load tokenizer {file_or_name!r} from the hub ({str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__}); "
+            f"cannot load tokenizer {file_or_name!r} from the hub "
+            f"({str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__}); "
             "check the name and the network, or pass a tokenizer.json path"
         ) from exc
 
@@ -60,7 +63,8 @@ def eos_id(tokenizer: Tokenizer) -> int:
         if token_id is not None:
             return token_id
     raise ReproError(
-        f"the tokenizer has no end-of-text token (looked for {', '.join(EOS_CANDIDATES)}); add one or use another tokenizer"
+        f"the tokenizer has no end-of-text token (looked for {', '.join(EOS_CANDIDATES)}); "
+        "add one or use another tokenizer"
     )
 
 

@@ -1,0 +1,40 @@
+"""The notebooks are the source of the series: each NN_name.ipynb is paired with a percent-format
+script NN_name.py (notebooks/jupytext.toml), and the two must hold the same cells."""
+
+from pathlib import Path
+
+import jupytext
+import pytest
+
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+
+
+def _cells(path: Path) -> list[tuple[str, str, tuple[str, ...]]]:
+    """(type, source, tags) of every cell, as jupytext reads the file."""
+    notebook = jupytext.read(path)
+    return [
+        (c.cell_type, c.source.strip(), tuple(c.metadata.get("tags", ()))) for c in notebook.cells
+    ]
+
+
+def test_every_notebook_has_a_script_and_every_script_a_notebook():
+    notebooks = {p.stem for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")}
+    scripts = {p.stem for p in NOTEBOOKS.glob("[0-9][0-9]_*.py")}
+    assert notebooks and notebooks == scripts
+
+
+@pytest.mark.parametrize(
+    "notebook", sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")), ids=lambda p: p.stem
+)
+def test_notebook_and_script_hold_the_same_cells(notebook):
+    script = notebook.with_suffix(".py")
+    assert _cells(script) == _cells(notebook), (
+        f"{notebook.name} and {script.name} differ; run `jupytext --sync {notebook}`"
+    )
+
+
+def test_an_edit_on_one_side_is_detected(tmp_path):
+    notebook = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))[0]
+    script = tmp_path / notebook.with_suffix(".py").name
+    script.write_text(notebook.with_suffix(".py").read_text() + "\n# %%\nprint('edited')\n")
+    assert _cells(script) != _cells(notebook)
