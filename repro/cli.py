@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import fields
 
 from repro.errors import ReproError
 from repro.units import parse_count
@@ -45,7 +46,7 @@ def _train(args: argparse.Namespace) -> None:
     print(
         f"{args.out}: {status['status']}"
         + (
-            f", best val loss {status['best_val_loss']:.4f} at epoch {status['best_epoch']}"
+            f", best val loss {status['best_val_loss']:.4f} at epoch {status['best_epoch']:.2f}"
             if status.get("best_val_loss") is not None
             else ""
         )
@@ -118,11 +119,18 @@ def _sweep_table(args: argparse.Namespace) -> None:
 def _reproduce(args: argparse.Namespace) -> None:
     from repro.reproduce import reproduce
 
-    times = reproduce(args.preset, args.only.split(",") if args.only else None, args.workers)
+    only = args.only.split(",") if args.only else None
+    times = reproduce(args.preset, only, args.workers, store_outputs=args.store_outputs)
     print(f"\n{'stage':<28} {'wall s':>8}")
     for name, seconds in times:
         print(f"{name:<28} {seconds:8.1f}")
     print(f"{'total':<28} {sum(s for _, s in times):8.1f}")
+
+
+def _preset_show(args: argparse.Namespace) -> None:
+    from repro.presets import get_preset, preset_yaml
+
+    print(preset_yaml(get_preset(args.preset)), end="")
 
 
 def _bench(args: argparse.Namespace) -> None:
@@ -249,18 +257,41 @@ def _bench(args: argparse.Namespace) -> None:
     print(f"written to {bench.save(rows, name, args.out)}")
 
 
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Each option's default after its help (unless it has none); epilogs printed as written."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if action.default not in (None, False, argparse.SUPPRESS) and "(default" not in text:
+            text += " (default: %(default)s)"
+        return text
+
+
+def _run_fields_help() -> str:
+    """Every run field of `repro train` with its default and meaning."""
+    from repro.train import RunConfig
+
+    lines = ["run fields (key=value; default; meaning):"]
+    for f in fields(RunConfig):
+        lines.append(f"  {f.name + '=' + repr(f.default):<28} {f.metadata['doc']}")
+    return "\n".join(lines)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="repro",
         description="Multi-epoch pretraining on a finite document pool (arXiv 2610.15965).",
+        formatter_class=_HelpFormatter,
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
-    data = commands.add_parser("data", help="build and inspect pools").add_subparsers(
-        dest="data_command", required=True
-    )
+    data = commands.add_parser(
+        "data", formatter_class=_HelpFormatter, help="build and inspect pools"
+    ).add_subparsers(dest="data_command", required=True)
     build = data.add_parser(
-        "build", help="build a pool of unique training documents plus validation documents"
+        "build",
+        formatter_class=_HelpFormatter,
+        help="build a pool of unique training documents plus validation documents",
     )
     build.add_argument(
         "--source",
@@ -268,7 +299,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="stdlib | synthetic | hf:NAME[:CONFIG] | path or glob of .txt/.jsonl/.parquet",
     )
     build.add_argument("--tokens", required=True, help="training tokens, e.g. 500k, 1M, 2.5M, 1B")
-    build.add_argument("--val-tokens", default="100k", help="validation tokens (default 100k)")
+    build.add_argument("--val-tokens", default="100k", help="validation tokens")
     build.add_argument("--seed", type=int, default=0, help="draws the training documents")
     build.add_argument(
         "--val-seed",
@@ -298,11 +329,13 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--force", action="store_true", help="replace a different pool at --out")
     build.add_argument("--quiet", action="store_true", help="no progress bars")
     build.set_defaults(func=_data_build)
-    info = data.add_parser("info", help="counts of a built pool")
-    info.add_argument("pool")
+    info = data.add_parser("info", formatter_class=_HelpFormatter, help="counts of a built pool")
+    info.add_argument("pool", help="pool directory")
     info.set_defaults(func=_data_info)
 
-    train = commands.add_parser("train", help="one training run")
+    train = commands.add_parser(
+        "train", formatter_class=_HelpFormatter, help="one training run", epilog=_run_fields_help()
+    )
     train.add_argument("--pool", default=None, help="pool directory")
     train.add_argument("--out", required=True, help="run directory")
     train.add_argument("--config", default=None, help="YAML file of run fields")
@@ -312,10 +345,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.set_defaults(func=_train)
 
-    sweep = commands.add_parser("sweep", help="grids of runs").add_subparsers(
-        dest="sweep_command", required=True
+    sweep = commands.add_parser(
+        "sweep", formatter_class=_HelpFormatter, help="grids of runs"
+    ).add_subparsers(dest="sweep_command", required=True)
+    run = sweep.add_parser(
+        "run", formatter_class=_HelpFormatter, help="run what is missing of a grid"
     )
-    run = sweep.add_parser("run", help="run what is missing of a grid")
     run.add_argument("grid", help="grid YAML file")
     run.add_argument("--out", required=True, help="sweep directory (one subdirectory per run)")
     run.add_argument(
@@ -342,11 +377,17 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--timeout-min", type=int, default=240, help="slurm: minutes per job")
     run.add_argument("--quiet", action="store_true")
     run.set_defaults(func=_sweep_run)
-    status = sweep.add_parser("status", help="counts of done / running / failed / pending runs")
-    status.add_argument("dir")
+    status = sweep.add_parser(
+        "status",
+        formatter_class=_HelpFormatter,
+        help="counts of done / running / failed / pending runs",
+    )
+    status.add_argument("dir", help="sweep directory (repro sweep run --out)")
     status.set_defaults(func=_sweep_status)
-    table = sweep.add_parser("table", help="tuned endpoints: one row per group")
-    table.add_argument("dir")
+    table = sweep.add_parser(
+        "table", formatter_class=_HelpFormatter, help="tuned endpoints: one row per group"
+    )
+    table.add_argument("dir", help="sweep directory (repro sweep run --out)")
     table.add_argument(
         "--group-by",
         default=None,
@@ -355,18 +396,37 @@ def build_parser() -> argparse.ArgumentParser:
     table.add_argument("--parquet", default=None, help="also write the table to this parquet file")
     table.set_defaults(func=_sweep_table)
 
-    reproduce = commands.add_parser("reproduce", help="run the notebook series with papermill")
-    reproduce.add_argument("--preset", required=True, help="smoke | cpu | gpu-small | gpu")
+    reproduce = commands.add_parser(
+        "reproduce", formatter_class=_HelpFormatter, help="run the notebook series with papermill"
+    )
+    reproduce.add_argument(
+        "--preset", required=True, help="smoke | cpu | gpu-small | gpu | a preset FILE.yaml"
+    )
     reproduce.add_argument(
         "--only", default=None, help="comma-separated notebook numbers, e.g. 02,03"
     )
     reproduce.add_argument(
         "--workers", type=int, default=None, help="parallel runs (default: the preset's)"
     )
+    reproduce.add_argument(
+        "--store-outputs",
+        action="store_true",
+        help="copy the executed outputs back into notebooks/*.ipynb (the committed copies)",
+    )
     reproduce.set_defaults(func=_reproduce)
+
+    preset = commands.add_parser(
+        "preset", formatter_class=_HelpFormatter, help="inspect presets"
+    ).add_subparsers(dest="preset_command", required=True)
+    show = preset.add_parser(
+        "show", formatter_class=_HelpFormatter, help="every field of a preset, as YAML"
+    )
+    show.add_argument("preset", help="smoke | cpu | gpu-small | gpu | a preset FILE.yaml")
+    show.set_defaults(func=_preset_show)
 
     bench = commands.add_parser(
         "bench",
+        formatter_class=_HelpFormatter,
         help=(
             "benchmarks: repack cost, training throughput and MFU, step time per micro-batch, "
             "loading sweep results"

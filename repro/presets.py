@@ -7,62 +7,103 @@ a preset into sweeps with the grid builders below; nothing here trains.
 
 from __future__ import annotations
 
+import glob
+import math
 import os
-from dataclasses import dataclass, field, replace
+import re
+import types
+import typing
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+import yaml
 
 from repro.data.pool import PoolSpec
 from repro.errors import ReproError
+from repro.units import parse_count
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass(frozen=True)
 class Preset:
-    name: str
+    """One scale of the study. Units: tokens for pools and seq_len, sequences for batch sizes,
+    epochs for the budget and eval_every. A preset YAML file overrides any field (load_preset)."""
+
+    name: str  # runs go to runs/<name>/, figures to figures/<name>/
     pool: PoolSpec  # the main pool; seeds below draw independent pools with the same validation set
     pool_seeds: tuple[int, ...]
-    models: tuple[str, ...]
+    models: tuple[str, ...]  # sizes of repro.model.SIZES
     seq_len: int  # tokens
     batch_sizes: tuple[int, ...]  # sequences per optimizer step
     lrs: dict[int, tuple[float, ...]]  # lr grid per batch size
     weight_decays: tuple[float, ...]
     epochs: int  # epoch budget of every run; the stopping point is chosen among its evaluations
     eval_every: float = 0.5  # epochs
-    ablation_batch_sizes: tuple[int, int] = (
-        4,
-        32,
-    )  # notebook 03: loaders at a small and a large batch
-    embedding_weight_decays: tuple[float, ...] = (0.0, 0.1)  # notebook 03: tying x embedding decay
+    # notebook 03: loaders at a small and a large batch; tying x embedding decay
+    ablation_batch_sizes: tuple[int, int] = (4, 32)
+    embedding_weight_decays: tuple[float, ...] = (0.0, 0.1)
     micro_batch: int = 0  # sequences; 0: whole batch
     frontier_micro_batch: int = 4  # notebook 04: sequences one GPU processes per step unit
     gpu_counts: tuple[int, ...] = (1, 2, 4, 8)  # notebook 04
-    workers: int = 2
-    # sweeps train up to this many lr / weight-decay configs of one shape at once (repro.stacked)
+    workers: int = 2  # runs in parallel
+    # sweeps train up to this many lr / weight-decay configs of one shape at once (repro.stacked),
+    # but only runs with batches up to max_stacked_batch (sequences; 0: all)
     stack: int = 1
-    # ... but only runs with batches up to this (sequences; 0: all); `repro bench stacked` decides
     max_stacked_batch: int = 0
-    one_pass_batch_size: int = (
-        16  # the batch a one-pass recipe uses at this scale (Kim et al.: 64 at paper scale)
-    )
-    extra: dict = field(
-        default_factory=dict
-    )  # fixed run fields added to every run (device, compile, ...)
-    # notebook 05 (critical batch size)
-    scaling_pool_tokens: tuple[
-        int, ...
-    ] = ()  # smaller pools (training tokens) for CBS vs data size; the main pool joins them
-    noise_scale_batches: tuple[int, ...] = ()  # batch sizes whose runs log the gradient noise scale
-    noise_micro_batch: int = (
-        2  # sequences per micro-batch in those runs (the estimator's small batch)
-    )
-    batch_schedules: dict = field(default_factory=dict)  # name -> batch_schedule (notebooks 04, 05)
-    schedule_batch: int = (
-        8  # the batch whose lr grid the schedules use (lr * sqrt(B / schedule_batch) as B changes)
-    )
+    # the batch a one-pass recipe uses at this scale (Kim et al.: 64 at paper scale)
+    one_pass_batch_size: int = 16
+    extra: dict = field(default_factory=dict)  # run fields added to every run (device, compile)
+    # notebook 05 (critical batch size): smaller pools (training tokens) for CBS vs data size, the
+    # batch sizes whose runs log the gradient noise scale and their micro-batch (the estimator's
+    # small batch, sequences)
+    scaling_pool_tokens: tuple[int, ...] = ()
+    noise_scale_batches: tuple[int, ...] = ()
+    noise_micro_batch: int = 2
+    # notebooks 04, 05: name -> batch_schedule, run with the lr grid of schedule_batch
+    # (lr * sqrt(B / schedule_batch) as B changes)
+    batch_schedules: dict[str, str] = field(default_factory=dict)
+    schedule_batch: int = 8
+
+    def __post_init__(self) -> None:
+        from repro.model import SIZES
+
+        where = f"preset {self.name}"
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", self.name):
+            raise ReproError(f"{where}: name must be letters, digits, '.', '_' or '-' (a folder)")
+        for name in ("pool_seeds", "models", "batch_sizes", "weight_decays"):
+            if not getattr(self, name):
+                raise ReproError(f"{where}: {name} is empty; give at least one value")
+        unknown = [m for m in self.models if m not in SIZES]
+        if unknown:
+            raise ReproError(
+                f"{where}: unknown model {unknown[0]!r}; choose from {', '.join(SIZES)}"
+            )
+        needs_lrs = {*self.batch_sizes, *self.noise_scale_batches}
+        needs_lrs |= {self.schedule_batch} if self.batch_schedules else set()
+        missing = sorted(needs_lrs - set(self.lrs))
+        if missing:
+            raise ReproError(f"{where}: no lr grid for batch size {missing[0]}; add it under lrs")
+        outside = sorted(set(self.ablation_batch_sizes) - set(self.batch_sizes))
+        if outside:
+            raise ReproError(f"{where}: ablation batch size {outside[0]} is not one of batch_sizes")
+        numbers = [self.seq_len, self.epochs, *self.batch_sizes, *self.gpu_counts, self.workers]
+        if min(numbers) < 1 or self.eval_every <= 0:
+            raise ReproError(
+                f"{where}: seq_len, epochs, batch sizes, gpu_counts, workers and eval_every "
+                "must be positive"
+            )
 
     def pool_dir(self, data_dir: str | Path, seed: int) -> Path:
+        """data_dir/<name>-<source>-seed<seed>; a local source by its file name only, so the folder
+        does not depend on where the checkout lives."""
+        source = self.pool.source
+        if not source.startswith("hf:") and os.path.isabs(source):
+            source = re.sub(r"[^A-Za-z0-9._-]", "_", Path(source).name)
         return (
-            Path(data_dir)
-            / f"{self.name}-{self.pool.source.replace(':', '_').replace('/', '_')}-seed{seed}"
+            Path(data_dir) / f"{self.name}-{source.replace(':', '_').replace('/', '_')}-seed{seed}"
         )
 
     def pool_spec(self, seed: int, tokenizer: str | None) -> PoolSpec:
@@ -101,6 +142,33 @@ class Preset:
                 "lr": list(self.lrs[self.batch_sizes[0]]),
                 "weight_decay": list(self.weight_decays),
             },
+            "when": rules,
+        }
+
+    def tuned_grid(
+        self,
+        tuned: pd.DataFrame,
+        batch_sizes: list[int],
+        pools: list[str | Path],
+        axes: dict,
+        **recipe,
+    ) -> dict:
+        """Runs at each of `batch_sizes` with the lr and weight decay tuned for it (`tuned`: indexed
+        by batch size, columns lr and weight_decay), on `pools`, over the extra `axes` (notebook
+        03)."""
+        rules = [
+            {
+                "if": {"batch_size": b},
+                "axes": {
+                    "lr": [tuned.loc[b, "lr"]],
+                    "weight_decay": [tuned.loc[b, "weight_decay"]],
+                },
+            }
+            for b in batch_sizes
+        ]
+        return {
+            "fixed": self.run_fields(model=self.models[0], **(ORIGINAL_RECIPE | recipe)),
+            "axes": {"pool": [str(p) for p in pools], "batch_size": list(batch_sizes)} | axes,
             "when": rules,
         }
 
@@ -271,12 +339,129 @@ PRESETS: dict[str, Preset] = {
 }
 
 
-def get_preset(name: str | None = None) -> Preset:
-    """A preset by name; default: $REPRO_PRESET, else cpu."""
-    name = name or os.environ.get("REPRO_PRESET", "cpu")
+def get_preset(name: str | Path | None = None) -> Preset:
+    """A built-in preset by name, or a preset YAML file (a path ending in .yaml / .yml, relative
+    to the working directory or the project root); default: $REPRO_PRESET, else cpu."""
+    name = str(name or os.environ.get("REPRO_PRESET", "cpu"))
+    if name.endswith((".yaml", ".yml")):
+        candidates = [Path(name), project_root() / name]
+        found = next((path for path in candidates if path.is_file()), None)
+        if found is None:
+            raise ReproError(
+                f"preset file {name} not found (looked in the working directory and "
+                f"{project_root()})"
+            )
+        return load_preset(found)
     if name not in PRESETS:
-        raise ReproError(f"unknown preset {name!r}; choose one of: {', '.join(PRESETS)}")
+        raise ReproError(
+            f"unknown preset {name!r}; choose one of: {', '.join(PRESETS)}, or a preset .yaml file"
+        )
     return PRESETS[name]
+
+
+def load_preset(path: str | Path) -> Preset:
+    """A preset YAML file: `base` (a built-in preset, default smoke) with any of its fields
+    overridden; `pool` overrides fields of the pool (source, text_field, text_unit, tokens,
+    val_tokens, vocab_size, tokenizer, ...); `name` defaults to the file's stem. A local source
+    path is read relative to the file."""
+    path = Path(path).resolve()
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ReproError(f"{path}: not valid YAML ({' '.join(str(exc).split())})") from None
+    if not isinstance(data, dict):
+        raise ReproError(f"{path}: a preset file is a mapping of fields, e.g. 'base: smoke'")
+    base_name = data.pop("base", "smoke")
+    if base_name not in PRESETS:
+        raise ReproError(f"{path}: unknown base {base_name!r}; choose one of: {', '.join(PRESETS)}")
+    name = str(data.pop("name", path.stem))
+    if name in PRESETS:
+        raise ReproError(f"{path}: name {name!r} is a built-in preset's; choose another name")
+    base = PRESETS[base_name]
+    pool_changes = data.pop("pool", None) or {}
+    if not isinstance(pool_changes, dict):
+        raise ReproError(f"{path}: pool must be a mapping of pool fields, e.g. 'source: my.txt'")
+    pool = replace(base.pool, **_typed(PoolSpec, pool_changes, f"{path}: pool"))
+    local = path.parent / pool.source
+    if "source" in pool_changes and (local.exists() or glob.glob(str(local))):
+        pool = replace(pool, source=str(local))  # a local file or glob, relative to this file
+    return replace(base, name=name, pool=pool, **_typed(Preset, data, str(path)))
+
+
+def preset_yaml(preset: Preset) -> str:
+    """A preset as YAML (every field; lists for tuples), as `repro preset show` prints it."""
+
+    def plain(value):
+        if isinstance(value, tuple | list):
+            return [plain(v) for v in value]
+        if isinstance(value, dict):
+            return {k: plain(v) for k, v in value.items()}
+        return value
+
+    return yaml.safe_dump(plain(asdict(preset)), sort_keys=False, default_flow_style=None)
+
+
+def _typed(cls: type, values: dict, where: str) -> dict:
+    """`values` checked against the fields of dataclass `cls` and converted to their types
+    (lists to tuples); an unknown field or a wrong type is a one-line error naming it."""
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in fields(cls) if f.name not in ("name", "pool")]
+    converted = {}
+    for key, value in values.items():
+        if key not in names:
+            raise ReproError(f"{where}: unknown field {key!r}; fields: {', '.join(names)}")
+        converted[key] = _convert(value, hints[key], f"{where}: {key}")
+    return converted
+
+
+def _convert(value, hint, where: str):
+    """`value` (as YAML read it) as type `hint`: int, float, str, bool, X | None, tuple[X, ...],
+    tuple[X, Y], dict[K, V] or dict."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (types.UnionType, typing.Union):
+        if value is None and type(None) in args:
+            return None
+        return _convert(value, next(a for a in args if a is not type(None)), where)
+    if origin is tuple:
+        if not isinstance(value, list | tuple):
+            raise ReproError(f"{where}: expected a list, got {value!r}")
+        items = args[:1] * len(value) if args[-1] is Ellipsis else args
+        if len(items) != len(value):
+            raise ReproError(f"{where}: expected {len(items)} values, got {len(value)}")
+        return tuple(_convert(v, t, f"{where}[{i}]") for i, (v, t) in enumerate(zip(value, items)))
+    if origin is dict or hint is dict:
+        if not isinstance(value, dict):
+            raise ReproError(f"{where}: expected a mapping, got {value!r}")
+        key_type, value_type = args or (None, None)
+        return {
+            (_convert(k, key_type, where) if key_type else k): (
+                _convert(v, value_type, f"{where}[{k}]") if value_type else v
+            )
+            for k, v in value.items()
+        }
+    return _scalar(value, hint, where)
+
+
+def _scalar(value, hint: type, where: str):
+    """int, float, bool or str, strictly: no bool as a number, no non-finite floats; a count may
+    be written 500k / 2.5M, a float as a string YAML leaves unparsed (1e-3)."""
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if hint is bool and isinstance(value, bool):
+        return value
+    if hint is int and isinstance(value, int) and number:
+        return value
+    if hint is int and isinstance(value, str):
+        return parse_count(value, where)
+    if hint is float and (number or isinstance(value, str)):
+        try:
+            converted = float(value)
+        except ValueError:
+            converted = math.nan
+        if math.isfinite(converted):
+            return converted
+    if hint is str and (number or isinstance(value, str)):
+        return str(value)
+    raise ReproError(f"{where}: expected {getattr(hint, '__name__', hint)}, got {value!r}")
 
 
 def project_root(start: str | Path | None = None) -> Path:

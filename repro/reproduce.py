@@ -1,7 +1,9 @@
 """`repro reproduce`: execute the notebook series with papermill for one preset.
 
-Executed notebooks go to runs/<preset>/notebooks/, figures to figures/<preset>/ (written by the
-notebooks). Finished sweep runs are reused, so a second reproduction only re-executes the analysis.
+Executed notebooks go to runs/<name>/notebooks/, figures to figures/<name>/ (written by the
+notebooks); the notebooks in notebooks/ are only read, so edits made there survive. Finished sweep
+runs are reused, so a second reproduction only re-executes the analysis. With `store_outputs` the
+executed outputs are copied back into notebooks/*.ipynb (the committed copies show the cpu preset).
 """
 
 from __future__ import annotations
@@ -10,47 +12,65 @@ import os
 import time
 from pathlib import Path
 
+import nbformat
+
 from repro.errors import ReproError
 from repro.presets import get_preset, project_root
 from repro.study import open_study
 
 
 def notebooks(root: Path, only: list[str] | None = None) -> list[Path]:
-    found = sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-    if only:
-        found = [nb for nb in found if nb.name[:2] in only]
-        missing = sorted(set(only) - {nb.name[:2] for nb in found})
-        if missing:
-            every = sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-            raise ReproError(
-                f"no notebook numbered {missing[0]} in {root / 'notebooks'}; choose from "
-                f"{', '.join(nb.name[:2] for nb in every)}"
-            )
-    return found
+    """The series' notebooks (NN_name.ipynb) in order; `only` picks numbers ("1" or "01")."""
+    every = sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    if not every:
+        raise ReproError(
+            f"no notebooks/NN_name.ipynb under {root}; run repro reproduce inside a checkout of "
+            "the project (the folder with pyproject.toml and notebooks/)"
+        )
+    if not only:
+        return every
+    wanted = []
+    for number in only:
+        if not number.strip().isdigit():
+            raise ReproError(f"--only takes notebook numbers such as 02,03; got {number!r}")
+        wanted.append(f"{int(number):02d}")
+    missing = sorted(set(wanted) - {nb.name[:2] for nb in every})
+    if missing:
+        raise ReproError(
+            f"no notebook numbered {missing[0]} in {root / 'notebooks'}; choose from "
+            f"{', '.join(nb.name[:2] for nb in every)}"
+        )
+    return [nb for nb in every if nb.name[:2] in wanted]
 
 
 def reproduce(
-    preset: str, only: list[str] | None = None, workers: int | None = None
+    preset: str,
+    only: list[str] | None = None,
+    workers: int | None = None,
+    store_outputs: bool = False,
 ) -> list[tuple[str, float]]:
     """Run the notebooks in order; returns (stage, wall seconds). For the whole series (no `only`),
     the runs that follow from the preset alone train first as one sweep (Study.prefetch: the longest
     jobs first, no idle workers between notebooks). Raises ReproError naming the failing cell."""
     import papermill
 
-    get_preset(preset)  # fail fast on a bad name
+    chosen = get_preset(preset)  # fail fast on a bad name or preset file
+    if preset.endswith((".yaml", ".yml")):  # the kernels may run elsewhere: pass the file itself
+        preset = str(Path(preset).resolve() if Path(preset).is_file() else project_root() / preset)
     root = project_root()
-    out_dir = root / "runs" / preset / "notebooks"
+    selected = notebooks(root, only)
+    out_dir = root / "runs" / chosen.name / "notebooks"
     out_dir.mkdir(parents=True, exist_ok=True)
     os.environ["REPRO_PRESET"] = preset
+    os.environ.setdefault("JUPYTER_PLATFORM_DIRS", "1")  # no platformdirs migration warning
     parameters = {"preset": preset} | ({"workers": workers} if workers else {})
-    chosen = notebooks(root, only)
     times = []
     if not only:  # the whole series: first every run the preset fixes, as one sweep
         started = time.perf_counter()
         open_study(preset, workers=workers).prefetch()
         times.append(("preset sweeps (prefetch)", time.perf_counter() - started))
         print(f"{times[-1][0]:<28} {times[-1][1]:8.1f} s", flush=True)
-    for nb in chosen:
+    for nb in selected:
         started = time.perf_counter()
         try:
             papermill.execute_notebook(
@@ -68,4 +88,23 @@ def reproduce(
             ) from None
         times.append((nb.name, time.perf_counter() - started))
         print(f"{nb.name:<28} {times[-1][1]:8.1f} s", flush=True)
+    if store_outputs:
+        for nb in selected:
+            copy_outputs(out_dir / nb.name, nb)
     return times
+
+
+def copy_outputs(executed: Path, notebook: Path) -> None:
+    """Put the outputs of `executed` (a papermill copy of `notebook`) into `notebook`, whose cells
+    and metadata stay as they are; refused when its cells changed since the execution."""
+    ran = nbformat.read(executed, as_version=4)
+    ran.cells = [c for c in ran.cells if "injected-parameters" not in c.metadata.get("tags", [])]
+    source = nbformat.read(notebook, as_version=4)
+    if [c.source for c in ran.cells] != [c.source for c in source.cells]:
+        raise ReproError(f"{notebook} changed after {executed} was executed; run it again")
+    for cell, ran_cell in zip(source.cells, ran.cells):
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = ran_cell.outputs, ran_cell.execution_count
+    partial = notebook.with_name(f".{notebook.name}.tmp-{os.getpid()}")
+    nbformat.write(source, partial)
+    os.replace(partial, notebook)

@@ -38,6 +38,15 @@ class Study:
     def store(self) -> Path:
         return self.results_dir / "store"
 
+    def summary(self) -> str:
+        """One paragraph on what this study trains (the notebooks print it first)."""
+        P = self.preset
+        return (
+            f"preset {P.name}: source {P.pool.source}, {P.pool.tokens:,} training tokens per pool, "
+            f"models {list(P.models)}, seq_len {P.seq_len}, batch sizes {list(P.batch_sizes)}, "
+            f"{P.epochs} epochs"
+        )
+
     def pools(self) -> list[Path]:
         """Build (or reuse) the preset's pools: the first trains the tokenizer, the others share it
         and its validation documents."""
@@ -148,23 +157,17 @@ def _env_workers() -> int:
 
 
 def open_study(
-    preset: str | None = None,
-    data_dir: str | None = None,
-    results_dir: str | None = None,
-    workers: int | None = None,
-    source: str | None = None,
-    progress: bool = True,
+    preset: str | None = None, workers: int | None = None, progress: bool = True
 ) -> Study:
-    """Resolve a preset (default $REPRO_PRESET, else cpu) and its folders under the project root."""
+    """A study of `preset` (a built-in name or a preset YAML file; default $REPRO_PRESET, else cpu):
+    pools under <project>/data/pools, runs under runs/<name>/, figures under figures/<name>/."""
     chosen = get_preset(preset)
-    if source:
-        chosen = replace(chosen, pool=replace(chosen.pool, source=source))
     root = project_root()
     return Study(
         preset=chosen,
         root=root,
-        data_dir=Path(data_dir) if data_dir else root / "data" / "pools",
-        results_dir=Path(results_dir) if results_dir else root / "runs" / chosen.name,
+        data_dir=root / "data" / "pools",
+        results_dir=root / "runs" / chosen.name,
         workers=workers or _env_workers() or chosen.workers,
         progress=progress,
     )

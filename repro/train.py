@@ -54,44 +54,46 @@ from repro.stacked import StackedForward, stack_parameters
 EVAL_BATCH = 16
 
 
+def _field(default, doc: str):
+    """A run field: its default and meaning with units (`repro train --help` lists them)."""
+    return field(default=default, metadata={"doc": doc})
+
+
 @dataclass
 class RunConfig:
-    pool: str = ""
-    model: str = "tiny"
-    seq_len: int = 128  # tokens per sequence
-    batch_size: int = 16  # sequences per optimizer step, over all processes
-    # sequences per forward/backward in one process (capped at its share of the batch);
-    # 0: that share
-    micro_batch: int = 0
-    lr: float = 3e-3
-    weight_decay: float = 0.1  # hidden matrices
-    embedding_weight_decay: float = 0.0  # token embedding and output head
-    tie_embeddings: bool = False
-    loader: str = "repack"  # repeat | shuffle | repack
-    schedule: str = "cosine"  # cosine | wsd | constant
-    warmup: float = 0.01  # fraction of all steps
-    warmup_steps: int = (
-        0  # if > 0, the warmup length in steps (overrides `warmup`; WSD branches need it fixed)
+    pool: str = _field("", "pool directory (repro data build)")
+    model: str = _field("tiny", "model size (repro.model.SIZES)")
+    seq_len: int = _field(128, "tokens per sequence")
+    batch_size: int = _field(16, "sequences per optimizer step, over all processes")
+    micro_batch: int = _field(
+        0, "sequences per forward/backward in one process (0: its whole share of the batch)"
     )
-    min_lr_ratio: float = 0.1
-    decay_fraction: float = 0.2  # wsd: last fraction of steps
-    decay_shape: str = "linear"  # wsd: linear | 1-sqrt
-    epochs: int = 8
-    eval_every: float = 1.0  # epochs between evaluations (at most 1)
-    log_every: int = 0  # steps between train-loss lines; 0: only at evaluations
-    seed: int = 0
-    device: str = "auto"  # auto | cpu | cuda
-    compile: bool = False
-    threads: int = 0  # CPU threads per process; 0: torch's default
-    vocab_size: int = 0  # 0: the pool's; otherwise must equal it
-    save_steps: str = (
-        ""  # comma-separated steps at which to keep checkpoints/step-N.pt (a WSD trunk)
+    lr: float = _field(3e-3, "peak learning rate")
+    weight_decay: float = _field(0.1, "AdamW decay of the hidden matrices")
+    embedding_weight_decay: float = _field(0.0, "AdamW decay of token embedding and output head")
+    tie_embeddings: bool = _field(False, "share the token embedding with the output head")
+    loader: str = _field("repack", "epoch order: repeat | shuffle | repack")
+    schedule: str = _field("cosine", "lr schedule: cosine | wsd | constant")
+    warmup: float = _field(0.01, "warmup, fraction of all steps")
+    warmup_steps: int = _field(0, "warmup in steps if > 0 (overrides warmup; WSD branches)")
+    min_lr_ratio: float = _field(0.1, "final lr as a fraction of the peak")
+    decay_fraction: float = _field(0.2, "wsd: the decay's fraction of all steps")
+    decay_shape: str = _field("linear", "wsd: linear | 1-sqrt")
+    epochs: int = _field(8, "passes over the pool's training split")
+    eval_every: float = _field(1.0, "epochs between evaluations (at most 1)")
+    log_every: int = _field(0, "steps between train-loss lines (0: only at evaluations)")
+    seed: int = _field(0, "model initialisation and data order")
+    device: str = _field("auto", "auto | cpu | cuda")
+    compile: bool = _field(False, "torch.compile the model")
+    threads: int = _field(0, "CPU threads per process (0: torch's default)")
+    vocab_size: int = _field(0, "0: the pool's; otherwise must equal it")
+    save_steps: str = _field("", "comma-separated steps whose checkpoints are kept (WSD trunk)")
+    init_from: str = _field("", "checkpoints/step-N.pt of another run to continue (WSD branch)")
+    batch_schedule: str = _field(
+        "", "f:B,...: batch B (sequences) from fraction f of the epochs; lr * sqrt(B / batch_size)"
     )
-    init_from: str = ""  # a checkpoints/step-N.pt of another run to continue from (a WSD branch)
-    # "f:B,...": batch B (sequences) from fraction f of the epochs on; lr * sqrt(B / batch_size)
-    batch_schedule: str = ""
-    noise_scale: bool = (
-        False  # log the gradient noise scale (needs >= 2 micro-batches or processes per step)
+    noise_scale: bool = _field(
+        False, "log the gradient noise scale (needs >= 2 micro-batches or processes per step)"
     )
 
     def schedule_for(self, total_steps: int) -> Schedule:

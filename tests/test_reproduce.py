@@ -6,6 +6,8 @@ import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
 from repro.cli import main
+from repro.errors import ReproError
+from repro.reproduce import copy_outputs
 from repro.study import Study
 
 
@@ -60,3 +62,38 @@ def test_whole_series_trains_the_preset_runs_first(tmp_path, monkeypatch, capsys
         ["reproduce", "--preset", "smoke", "--only", "01"]
     )  # part of the series: only its notebooks
     assert prefetched == [("smoke", 3)]
+
+
+def test_only_takes_numbers_with_or_without_the_leading_zero(tmp_path, monkeypatch):
+    _project(tmp_path, "x = 1")
+    monkeypatch.chdir(tmp_path)
+    main(["reproduce", "--preset", "smoke", "--only", "1"])
+    assert (tmp_path / "runs" / "smoke" / "notebooks" / "01_only.ipynb").is_file()
+
+
+def test_outside_a_checkout_fails_before_any_training(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(Study, "prefetch", lambda study: pytest.fail("trained outside a checkout"))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["reproduce", "--preset", "smoke"])
+    assert exit_info.value.code == 2 and "inside a checkout" in capsys.readouterr().err
+
+
+def test_preset_file_runs_under_its_own_name_and_outputs_can_be_stored(tmp_path, monkeypatch):
+    _project(tmp_path, "print(preset)")
+    (tmp_path / "mine.yaml").write_text("base: smoke\nepochs: 1\n")
+    monkeypatch.chdir(tmp_path)
+    main(["reproduce", "--preset", "mine.yaml", "--only", "01", "--store-outputs"])
+    executed = nbformat.read(tmp_path / "runs" / "mine" / "notebooks" / "01_only.ipynb", 4)
+    stored = nbformat.read(tmp_path / "notebooks" / "01_only.ipynb", 4)
+    assert not (tmp_path / "runs" / "smoke").exists()
+    assert len(executed.cells) == 3  # papermill's injected parameters cell
+    assert [c.source for c in stored.cells] == ["preset = 'smoke'", "print(preset)"]
+    assert stored.cells[1].outputs[0]["text"].strip() == str(tmp_path / "mine.yaml")
+    stored.cells[1].source = "print('edited')"
+    nbformat.write(stored, tmp_path / "notebooks" / "01_only.ipynb")
+    with pytest.raises(ReproError, match="changed after"):
+        copy_outputs(
+            tmp_path / "runs" / "mine" / "notebooks" / "01_only.ipynb",
+            tmp_path / "notebooks" / "01_only.ipynb",
+        )

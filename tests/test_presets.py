@@ -1,0 +1,83 @@
+"""Presets: built-in names and preset YAML files (a base plus overrides), validated where defined;
+the example preset reads a local corpus split into paragraphs; `repro preset show`."""
+
+from pathlib import Path
+
+import pytest
+
+from repro.cli import main
+from repro.errors import ReproError
+from repro.presets import PRESETS, get_preset, load_preset, preset_yaml
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def _preset_file(tmp_path, text: str) -> Path:
+    path = tmp_path / "mine.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_yaml_preset_overrides_a_base_and_types_its_fields(tmp_path):
+    (tmp_path / "notes.txt").write_text("one paragraph\n\nanother paragraph\n")
+    path = _preset_file(
+        tmp_path,
+        "base: cpu\npool: {source: notes.txt, text_unit: paragraph, tokens: 2.5k}\n"
+        "batch_sizes: [4, 8]\nlrs: {4: [1e-3], 8: [2.0e-3, 4.0e-3]}\nepochs: 3\n"
+        "noise_scale_batches: [8]\nablation_batch_sizes: [4, 8]\n",
+    )
+    preset = get_preset(str(path))
+    assert preset.name == "mine" and preset.epochs == 3 and preset.batch_sizes == (4, 8)
+    assert preset.lrs == {4: (0.001,), 8: (0.002, 0.004)}
+    assert preset.pool.source == str(tmp_path / "notes.txt") and preset.pool.tokens == 2500
+    assert preset.pool.text_unit == "paragraph" and preset.pool.val_tokens == 8_000  # from cpu
+    assert preset.models == PRESETS["cpu"].models
+    assert preset.pool_dir("pools", 0) == Path("pools/mine-notes.txt-seed0")
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("batch_size: [2]", "unknown field 'batch_size'"),
+        ("pool: {tokenz: 3}", "pool: unknown field 'tokenz'"),
+        ("epochs: two", "epochs 'two'; use an integer"),
+        ("epochs: true", "epochs: expected int, got True"),
+        ("lrs: {2: [.nan], 8: [0.1]}", "lrs[2][0]: expected float"),
+        ("batch_sizes: [2, 4]", "no lr grid for batch size 4"),
+        ("models: [huge]", "unknown model 'huge'"),
+        ("name: cpu", "name 'cpu' is a built-in preset's"),
+        ("name: a/b", "name must be letters"),
+        ("base: laptop", "unknown base 'laptop'"),
+        ("epochs: [2", "not valid YAML"),
+        ("- 1\n- 2", "a preset file is a mapping"),
+        ("ablation_batch_sizes: [2, 4]", "ablation batch size 4 is not one of batch_sizes"),
+    ],
+)
+def test_malformed_preset_file_is_a_one_line_error_naming_the_field(tmp_path, text, message):
+    with pytest.raises(ReproError) as info:
+        load_preset(_preset_file(tmp_path, text + "\n"))
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_unknown_preset_name_or_missing_file(tmp_path):
+    with pytest.raises(ReproError, match="unknown preset 'laptop'"):
+        get_preset("laptop")
+    with pytest.raises(ReproError, match="preset file .*nope.yaml not found"):
+        get_preset(str(tmp_path / "nope.yaml"))
+
+
+def test_example_preset_reads_the_shipped_corpus_by_paragraph():
+    preset = get_preset(str(EXAMPLES / "own_corpus.yaml"))
+    assert preset.name == "own-corpus" and preset.name not in PRESETS
+    assert Path(preset.pool.source) == EXAMPLES / "corpus.txt"
+    assert preset.pool.text_unit == "paragraph"
+
+
+def test_preset_show_prints_every_field_and_round_trips(tmp_path, capsys):
+    main(["preset", "show", "smoke"])
+    shown = capsys.readouterr().out
+    assert shown == preset_yaml(PRESETS["smoke"])
+    copy = _preset_file(tmp_path, shown.replace("name: smoke", "name: copy"))
+    assert load_preset(copy) == PRESETS["smoke"].__class__(
+        **{**PRESETS["smoke"].__dict__, "name": "copy"}
+    )
