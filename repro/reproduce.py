@@ -13,10 +13,18 @@ import time
 from pathlib import Path
 
 import nbformat
+from jupyter_client.manager import KernelManager
 
 from repro.errors import ReproError
 from repro.presets import get_preset, project_root
 from repro.study import open_study
+
+
+class _IPCKernelManager(KernelManager):
+    """A kernel on this machine over IPC sockets (TCP kernels warn that they are unencrypted)."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(transport="ipc", **kwargs)
 
 
 def notebooks(root: Path, only: list[str] | None = None) -> list[Path]:

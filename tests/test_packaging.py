@@ -3,9 +3,12 @@ declared in pyproject.toml, and CI runs exactly the README's test command."""
 
 import ast
 import importlib.metadata
+import json
 import re
+import subprocess
 import sys
 import tomllib
+import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,3 +71,34 @@ def test_ci_runs_exactly_the_readme_test_command():
     command = block.splitlines()[-1]
     ci_lines = (ROOT / ".ci" / "run").read_text().strip().splitlines()
     assert ci_lines[-1] == command
+
+
+def _fake_wheel(folder: Path, version: str) -> None:
+    """An empty wheel of a distribution named torch at `version`."""
+    info = f"torch-{version}.dist-info"
+    files = {
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: torch\nVersion: {version}\n",
+        f"{info}/WHEEL": (
+            "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        ),
+    }
+    files[f"{info}/RECORD"] = "".join(f"{name},,\n" for name in files) + f"{info}/RECORD,,\n"
+    with zipfile.ZipFile(folder / f"torch-{version}-py3-none-any.whl", "w") as wheel:
+        for name, text in files.items():
+            wheel.writestr(name, text)
+
+
+def test_pip_prefers_the_cpu_build_when_an_index_offers_both(tmp_path):
+    """README: with PyTorch's CPU index added, `torch==2.13.0` resolves to 2.13.0+cpu (a local
+    version label ranks above the plain release), not to the plain (CUDA) release of PyPI."""
+    _fake_wheel(tmp_path, "2.13.0")
+    _fake_wheel(tmp_path, "2.13.0+cpu")
+    pip = [sys.executable, "-m", "pip", "install", "--isolated", "--dry-run", "--no-deps"]
+    report = tmp_path / "report.json"
+    subprocess.run(
+        [*pip, "--ignore-installed", "--no-index", "--find-links", str(tmp_path),
+         "--report", str(report), "--quiet", "torch==2.13.0"],
+        check=True,
+    )  # fmt: skip
+    chosen = json.loads(report.read_text())["install"]
+    assert [item["metadata"]["version"] for item in chosen] == ["2.13.0+cpu"]

@@ -81,3 +81,13 @@ def test_preset_show_prints_every_field_and_round_trips(tmp_path, capsys):
     assert load_preset(copy) == PRESETS["smoke"].__class__(
         **{**PRESETS["smoke"].__dict__, "name": "copy"}
     )
+
+
+def test_example_preset_builds_a_pool_of_paragraph_documents(tmp_path):
+    from repro.data.pool import build_pool, load_pool
+
+    preset = get_preset(str(EXAMPLES / "own_corpus.yaml"))
+    pool = load_pool(build_pool(preset.pool_spec(0, None), tmp_path / "pool", progress=False))
+    paragraphs = (EXAMPLES / "corpus.txt").read_text().count("\n\n") + 1
+    assert pool.train.n_docs + pool.val.n_docs > 30 and pool.train.n_docs < paragraphs
+    assert pool.train.n_tokens >= preset.pool.tokens
