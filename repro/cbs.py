@@ -280,3 +280,146 @@ def power_law(x: np.ndarray, y: np.ndarray) -> dict:
     lx, ly = np.log(np.asarray(x, float)), np.log(np.asarray(y, float))
     alpha, log_c = np.polyfit(lx, ly, 1)
     return {"alpha": alpha, "c": math.exp(log_c), "residuals": ly - (alpha * lx + log_c)}
+
+
+# --- the notebook's analyses: targets, fits per target, pool-size scaling, schedules -------------
+
+
+def reach_count(n_batch_sizes: int) -> int:
+    """How many batch sizes must reach a target: two thirds of the grid, at least three."""
+    return max(3, round(2 * n_batch_sizes / 3))
+
+
+def target_losses(
+    runs: pd.DataFrame, evals: pd.DataFrame, n_batches: int, n_targets: int = 3
+) -> list[float]:
+    """Target validation losses (nats/token, rounded to 1e-3): the lowest that `n_batches` batch
+    sizes reach (reachable_target), then evenly spaced up to 60% of the way to the best first
+    evaluation."""
+    hardest = reachable_target(runs, evals, n_batches)
+    first_loss = float(evals.groupby("run_id")["val_loss"].first().min())
+    top = hardest + 0.6 * (first_loss - hardest)
+    return [round(t, 3) for t in np.linspace(hardest, top, n_targets)]
+
+
+def _fit_row(target: float, part: pd.DataFrame, limit: float) -> tuple[dict, dict]:
+    """The three fits of one target's (batch, steps) points; (table row, McCandlish fit)."""
+    B, S = part["batch_size"].to_numpy(float), part["steps"].to_numpy(float)
+    mc, zh, wsd = fit_mccandlish(B, S), fit_zhang(B, S), fit_wsd(B, S)
+
+    def interval(fit, key: str) -> str:
+        return describe_interval(bootstrap(fit, B, S, key), limit)
+
+    fewest = part.loc[part["tokens"] == part["tokens"].min(), "batch_size"]
+    row = {
+        "target": target,
+        "batch sizes": len(part),
+        "B_crit (McCandlish)": mc["B_crit"],
+        "B_crit 90% CI": interval(fit_mccandlish, "B_crit"),
+        "max |log residual|": float(np.abs(mc["residuals"]).max()),
+        "B* (Zhang)": zh["B_star"],
+        "B* 90% CI": interval(fit_zhang, "B_star"),
+        "max |residual| (steps)": float(np.abs(zh["residuals"]).max()),
+        "B_opt (Zhou)": wsd["B_opt"],
+        "B_opt 90% CI": interval(fit_wsd, "B_opt"),
+        "B_min (Zhou)": wsd["B_min"],
+        # tokens to target tie at evaluation resolution: every batch at the minimum
+        "fewest tokens at batch": ", ".join(str(b) for b in fewest),
+    }
+    return row, mc
+
+
+def fit_targets(reach: pd.DataFrame, limit: float) -> tuple[pd.DataFrame, dict[float, dict]]:
+    """McCandlish, Zhang and Zhou (WSD) fits per target of `reach` (steps_to_target; targets with
+    fewer than three batch sizes are skipped), with 90% bootstrap intervals; interval ends beyond
+    `limit` (sequences) read "unbounded". Returns (one row per target, {target: McCandlish fit})."""
+    rows, mccandlish = [], {}
+    for target, part in reach.groupby("target"):
+        if len(part) < 3:
+            continue
+        row, mccandlish[target] = _fit_row(target, part, limit)
+        rows.append(row)
+    return pd.DataFrame(rows), mccandlish
+
+
+def noise_trajectory(runs: pd.DataFrame, evals: pd.DataFrame) -> pd.DataFrame:
+    """B_simple (sequences) per evaluation of the noise-scale runs: batch_size, epoch, tokens,
+    val_loss, b_simple, in batch then token order."""
+    columns = ["batch_size", "epoch", "tokens", "val_loss", "b_simple"]
+    merged = evals.merge(runs[["run_id", "batch_size"]], on="run_id")
+    return merged[columns].sort_values(["batch_size", "tokens"])
+
+
+def _interval_columns(name: str, B: np.ndarray, S: np.ndarray, fit, key: str) -> dict:
+    """Point estimate and 90% bootstrap interval of fit(B, S)[key] as three columns."""
+    if len(np.unique(B)) < 3:
+        return {name: np.nan, f"{name} lo": np.nan, f"{name} hi": np.nan}
+    lo, hi = bootstrap(fit, B, S, key)
+    return {name: fit(B, S)[key], f"{name} lo": lo, f"{name} hi": hi}
+
+
+def pool_size_scaling(
+    runs: pd.DataFrame,
+    evals: pd.DataFrame,
+    pool_tokens: dict[str, int],
+    n_batches: int,
+    seq_len: int,
+) -> pd.DataFrame:
+    """B_crit and B* (sequences, with 90% bootstrap intervals) per pool of `pool_tokens` (pool
+    path -> training tokens), each at the lowest loss `n_batches` batch sizes reach on that pool."""
+    rows = []
+    for pool, tokens in pool_tokens.items():
+        mine = runs[runs["pool"] == str(pool)]
+        mine_evals = evals[evals["run_id"].isin(mine["run_id"])]
+        target = reachable_target(mine, mine_evals, n_batches)
+        part = steps_to_target(mine, mine_evals, [target], seq_len=seq_len)
+        B, S = part["batch_size"].to_numpy(float), part["steps"].to_numpy(float)
+        row = {"pool tokens": tokens, "target": target, "batch sizes": len(part)}
+        if len(part) >= 3:
+            row |= _interval_columns("B_crit", B, S, fit_mccandlish, "B_crit")
+            row |= _interval_columns("B*", B, S, fit_zhang, "B_star")
+        else:
+            row |= {"B_crit": np.nan, "B*": np.nan}
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def scaling_laws(scaling: pd.DataFrame) -> dict[str, dict]:
+    """Power laws B = c D^alpha (D in millions of training tokens) for B_crit and B*; empty where
+    any pool has no fit."""
+    if not scaling[["B_crit", "B*"]].notna().all().all():
+        return {}
+    D = scaling["pool tokens"] / 1e6
+    return {name: power_law(D, scaling[name]) for name in ("B_crit", "B*")}
+
+
+def schedules_vs_fixed(
+    runs: pd.DataFrame,
+    evals: pd.DataFrame,
+    schedule_runs: pd.DataFrame,
+    schedule_evals: pd.DataFrame,
+    schedules: dict[str, str],
+) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
+    """The best run (lowest best val loss, over lr) of the fixed-batch sweep and of each batch-size
+    schedule: (table with policy, best val loss, lr, best epoch; row 0 the fixed batch,
+    {policy: its evaluation curve})."""
+    fixed = runs.loc[runs["best_val_loss"].idxmin()]
+    best = [(f"fixed batch {int(fixed['batch_size'])}", fixed, evals)]
+    for name, schedule in schedules.items():
+        mine = schedule_runs[schedule_runs["batch_schedule"] == schedule]
+        best.append(
+            (f"{name} ({schedule})", mine.loc[mine["best_val_loss"].idxmin()], schedule_evals)
+        )
+    table = pd.DataFrame(
+        [
+            {
+                "policy": label,
+                "best val loss": run["best_val_loss"],
+                "lr": run["lr"],
+                "best epoch": run["best_epoch"],
+            }
+            for label, run, _ in best
+        ]
+    )
+    curves = {label: source[source["run_id"] == run["run_id"]] for label, run, source in best}
+    return table, curves

@@ -21,6 +21,7 @@ replica shorten a step to step_time / (1 + efficiency * (k - 1)) without changin
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -205,3 +206,64 @@ def latency_speedup(gpus_per_replica: int, efficiency: float) -> float:
     if gpus_per_replica < 1 or not 0 <= efficiency <= 1:
         raise ValueError("gpus_per_replica must be >= 1 and efficiency in [0, 1]")
     return 1 + efficiency * (gpus_per_replica - 1)
+
+
+# --- the notebook's preparation: step pricing, deadlines, schedule policies ---------------------
+
+
+def unit_step_time(micro_batch: int, allreduce_units: float = 0.0) -> Callable[[int, int], float]:
+    """step_time(B, G) of the idealised model, in step units (step_units with `micro_batch`
+    sequences per GPU per unit)."""
+
+    def step_time(batch_size: int, gpus: int) -> float:
+        return step_units(batch_size, gpus, micro_batch, allreduce_units)
+
+    return step_time
+
+
+def deadline_grid(
+    evals: pd.DataFrame, runs: pd.DataFrame, gpu_counts, step_time, n: int = 24
+) -> np.ndarray:
+    """`n` log-spaced deadlines (step units, rounded to 0.1, duplicates dropped) from the earliest
+    evaluation on the most GPUs to the last evaluation on one GPU."""
+    points = evals.merge(runs[["run_id", "batch_size"]], on="run_id")
+    pairs = list(zip(points["batch_size"], points["step"]))
+    first = min(step_time(int(b), max(gpu_counts)) * s for b, s in pairs)
+    last = max(step_time(int(b), 1) * s for b, s in pairs)
+    return np.unique(np.geomspace(first, last, n).round(1))
+
+
+def schedule_policies(
+    table: pd.DataFrame,
+    schedule_runs: pd.DataFrame,
+    schedule_evals: pd.DataFrame,
+    schedules: dict[str, str],
+    gpu_counts,
+    deadlines,
+    step_time,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Each batch-size schedule as a policy on each of `gpu_counts`, against the best fixed batch
+    (`table`: frontier of the fixed-batch runs). Returns (the schedules' frontiers with a `policy`
+    column, one row per policy x GPUs: deadlines reachable and deadlines where it beats every fixed
+    batch)."""
+    frontiers, rows = [], []
+    for g in gpu_counts:
+        fixed = table[table["gpus"] == g]
+        for name, schedule in schedules.items():
+            mine = schedule_runs[schedule_runs["batch_schedule"] == schedule]
+            mine_evals = schedule_evals[schedule_evals["run_id"].isin(mine["run_id"])]
+            policy = frontier(mine_evals, mine, [g], deadlines, step_time)
+            frontiers.append(policy.assign(policy=f"{name} ({schedule})"))
+            both = policy.merge(fixed, on="deadline", suffixes=("_schedule", "_fixed")).dropna(
+                subset=["best_val_loss_schedule"]
+            )
+            wins = both["best_val_loss_schedule"] < both["best_val_loss_fixed"]
+            rows.append(
+                {
+                    "policy": name,
+                    "gpus": g,
+                    "deadlines reachable": len(both),
+                    "deadlines where it beats every fixed batch": int(wins.sum()),
+                }
+            )
+    return pd.concat(frontiers, ignore_index=True), pd.DataFrame(rows)

@@ -1,41 +1,52 @@
-"""One figure style for the whole series; figures are saved as PNG and PDF under
-figures/<preset>/."""
+"""One figure style for the whole series (seaborn theme, palettes, axis helpers); figures are saved
+as PNG and PDF under figures/<preset>/.
+
+Conventions: measured curves are solid with markers (MEASURED), fits and projections dashed without
+markers (PROJECTED); a batch size keeps its colour in every figure (batch_colors); legends sit
+outside the axes (legend_outside) so they never cover data.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
-import matplotlib
 import matplotlib.pyplot as plt
+import numpy as np
+import seaborn as sns
+from matplotlib.colors import ListedColormap
+from matplotlib.ticker import (
+    FixedLocator,
+    FuncFormatter,
+    MaxNLocator,
+    NullFormatter,
+    NullLocator,
+)
 
 from repro.presets import project_root
 
-PALETTE = ["#1b6ca8", "#e07b39", "#3a9e5f", "#c23b4e", "#7d5ba6", "#8c6d46", "#d477b4", "#6f6f6f"]
+PALETTE = sns.color_palette("colorblind", 10).as_hex()
+"""Categorical colours (series that are not batch sizes or GPU counts)."""
 MEASURED = {"marker": "o", "linestyle": "-"}
-PROJECTED = {
-    "marker": None,
-    "linestyle": "--",
-    "alpha": 0.7,
-}  # projections are never drawn like measurements
+PROJECTED = {"marker": None, "linestyle": "--", "alpha": 0.8}  # never drawn like measurements
+NOT_REACHED = {"marker": "x", "linestyle": "none", "markersize": 7, "clip_on": False}
 
 
 def set_style() -> None:
+    """The seaborn theme plus the series' defaults (tight saving, light grid under the data)."""
+    sns.set_theme(context="paper", style="whitegrid", palette=PALETTE, font_scale=1.15)
     plt.rcParams.update(
         {
             "figure.figsize": (6.0, 4.0),
             "figure.dpi": 110,
             "savefig.dpi": 160,
             "savefig.bbox": "tight",
-            "axes.grid": True,
-            "grid.alpha": 0.3,
+            "axes.axisbelow": True,
             "axes.spines.top": False,
             "axes.spines.right": False,
-            "axes.prop_cycle": matplotlib.cycler(color=PALETTE),
+            "grid.alpha": 0.5,
             "legend.frameon": False,
-            "font.size": 10,
-            "axes.titlesize": 11,
-            "axes.labelsize": 10,
-            "lines.markersize": 4,
+            "lines.markersize": 4.5,
         }
     )
 
@@ -52,12 +63,92 @@ def save(
     return paths
 
 
-def batch_axis(ax: plt.Axes, batch_sizes) -> None:
+# --- colours ------------------------------------------------------------------------------------
+
+
+def ordered_colors(values: Iterable) -> dict:
+    """One colour per value of an ordered quantity (batch size, GPU count): a sequential palette
+    from dark to light (its palest end left out, so every colour reads on white)."""
+    values = sorted(set(values))
+    colors = sns.color_palette("viridis", len(values) + 1).as_hex()[: len(values)]
+    return dict(zip(values, colors))
+
+
+def batch_colors(batch_sizes: Iterable[int]) -> dict[int, str]:
+    """The colour of each batch size, the same in every figure of a preset."""
+    return {int(b): c for b, c in ordered_colors(batch_sizes).items()}
+
+
+def batch_cmap(batch_sizes: Iterable[int]) -> ListedColormap:
+    """A discrete colormap whose i-th colour is batch_colors' colour of the i-th batch size."""
+    return ListedColormap(list(batch_colors(batch_sizes).values()))
+
+
+# --- axes ---------------------------------------------------------------------------------------
+
+
+def nice_number(value: float, _pos: int | None = None) -> str:
+    """A plain tick label: 0.5, 20, 1,500, 250,000, 3M (no powers of ten)."""
+    if abs(value) >= 1e6:
+        return f"{value / 1e6:g}M"
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:g}"
+
+
+def nice_log_ticks(lo: float, hi: float, max_ticks: int = 8) -> list[float]:
+    """Ticks for a log axis over [lo, hi] (lo > 0): 1-2-5 steps (coarser where those are more than
+    `max_ticks`); evenly spaced round values where [lo, hi] spans less than a decade."""
+    if hi / lo < 10:
+        ticks = MaxNLocator(nbins=5, steps=[1, 2, 2.5, 5, 10]).tick_values(lo, hi)
+        return [float(t) for t in ticks if lo <= t <= hi]
+    decades = range(int(np.floor(np.log10(lo))), int(np.ceil(np.log10(hi))) + 1)
+    for mantissas in ((1, 2, 5), (1, 3), (1,)):
+        ticks = [m * 10.0**e for e in decades for m in mantissas if lo <= m * 10.0**e <= hi]
+        if len(ticks) <= max_ticks:
+            return ticks
+    return ticks
+
+
+def log_axis(
+    ax: plt.Axes,
+    which: str = "x",
+    lo: float | None = None,
+    hi: float | None = None,
+    max_ticks: int = 8,
+) -> None:
+    """A log axis with plain tick labels (nice_log_ticks, nice_number: no mixed 10^k / 2x10^k
+    labels); `lo` / `hi` default to the current limits."""
+    axis = ax.xaxis if which == "x" else ax.yaxis
+    (ax.set_xscale if which == "x" else ax.set_yscale)("log")
+    limits = ax.get_xlim() if which == "x" else ax.get_ylim()
+    ticks = nice_log_ticks(lo or limits[0], hi or limits[1], max_ticks)
+    axis.set_major_locator(FixedLocator(ticks))
+    axis.set_major_formatter(FuncFormatter(nice_number))
+    axis.set_minor_locator(NullLocator())
+    axis.set_minor_formatter(NullFormatter())
+
+
+def batch_axis(ax: plt.Axes, batch_sizes, label: str = "batch size (sequences)") -> None:
     """Log2 x axis labelled with the batch sizes themselves."""
     ax.set_xscale("log", base=2)
     ax.set_xticks(list(batch_sizes))
     ax.set_xticklabels([str(b) for b in batch_sizes])
-    ax.set_xlabel("batch size (sequences)")
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xlabel(label)
+
+
+def legend_outside(ax: plt.Axes, title: str | None = None, **kwargs) -> None:
+    """The axes' legend to its right, outside the data area."""
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0, title=title, **kwargs)
+
+
+def legend_below(fig: plt.Figure, ax: plt.Axes, ncol: int = 2, **kwargs) -> None:
+    """One legend for the whole figure, centred below the axes (for wide multi-panel figures)."""
+    handles, labels = ax.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=ncol, **kwargs)
+
+
+def gpu_label(gpus: int) -> str:
+    return f"{gpus} GPU" + ("s" if gpus > 1 else "")
 
 
 set_style()

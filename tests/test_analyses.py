@@ -1,8 +1,15 @@
 """Claim tables are computed from results and say "no" when the data disagree."""
 
+import numpy as np
 import pandas as pd
 
-from repro.analyses import batch_sweep_claims, recipe_claims
+from repro.analyses import (
+    batch_sweep_claims,
+    cbs_claims,
+    frontier_claims,
+    pool_claims,
+    recipe_claims,
+)
 
 
 def _sweep(best_by_batch, final_train_by_batch):
@@ -85,3 +92,113 @@ def test_recipe_claims_both_ways():
     )
     claims = recipe_claims(loaders, embeddings, original, combined)["agrees?"].tolist()
     assert claims == ["yes", "no", "yes", "yes", "yes", "yes", "yes", "n/a"]
+
+
+def test_pool_claims_yes_for_clean_pools_and_no_for_a_leak():
+    overlap = pd.DataFrame(
+        {"shared train docs": [1], "train docs a": [12], "identical val": [True]}
+    )
+    clean = pool_claims(overlap, [0, 0])
+    assert clean["agrees?"].tolist() == ["yes", "yes", "yes"]
+    assert clean.loc[2, "measured here"] == "shared train docs: [1] of [12]"
+    same = overlap.assign(**{"shared train docs": [12], "identical val": [False]})
+    assert pool_claims(same, [0, 3])["agrees?"].tolist() == ["no", "no", "no"]
+
+
+def _frontier_table(batches_by_deadline, gpus=4):
+    rows = [
+        {
+            "gpus": gpus,
+            "deadline": t,
+            "best_val_loss": 3.0 - t / 100,
+            "batch_size": b,
+            "run_id": "r",
+        }
+        for t, b in batches_by_deadline.items()
+    ]
+    unreachable = {"gpus": gpus, "deadline": 1.0, "best_val_loss": np.nan, "batch_size": np.nan}
+    return pd.DataFrame([unreachable | {"run_id": None}, *rows])
+
+
+def test_frontier_claims_reads_the_tightest_and_loosest_reachable_deadline():
+    table = _frontier_table({16.0: 8, 248.0: 2})
+    cross = pd.DataFrame(
+        {
+            "deadline": [16.0, 136.7, 248.0],
+            "small_batch": [2, 2, 2],
+            "small_gpus": [1, 1, 1],
+            "large_batch": [8, 8, 8],
+            "large_gpus": [4, 4, 4],
+            "smaller_wins": [False, True, True],
+        }
+    )
+    claims = frontier_claims(table, cross, 4)
+    assert claims["agrees?"].tolist() == ["yes", "yes", "n/a"]
+    assert claims.loc[0, "measured here"] == "4 GPUs: optimal batch 8 at T=16 vs 2 at T=248"
+    assert claims.loc[1, "measured here"] == (
+        "2 of 3 (deadline, pair) comparisons, first at T=136.7: batch 2 on 1 vs 8 on 4 GPUs"
+    )
+    none = frontier_claims(
+        _frontier_table({16.0: 2, 248.0: 8}), cross.assign(smaller_wins=False), 4
+    )
+    assert none["agrees?"].tolist() == ["no", "no", "n/a"]
+    assert none.loc[1, "measured here"] == "0 of 3 (deadline, pair) comparisons"
+
+
+def _fits(b_opt=2.2, b_min=0.0, residual=0.13):
+    return pd.DataFrame(
+        [
+            {
+                "target": target,
+                "B_crit (McCandlish)": 10.4,
+                "B_crit 90% CI": "5.4-23.5",
+                "max |log residual|": residual,
+                "B_opt (Zhou)": b_opt,
+                "B_min (Zhou)": b_min,
+                "fewest tokens at batch": "1, 2, 4",
+            }
+            for target in (2.559, 2.689, 2.819)
+        ]
+    )
+
+
+def _cbs_inputs(alpha=1.13, fixed=2.524, schedule=2.5775):
+    trajectory = pd.DataFrame({"batch_size": [8, 8, 32, 32], "b_simple": [3.9, 95.5, 1.2, 2.2]})
+    scaling = pd.DataFrame({"pool tokens": [7904, 12546, 24792]})
+    law = {"B*": {"alpha": alpha}, "B_crit": {"alpha": 1.15}}
+    schedules = pd.DataFrame({"best val loss": [fixed, schedule, 2.64]})
+    return trajectory, scaling, law, schedules
+
+
+def test_cbs_claims_reads_the_middle_target_and_the_exponent():
+    trajectory, scaling, law, schedules = _cbs_inputs()
+    claims = cbs_claims(trajectory, _fits(), scaling, law, schedules, min_batch=1)
+    assert claims["agrees?"].tolist() == [
+        "yes",
+        "yes",
+        "partly (B* grows, but as D^1.13: more than 0.25 from 0.47)",
+        "partly (B_opt only; every batch reaches the target)",
+        "no",
+    ]
+    measured = claims["measured here"].tolist()
+    assert measured[0] == "batch 8: B_simple 3.9 -> 95.5; batch 32: B_simple 1.2 -> 2.2"
+    assert measured[1] == ("target 2.689: B_crit 10.4 (90% CI 5.4-23.5), max |log residual| 0.13")
+    assert measured[2] == (
+        "alpha = 1.13 (B_crit: 1.15) over 3 pools of 7,904, 12,546, 24,792 tokens"
+    )
+    assert measured[4] == "best schedule 2.5775 vs fixed 2.5240 nats"
+
+
+def test_cbs_claims_other_verdicts_and_missing_fits():
+    trajectory, scaling, law, schedules = _cbs_inputs(alpha=0.5, schedule=2.5)
+    claims = cbs_claims(trajectory, _fits(b_min=2.0, residual=0.5), scaling, law, schedules, 1)
+    assert claims["agrees?"].tolist() == ["yes", "no (poor fit)", "yes", "yes", "yes"]
+    shrinking = trajectory.assign(b_simple=[3.0, 2.0, 1.2, 2.2])
+    no_fit = cbs_claims(shrinking, pd.DataFrame(), scaling, {}, schedules, 1)
+    assert no_fit["agrees?"].tolist() == ["no", "n/a", "n/a", "n/a", "yes"]
+    assert no_fit["measured here"].tolist()[1:3] == ["no fit", "not fitted"]
+    flat = cbs_claims(trajectory, _fits(b_opt=np.nan), scaling, _cbs_inputs(-0.1)[2], schedules, 1)
+    assert flat["agrees?"].tolist()[2:4] == [
+        "no (B* does not grow)",
+        "no (no interior token minimum)",
+    ]

@@ -9,11 +9,14 @@ import pytest
 from repro.frontier import (
     MeasuredStepTime,
     crossovers,
+    deadline_grid,
     eval_costs,
     frontier,
     latency_speedup,
     ring_allreduce_seconds,
+    schedule_policies,
     step_units,
+    unit_step_time,
 )
 
 
@@ -124,3 +127,35 @@ def test_schedule_runs_are_priced_step_by_step():
     assert table["run_id"].tolist() == ["schedule", "schedule"] and table[
         "best_val_loss"
     ].tolist() == [2.8, 2.4]
+
+
+def test_unit_step_time_is_step_units_with_the_micro_batch():
+    step = unit_step_time(8)
+    assert step(64, 1) == 8 and step(64, 8) == 1 and step(4, 2) == 1
+    assert unit_step_time(8, allreduce_units=0.5)(64, 8) == 1.5
+
+
+def test_deadline_grid_spans_the_first_evaluation_on_most_gpus_to_the_last_on_one():
+    runs, evals = _curves({"a": (4, [(10, 3.0), (100, 2.0)]), "b": (16, [(5, 3.0), (30, 2.2)])})
+    step = unit_step_time(4)  # batch 4: 1 unit on any GPUs; batch 16: 4 units on 1 GPU, 1 on 4
+    grid = deadline_grid(evals, runs, [1, 4], step, n=5)
+    assert grid[0] == 5.0 and grid[-1] == 120.0  # b's step 5 on 4 GPUs; b's step 30 x 4 on 1
+    assert np.all(np.diff(grid) > 0) and len(grid) == 5
+
+
+def test_schedule_policies_count_deadlines_where_a_schedule_beats_every_fixed_batch():
+    runs, evals = _curves({"f": (4, [(10, 3.0), (20, 2.5)])})
+    step = unit_step_time(4)
+    deadlines = [5.0, 10.0, 20.0]
+    table = frontier(evals, runs, [1], deadlines, step)
+    schedule_runs = pd.DataFrame({"run_id": ["s"], "batch_size": [4], "batch_schedule": ["0:4"]})
+    schedule_evals = pd.DataFrame({"run_id": ["s", "s"], "step": [10, 20], "val_loss": [2.8, 2.6]})
+    fronts, summary = schedule_policies(
+        table, schedule_runs, schedule_evals, {"flat": "0:4"}, [1], deadlines, step
+    )
+    assert fronts["policy"].unique().tolist() == ["flat (0:4)"] and len(fronts) == 3
+    row = summary.iloc[0]
+    assert row["policy"] == "flat" and row["gpus"] == 1
+    assert (
+        row["deadlines reachable"] == 2 and row["deadlines where it beats every fixed batch"] == 1
+    )

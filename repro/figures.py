@@ -1,0 +1,552 @@
+"""The series' figures, one function per figure: each takes the tables a notebook computed and
+returns a matplotlib Figure (the notebook saves it with study.save). Style: repro.plots.
+
+Units: losses in nats/token; batch sizes in sequences; deadlines in step units (one micro-batch
+forward+backward on one GPU); tokens are training tokens.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+from repro import plots
+from repro.analyses import across_pools, endpoint_curve
+from repro.data.pool import load_pool
+
+LOSS = "best validation loss (nats/token)"
+DEADLINE = "deadline (step units)"
+TARGET_MARKERS = ("o", "s", "^")  # targets can share points at evaluation resolution
+
+
+def _interval(mean: pd.Series, lo: pd.Series, hi: pd.Series) -> np.ndarray:
+    """Error-bar offsets [below, above] from a mean and interval ends."""
+    return np.vstack([mean - lo, hi - mean])
+
+
+def _spread_note(counts: pd.Series, what: str = "pools") -> str:
+    """'mean, min-max over N pools' or 'n=1: one pool, no interval'."""
+    n = int(counts.max())
+    return f"mean, min-max over {n} {what}" if n > 1 else f"n=1, {what[:-1]} 0 only: no interval"
+
+
+# --- 01 -----------------------------------------------------------------------------------------
+
+
+def doc_lengths(pool: str | Path, seq_len: int) -> plt.Figure:
+    """Histogram of document lengths (tokens) of a pool's splits, log-spaced bins."""
+    data = load_pool(pool)
+    fig, ax = plt.subplots()
+    for color, split in zip(plots.PALETTE, ("train", "val")):
+        lengths = data.split(split).doc_lengths()
+        bins = np.geomspace(max(lengths.min(), 1), lengths.max() + 1, 30)
+        ax.hist(lengths, bins=bins, alpha=0.6, color=color, label=f"{split} ({len(lengths)} docs)")
+    ax.axvline(seq_len, color="k", linestyle=":", label=f"seq_len = {seq_len} tokens")
+    plots.log_axis(ax, "x")
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("document length (tokens)")
+    ax.set_ylabel("documents")
+    ax.set_title(f"Document lengths ({Path(pool).name})")
+    plots.legend_outside(ax)
+    return fig
+
+
+def split_tokens(table: pd.DataFrame) -> plt.Figure:
+    """Tokens per pool and split (analyses.pool_table), bars from zero."""
+    counts = table.pivot_table(index="pool", columns="split", values="tokens")
+    fig, ax = plt.subplots()
+    counts.plot.bar(ax=ax, rot=0, color=plots.PALETTE[: counts.shape[1]])
+    ax.yaxis.set_major_formatter(FuncFormatter(plots.nice_number))
+    ax.set_ylabel("tokens")
+    ax.set_xlabel("pool")
+    ax.set_title("Tokens per split")
+    plots.legend_outside(ax, title="split")
+    return fig
+
+
+# --- 02 -----------------------------------------------------------------------------------------
+
+
+def best_loss_vs_batch(
+    endpoints: pd.DataFrame, batch_sizes, floor: float | None = None
+) -> plt.Figure:
+    """Tuned best validation loss per batch size (mean, min-max over pools) and the training loss
+    at the same endpoints (mean since the previous evaluation); the Bayes floor where known."""
+    fig, ax = plt.subplots()
+    series = (
+        ("best_val_loss", "validation (tuned best)", "o", "-"),
+        ("train_loss_at_best", "training, at the tuned endpoint", "s", "--"),
+    )
+    for i, (value, label, marker, style) in enumerate(series):
+        for model, group in across_pools(endpoints, value=value).groupby("model"):
+            ax.errorbar(
+                group["batch_size"],
+                group["mean"],
+                yerr=_interval(group["mean"], group["min"], group["max"]),
+                capsize=3,
+                marker=marker,
+                linestyle=style,
+                color=plots.PALETTE[i],
+                label=f"{label}, {model}",
+            )
+    note = _spread_note(across_pools(endpoints)["count"])
+    if floor is not None:
+        ax.axhline(
+            floor, color="k", linestyle=":", label=f"Bayes floor of the val split ({floor:.3f})"
+        )
+    plots.batch_axis(ax, batch_sizes)
+    ax.set_ylabel("loss (nats/token)")
+    ax.set_title(f"Tuned loss vs batch size ({note})")
+    plots.legend_outside(ax)
+    return fig
+
+
+def curves(evals: pd.DataFrame, picks: pd.DataFrame, title: str) -> plt.Figure:
+    """Validation (solid) and training (dashed; mean over the steps since the previous evaluation)
+    loss per epoch of the tuned runs in `picks` (endpoints rows), one colour per batch size."""
+    colors = plots.batch_colors(picks["batch_size"])
+    fig, ax = plt.subplots()
+    for _, end in picks.iterrows():
+        curve, color = endpoint_curve(evals, end), colors[int(end["batch_size"])]
+        ax.plot(
+            curve["epoch"],
+            curve["val_loss"],
+            color=color,
+            label=f"batch {end['batch_size']}, validation",
+            **plots.MEASURED,
+        )
+        ax.plot(
+            curve["epoch"],
+            curve["train_loss"],
+            color=color,
+            linestyle="--",
+            label=f"batch {end['batch_size']}, training (mean since previous eval.)",
+        )
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("loss (nats/token)")
+    ax.set_title(title)
+    plots.legend_outside(ax)
+    return fig
+
+
+# --- 03 -----------------------------------------------------------------------------------------
+
+
+def _dots(ax: plt.Axes, endpoints: pd.DataFrame, x: str, hue: str, labels: dict) -> str:
+    """Mean best val loss per (x, hue) with min-max over pools, dodged; returns the spread note."""
+    stats = endpoints.groupby([x, hue])["best_val_loss"].agg(["mean", "min", "max", "count"])
+    xs = sorted(endpoints[x].unique())
+    hues = list(labels)
+    for i, h in enumerate(hues):
+        part = stats.xs(h, level=hue).reindex(xs)
+        offset = (i - (len(hues) - 1) / 2) * 0.15
+        ax.errorbar(
+            np.arange(len(xs)) + offset,
+            part["mean"],
+            capsize=3,
+            linestyle="none",
+            yerr=_interval(part["mean"], part["min"], part["max"]),
+            marker="o",
+            markersize=6,
+            color=plots.PALETTE[i],
+            label=labels[h],
+        )
+    ax.set_xticks(range(len(xs)))
+    ax.set_xlim(-0.5, len(xs) - 0.5)
+    return _spread_note(stats["count"])
+
+
+def loaders(endpoints: pd.DataFrame) -> plt.Figure:
+    """Best val loss per epoch ordering and batch size (dot plot: the y axis need not start at 0);
+    `endpoints`: analyses.batch_endpoints(.., ["loader"])."""
+    fig, ax = plt.subplots()
+    labels = {"repeat": "REPEAT", "shuffle": "SHUFFLE", "repack": "REPACK"}
+    note = _dots(ax, endpoints, "batch_size", "loader", labels)
+    ax.set_xticklabels([f"{b}" for b in sorted(endpoints["batch_size"].unique())])
+    ax.set_xlabel("batch size (sequences)")
+    ax.set_ylabel(LOSS)
+    ax.set_title(f"Epoch orderings ({note})")
+    plots.legend_outside(ax, title="epoch ordering")
+    return fig
+
+
+def tying_embedding_decay(endpoints: pd.DataFrame, batch: int) -> plt.Figure:
+    """Best val loss per embedding weight decay, tied vs untied (dot plot); `endpoints`:
+    analyses.batch_endpoints(.., ["tie_embeddings", "embedding_weight_decay"])."""
+    fig, ax = plt.subplots()
+    labels = {False: "untied", True: "tied"}
+    note = _dots(ax, endpoints, "embedding_weight_decay", "tie_embeddings", labels)
+    ax.set_xticklabels([f"{w:g}" for w in sorted(endpoints["embedding_weight_decay"].unique())])
+    ax.set_xlabel("embedding weight decay")
+    ax.set_ylabel(LOSS)
+    ax.set_title(f"Tying x embedding decay, batch {batch} ({note})")
+    plots.legend_outside(ax, title="embeddings")
+    return fig
+
+
+def combined_vs_original(recipes: dict[str, pd.DataFrame], batch_sizes) -> plt.Figure:
+    """Best val loss per batch size for each recipe ({label: batch_endpoints}), mean and min-max
+    over pools."""
+    fig, ax = plt.subplots()
+    for color, (label, endpoints) in zip(plots.PALETTE, recipes.items()):
+        agg = across_pools(endpoints, by=["batch_size"])
+        ax.errorbar(
+            agg["batch_size"],
+            agg["mean"],
+            capsize=3,
+            color=color,
+            label=label,
+            yerr=_interval(agg["mean"], agg["min"], agg["max"]),
+            **plots.MEASURED,
+        )
+    plots.batch_axis(ax, batch_sizes)
+    ax.set_ylabel(LOSS)
+    ax.set_title(f"Combined recipe vs original ({_spread_note(agg['count'])})")
+    plots.legend_outside(ax, title="recipe")
+    return fig
+
+
+# --- 04 -----------------------------------------------------------------------------------------
+
+
+def loss_vs_deadline(table: pd.DataFrame) -> plt.Figure:
+    """Best observed val loss per deadline, one step curve per GPU count (frontier.frontier)."""
+    colors = plots.ordered_colors(table["gpus"])
+    fig, ax = plt.subplots()
+    for g, part in table.groupby("gpus"):
+        ax.step(
+            part["deadline"],
+            part["best_val_loss"],
+            where="post",
+            color=colors[g],
+            label=plots.gpu_label(g),
+        )
+    plots.log_axis(ax, "x", table["deadline"].min(), table["deadline"].max())
+    ax.set_xlabel("deadline (step units: one micro-batch forward+backward on one GPU)")
+    ax.set_ylabel(LOSS)
+    ax.set_title("Frontier from observed curves")
+    plots.legend_outside(ax, title="data parallel")
+    return fig
+
+
+def _edges(values: np.ndarray) -> np.ndarray:
+    """Cell edges around log-spaced centres (geometric midpoints, ends mirrored)."""
+    logs = np.log(values)
+    mids = (logs[1:] + logs[:-1]) / 2
+    first, last = 2 * logs[0] - mids[0], 2 * logs[-1] - mids[-1]
+    return np.exp(np.concatenate([[first], mids, [last]]))
+
+
+def optimal_batch_heatmap(table: pd.DataFrame, batch_sizes) -> plt.Figure:
+    """The optimal batch size per (GPUs, deadline) on a log deadline axis with round ticks; one
+    colour per batch size (batch_colors); blank where nothing is reachable."""
+    grid = table.pivot(index="gpus", columns="deadline", values="batch_size")
+    index = {b: i for i, b in enumerate(batch_sizes)}
+    codes = grid.apply(lambda col: col.map(index)).to_numpy(float)
+    fig, ax = plt.subplots(figsize=(7, 3))
+    deadlines = grid.columns.to_numpy(float)
+    image = ax.pcolormesh(
+        _edges(deadlines),
+        np.arange(len(grid.index) + 1),
+        codes,
+        cmap=plots.batch_cmap(batch_sizes),
+        vmin=-0.5,
+        vmax=len(batch_sizes) - 0.5,
+    )
+    plots.log_axis(ax, "x", deadlines[0], deadlines[-1])
+    ax.set_yticks(np.arange(len(grid.index)) + 0.5, [str(g) for g in grid.index])
+    ax.grid(False)
+    bar = fig.colorbar(image, ax=ax, ticks=range(len(batch_sizes)))
+    bar.ax.set_yticklabels([str(b) for b in batch_sizes])
+    bar.set_label("optimal batch size (sequences)")
+    ax.set_xlabel(DEADLINE)
+    ax.set_ylabel("GPUs")
+    ax.set_title("Optimal batch size (blank: nothing reachable yet)")
+    return fig
+
+
+def fewer_gpus_smaller_batch(cross: pd.DataFrame, batch_sizes) -> plt.Figure:
+    """Loss gap (larger-batch loss minus smaller-batch loss, nats/token) per deadline: one panel per
+    larger batch on the GPUs it fills, one colour per smaller batch (frontier.crossovers)."""
+    larger = (
+        cross.groupby(["large_batch", "large_gpus"]).size().index.tolist() if len(cross) else []
+    )
+    colors = plots.batch_colors(batch_sizes)
+    fig, axes = plt.subplots(
+        1, max(1, len(larger)), figsize=(3.4 * max(1, len(larger)), 3.4), sharey=True, squeeze=False
+    )
+    for ax, (b2, g2) in zip(axes[0], larger):
+        mine = cross[(cross["large_batch"] == b2) & (cross["large_gpus"] == g2)]
+        for (b1, g1), part in mine.groupby(["small_batch", "small_gpus"]):
+            ax.plot(
+                part["deadline"],
+                part["large_loss"] - part["small_loss"],
+                color=colors[b1],
+                label=f"batch {b1} on {plots.gpu_label(g1)}",
+                **plots.MEASURED,
+            )
+        ax.axhline(0, color="k", linewidth=0.8)
+        plots.log_axis(ax, "x", cross["deadline"].min(), cross["deadline"].max(), max_ticks=5)
+        ax.set_xlabel(DEADLINE)
+        ax.set_title(f"vs batch {b2} on {plots.gpu_label(g2)}")
+    axes[0][0].set_ylabel("loss gap (nats/token)")
+    fig.suptitle(
+        "Loss gap = loss(larger batch) - loss(smaller batch); above 0 the smaller batch "
+        "on fewer GPUs wins",
+        fontsize="medium",
+    )
+    handles = {h.get_label(): h for ax in axes[0] for h in ax.get_legend_handles_labels()[0]}
+    order = sorted(handles, key=lambda label: int(label.split()[1]))
+    fig.legend(
+        [handles[k] for k in order],
+        order,
+        loc="center left",
+        bbox_to_anchor=(1.0, 0.5),
+        title="smaller batch",
+    )
+    fig.tight_layout()
+    return fig
+
+
+def latency_projection(
+    table: pd.DataFrame, projections: dict[str, pd.DataFrame], gpus: int
+) -> plt.Figure:
+    """The measured frontier on `gpus` GPUs (solid) and projected ones ({label: frontier},
+    dashed)."""
+    fig, ax = plt.subplots()
+    measured = table[table["gpus"] == gpus]
+    ax.step(
+        measured["deadline"],
+        measured["best_val_loss"],
+        where="post",
+        color=plots.PALETTE[0],
+        label=f"{plots.gpu_label(gpus)}, data parallel (measured curves)",
+    )
+    for color, (label, projected) in zip(plots.PALETTE[1:], projections.items()):
+        ax.step(
+            projected["deadline"],
+            projected["best_val_loss"],
+            where="post",
+            color=color,
+            label=label,
+            **plots.PROJECTED,
+        )
+    plots.log_axis(ax, "x", table["deadline"].min(), table["deadline"].max())
+    ax.set_xlabel(DEADLINE)
+    ax.set_ylabel(LOSS)
+    ax.set_title("Latency-oriented parallelism (dashed: projection)")
+    plots.legend_outside(ax)
+    return fig
+
+
+def schedule_policies(
+    table: pd.DataFrame, frontiers: pd.DataFrame, gpu_counts: list[int]
+) -> plt.Figure:
+    """Best val loss per deadline of each batch-size schedule (frontier.schedule_policies) against
+    the best fixed batch, one panel per GPU count."""
+    fig, axes = plt.subplots(
+        1, len(gpu_counts), figsize=(4.2 * len(gpu_counts), 3.6), sharey=True, squeeze=False
+    )
+    for ax, g in zip(axes[0], gpu_counts):
+        fixed = table[table["gpus"] == g]
+        ax.step(
+            fixed["deadline"],
+            fixed["best_val_loss"],
+            where="post",
+            color="k",
+            label="best fixed batch",
+        )
+        mine = frontiers[frontiers["gpus"] == g]
+        for color, (policy, part) in zip(plots.PALETTE[1:], mine.groupby("policy", sort=False)):
+            ax.step(
+                part["deadline"],
+                part["best_val_loss"],
+                where="post",
+                color=color,
+                label=f"schedule {policy}",
+            )
+        plots.log_axis(ax, "x", table["deadline"].min(), table["deadline"].max(), max_ticks=5)
+        ax.set_xlabel(DEADLINE)
+        ax.set_title(plots.gpu_label(g))
+    axes[0][0].set_ylabel(LOSS)
+    plots.legend_outside(axes[0][-1], title="policy (batch from epoch fraction)")
+    return fig
+
+
+# --- 05 -----------------------------------------------------------------------------------------
+
+
+def noise_scale(runs: pd.DataFrame, evals: pd.DataFrame) -> plt.Figure:
+    """B_simple (sequences) against training tokens for each noise-scale run, one colour per
+    batch."""
+    colors = plots.batch_colors(runs["batch_size"])
+    fig, ax = plt.subplots()
+    for _, run in runs.sort_values("batch_size").iterrows():
+        curve = evals[evals["run_id"] == run["run_id"]].sort_values("tokens")
+        ax.plot(
+            curve["tokens"],
+            curve["b_simple"],
+            color=colors[int(run["batch_size"])],
+            label=f"batch {run['batch_size']} (micro-batch {run['micro_batch']}), lr {run['lr']:g}",
+            **plots.MEASURED,
+        )
+    ax.xaxis.set_major_formatter(FuncFormatter(plots.nice_number))
+    ax.set_xlabel("training tokens")
+    ax.set_ylabel("B_simple (sequences)")
+    ax.set_title("Gradient noise scale during training")
+    plots.legend_outside(ax)
+    return fig
+
+
+def _steps_panel(ax: plt.Axes, reach: pd.DataFrame, fits: dict, batch_sizes, colors) -> None:
+    """S(B) per target; McCandlish fits over each target's measured range; batches that never
+    reach a target as x markers on the top edge."""
+    for i, (target, part) in enumerate(reach.groupby("target")):
+        part = part.sort_values("batch_size")
+        ax.plot(
+            part["batch_size"],
+            part["steps"],
+            color=colors[target],
+            linestyle="-",
+            marker=TARGET_MARKERS[i % 3],
+            alpha=0.85,
+        )
+        if target in fits:
+            b = np.geomspace(part["batch_size"].min(), part["batch_size"].max(), 50)
+            ax.plot(
+                b,
+                fits[target]["S_min"] + fits[target]["E_min"] / b,
+                color=colors[target],
+                **plots.PROJECTED,
+            )
+        missing = sorted(set(batch_sizes) - set(part["batch_size"]))
+        y = 0.97 - 0.05 * i  # axes fraction: one row per target along the top
+        where = ax.get_xaxis_transform()
+        ax.plot(
+            missing, [y] * len(missing), color=colors[target], transform=where, **plots.NOT_REACHED
+        )
+        if missing:
+            ax.annotate(
+                "not reached",
+                (missing[0], y),
+                xycoords=where,
+                xytext=(-7, 0),
+                textcoords="offset points",
+                ha="right",
+                va="center",
+                fontsize=7,
+                color=colors[target],
+            )
+    plots.batch_axis(ax, batch_sizes)
+    if len(reach):
+        plots.log_axis(ax, "y", reach["steps"].min(), reach["steps"].max())
+    ax.set_ylabel("steps to target")
+    ax.set_title("S(B); dashed: McCandlish fit", fontsize="medium")
+
+
+def steps_tokens_to_target(reach: pd.DataFrame, fits: dict, batch_sizes) -> plt.Figure:
+    """Left: steps to each target loss per batch size (cbs.steps_to_target), with the McCandlish
+    fit (cbs.fit_targets) drawn over the measured range. Right: tokens against steps, one point
+    per batch size (labelled), connected in step order."""
+    targets = sorted(reach["target"].unique())
+    colors = dict(zip(targets, plots.PALETTE))
+    fig, (ax_s, ax_e) = plt.subplots(1, 2, figsize=(10, 3.8))
+    _steps_panel(ax_s, reach, fits, batch_sizes, colors)
+    for target, part in reach.groupby("target"):
+        part = part.sort_values("steps")
+        ax_e.plot(
+            part["steps"],
+            part["tokens"],
+            color=colors[target],
+            label=f"target {target}",
+            **plots.MEASURED,
+        )
+        for _, p in part.iterrows():
+            ax_e.annotate(
+                str(p["batch_size"]),
+                (p["steps"], p["tokens"]),
+                fontsize=7,
+                xytext=(3, 3),
+                textcoords="offset points",
+                color=colors[target],
+            )
+    if len(reach):
+        plots.log_axis(ax_e, "x", reach["steps"].min(), reach["steps"].max())
+        plots.log_axis(ax_e, "y", reach["tokens"].min(), reach["tokens"].max())
+    ax_e.set_xlabel("steps to target")
+    ax_e.set_ylabel("training tokens to target")
+    ax_e.set_title("E(S); labels: batch size (sequences)", fontsize="medium")
+    plots.legend_outside(ax_e, title="target val loss (nats/token)")
+    return fig
+
+
+def cbs_vs_pool_size(scaling: pd.DataFrame, law: dict, limit: float) -> plt.Figure:
+    """B_crit and B* (sequences) per pool size with their 90% bootstrap intervals (cbs.
+    pool_size_scaling; ends above `limit` drawn to it, with an arrow), the fitted exponents, and
+    Zhang et al.'s 22.7 D^0.47 (their scale: compare slopes only)."""
+    fig, ax = plt.subplots()
+    for i, name in enumerate(("B_crit", "B*")):
+        if f"{name} lo" not in scaling:
+            continue
+        hi = scaling[f"{name} hi"].clip(upper=limit)
+        label = name + (f" ~ D^{law[name]['alpha']:.2f}" if law else "") + " (90% bootstrap CI)"
+        ax.errorbar(
+            scaling["pool tokens"] * (1 + 0.02 * i),
+            scaling[name],
+            capsize=3,
+            yerr=_interval(scaling[name], scaling[f"{name} lo"], hi),
+            color=plots.PALETTE[i],
+            label=label,
+            **plots.MEASURED,
+        )
+        capped = scaling[scaling[f"{name} hi"] > limit]
+        ax.plot(
+            capped["pool tokens"] * (1 + 0.02 * i),
+            [limit] * len(capped),
+            marker="^",
+            linestyle="none",
+            color=plots.PALETTE[i],
+        )
+    if not law:
+        ax.text(
+            0.02,
+            0.95,
+            "no fit: a pool has fewer than 3 batch sizes reaching its target",
+            transform=ax.transAxes,
+            va="top",
+            fontsize="small",
+        )
+    D = np.geomspace(scaling["pool tokens"].min(), scaling["pool tokens"].max(), 20) / 1e6
+    ax.plot(
+        D * 1e6,
+        22.7 * D**0.47,
+        color=plots.PALETTE[2],
+        label="Zhang et al.: 22.7 D^0.47 (their scale; compare slopes)",
+        **plots.PROJECTED,
+    )
+    plots.log_axis(ax, "x", scaling["pool tokens"].min() * 0.9, scaling["pool tokens"].max() * 1.1)
+    low, high = ax.get_ylim()
+    plots.log_axis(ax, "y", max(low, 1e-3), high)
+    ax.set_xlabel("pool size D (training tokens)")
+    ax.set_ylabel("critical batch size (sequences)")
+    ax.set_title(f"Critical batch size vs data size (^: interval above {limit:g})")
+    plots.legend_outside(ax)
+    return fig
+
+
+def schedules(curves: dict[str, pd.DataFrame]) -> plt.Figure:
+    """Validation loss against training tokens of the best run of each policy
+    (cbs.schedules_vs_fixed)."""
+    fig, ax = plt.subplots()
+    for color, (label, curve) in zip(plots.PALETTE, curves.items()):
+        ax.plot(curve["tokens"], curve["val_loss"], color=color, label=label, **plots.MEASURED)
+    ax.xaxis.set_major_formatter(FuncFormatter(plots.nice_number))
+    ax.set_xlabel("training tokens")
+    ax.set_ylabel("validation loss (nats/token)")
+    ax.set_title("Schedules vs the best fixed batch (best lr each)")
+    plots.legend_outside(ax, title="policy")
+    return fig

@@ -1,0 +1,176 @@
+"""Every figure of the series on hand-made data at a cpu-like scale (six batch sizes, two pools):
+axes labelled, legends outside the data, PDFs byte-identical when saved twice; and the style
+helpers."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from repro import figures, frontier, plots
+from repro.cbs import steps_to_target
+
+BATCHES = (1, 2, 4, 8, 16, 32)
+
+
+def _curves(pools=("p0", "p1"), batches=BATCHES):
+    """Runs whose val loss 1.5 + S(B) / step reaches 2.5 at step S(B) = 40 + 640 / B, evaluated
+    every 8 steps for up to 8 epochs of 512 sequences."""
+    runs, evals = [], []
+    for pool in pools:
+        for b in batches:
+            rid, s_b = f"{pool}-{b}", 40 + 640 / b
+            runs.append({"run_id": rid, "pool": pool, "model": "m", "batch_size": b})
+            for step in range(8, int(8 * 512 / b) + 1, 8):
+                val = 1.5 + s_b / step + (0.02 if pool == "p1" else 0.0)
+                evals.append(
+                    {
+                        "run_id": rid,
+                        "step": step,
+                        "epoch": step * b / 512,
+                        "tokens": step * b * 128,
+                        "val_loss": val,
+                        "train_loss": val - 0.3 * step * b / 4096,
+                    }
+                )
+    return pd.DataFrame(runs), pd.DataFrame(evals)
+
+
+def _endpoints(runs, evals, extra=None):
+    best = evals.loc[evals.groupby("run_id")["val_loss"].idxmin()]
+    ends = runs.merge(best, on="run_id").rename(
+        columns={"val_loss": "best_val_loss", "train_loss": "train_loss_at_best"}
+    )
+    return ends.assign(stop_epoch=ends["epoch"], **(extra or {}))
+
+
+def _frontier():
+    runs, evals = _curves(pools=("p0",))
+    step = frontier.unit_step_time(4)
+    deadlines = frontier.deadline_grid(evals, runs, [1, 2, 4, 8], step)
+    table = frontier.frontier(evals, runs, [1, 2, 4, 8], deadlines, step)
+    return runs, evals, step, deadlines, table
+
+
+def _all_figures():
+    runs, evals = _curves()
+    ends = _endpoints(runs, evals)
+    f_runs, f_evals, step, deadlines, table = _frontier()
+    cross = frontier.crossovers(f_evals, f_runs, deadlines, step, 4)
+    reach = steps_to_target(f_runs, f_evals, [2.5, 2.7, 1.8])
+    fits = {2.5: {"S_min": 40.0, "E_min": 640.0}}
+    scaling = pd.DataFrame(
+        {
+            "pool tokens": [8_000, 12_000, 24_000],
+            "B_crit": [4.6, 5.9, 16.0],
+            "B_crit lo": [3.0, 4.0, 9.0],
+            "B_crit hi": [8.0, 12.0, np.inf],
+            "B*": [2.1, 2.9, 7.4],
+            "B* lo": [1.5, 2.0, 5.0],
+            "B* hi": [3.0, 4.5, 20.0],
+        }
+    )
+    law = {"B_crit": {"alpha": 1.15}, "B*": {"alpha": 1.13}}
+    loaders = pd.concat([ends.assign(loader=name) for name in ("repeat", "shuffle", "repack")])
+    ablation = pd.concat(
+        [
+            ends[ends["pool"] == "p0"].assign(tie_embeddings=t, embedding_weight_decay=w)
+            for t in (False, True)
+            for w in (0.0, 0.1, 1.0)
+        ]
+    )
+    schedule_runs = f_runs.assign(batch_schedule="0:2,0.5:8")
+    policy, _ = frontier.schedule_policies(
+        table, schedule_runs, f_evals, {"ramp-up": "0:2,0.5:8"}, [1, 8], deadlines, step
+    )
+    picks = ends[ends["pool"] == "p0"].iloc[[0, 3, 5]]
+    noise = f_evals.assign(b_simple=f_evals["step"] / 10)
+    return {
+        "02_best_loss_vs_batch": figures.best_loss_vs_batch(ends, BATCHES, 1.2),
+        "02_curves": figures.curves(evals, picks, "Tuned runs"),
+        "03_loaders": figures.loaders(loaders[loaders["batch_size"].isin([2, 16])]),
+        "03_tying": figures.tying_embedding_decay(ablation, 2),
+        "03_combined": figures.combined_vs_original({"original": ends, "combined": ends}, BATCHES),
+        "04_loss_vs_deadline": figures.loss_vs_deadline(table),
+        "04_heatmap": figures.optimal_batch_heatmap(table, BATCHES),
+        "04_fewer_gpus": figures.fewer_gpus_smaller_batch(cross, BATCHES),
+        "04_latency": figures.latency_projection(table, {"x2 (projection)": table}, 8),
+        "04_schedules": figures.schedule_policies(table, policy, [1, 8]),
+        "05_noise": figures.noise_scale(f_runs.assign(micro_batch=2, lr=1e-3), noise),
+        "05_steps": figures.steps_tokens_to_target(reach, fits, BATCHES),
+        "05_cbs": figures.cbs_vs_pool_size(scaling, law, limit=320),
+        "05_schedules": figures.schedules({"fixed batch 2": f_evals[f_evals["run_id"] == "p0-2"]}),
+    }
+
+
+@pytest.fixture(scope="module")
+def all_figures():
+    made = _all_figures()
+    yield made
+    for fig in made.values():
+        matplotlib.pyplot.close(fig)
+
+
+def _overlaps(a, b) -> bool:
+    return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
+
+
+def test_every_figure_labels_its_axes_and_keeps_legends_off_the_data(all_figures):
+    for name, fig in all_figures.items():
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        plotted = [ax for ax in fig.axes if ax.get_label() != "<colorbar>"]
+        assert plotted[0].get_ylabel(), name
+        for ax in plotted:
+            assert ax.get_xlabel(), name
+            legends = [ax.get_legend(), *fig.legends]
+            for legend in filter(None, legends):
+                box = legend.get_window_extent(renderer)
+                assert not _overlaps(box, ax.get_window_extent(renderer)), name
+
+
+def test_pdfs_are_byte_identical_when_saved_twice(all_figures, tmp_path):
+    fig = all_figures["05_steps"]
+    first = plots.save(fig, "test", "a", tmp_path / "one")[1].read_bytes()
+    second = plots.save(fig, "test", "a", tmp_path / "two")[1].read_bytes()
+    assert first == second
+
+
+def test_steps_figure_draws_fits_over_the_data_only_and_marks_unreached_batches(all_figures):
+    ax = all_figures["05_steps"].axes[0]
+    reached = [line for line in ax.lines if line.get_linestyle() == "--"]
+    assert len(reached) == 1 and reached[0].get_xdata().max() <= 32
+    unreached = [line for line in ax.lines if line.get_marker() == "x" and len(line.get_xdata())]
+    assert unreached  # target 1.8 is beyond every curve's reach
+
+
+def test_fewer_gpus_figure_has_one_panel_per_larger_batch(all_figures):
+    fig = all_figures["04_fewer_gpus"]
+    titles = [ax.get_title() for ax in fig.axes]
+    assert titles == ["vs batch 8 on 2 GPUs", "vs batch 16 on 4 GPUs", "vs batch 32 on 8 GPUs"]
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert labels[0] == "batch 1 on 1 GPU" and len(labels) == len(set(labels))
+
+
+def test_nice_ticks_and_labels_are_plain_numbers():
+    assert plots.nice_log_ticks(1, 32) == [1, 2, 5, 10, 20]
+    assert plots.nice_log_ticks(6, 1536) == [10, 20, 50, 100, 200, 500, 1000]
+    assert all(2.3 <= t <= 4.1 for t in plots.nice_log_ticks(2.3, 4.1))
+    assert len(plots.nice_log_ticks(2.3, 4.1)) >= 2
+    assert [plots.nice_number(v) for v in (0.5, 20, 1500, 250_000, 3e6)] == [
+        "0.5",
+        "20",
+        "1,500",
+        "250,000",
+        "3M",
+    ]
+
+
+def test_batch_colours_are_distinct_and_stable():
+    colors = plots.batch_colors(BATCHES)
+    assert len(set(colors.values())) == len(BATCHES)
+    assert plots.batch_colors(reversed(BATCHES)) == colors
+    assert len(set(plots.PALETTE)) == 10
