@@ -136,7 +136,8 @@ def tuned_endpoints(
                 best[name] == tried[-1]
                 or (best[name] == tried[0] and not (name == "weight_decay" and tried[0] == 0))
             ):
-                edges.append(f"{name}={best[name]:g} is on the edge of {[float(t) for t in tried]}")
+                grid = ", ".join(f"{float(t):g}" for t in tried)
+                edges.append(f"{name}={best[name]:g} is on the edge of [{grid}]")
         if best["step"] == run_final and best["epochs"] == group["epochs"].max():
             edges.append("the best stopping point is the end of the longest run")
         row["edge"] = "; ".join(edges)
