@@ -39,12 +39,6 @@ table = analyses.pool_table(pools)
 table
 
 # %% [markdown]
-# Deterministic summary (checked by nbval in CI: same seed, same pool):
-
-# %%
-print(table[["pool", "split", "docs", "tokens"]].to_string(index=False))
-
-# %% [markdown]
 # ## Document lengths
 #
 # A pool's documents vary in length by orders of magnitude; packing joins them with an end-of-text

@@ -262,7 +262,8 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        if action.default not in (None, False, argparse.SUPPRESS) and "(default" not in text:
+        hidden = action.default in (None, argparse.SUPPRESS) or action.default is False
+        if not hidden and "(default" not in text:
             text += " (default: %(default)s)"
         return text
 
@@ -359,7 +360,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=1,
         help="parallel runs (CPU threads are split among them; one per GPU)",
     )
-    run.add_argument("--executor", default="local", choices=["local", "slurm", "submitit-local"])
+    run.add_argument(
+        "--executor",
+        default="local",
+        choices=["local", "slurm", "submitit-local"],
+        help="where runs execute: local processes, Slurm jobs (submitit), or submitit's local mode",
+    )
     run.add_argument("--retry-failed", action="store_true", help="run failed configs again")
     run.add_argument(
         "--stack",
@@ -375,7 +381,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--partition", default=None, help="slurm partition")
     run.add_argument("--timeout-min", type=int, default=240, help="slurm: minutes per job")
-    run.add_argument("--quiet", action="store_true")
+    run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.set_defaults(func=_sweep_run)
     status = sweep.add_parser(
         "status",
@@ -434,6 +440,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument(
         "what",
+        help="the benchmark",
         choices=["repack", "throughput", "stacked", "noise-scale", "step-time", "load-results"],
     )
     bench.add_argument(
@@ -457,7 +464,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--models", default="tiny,cpu-s,cpu-m,cpu-l", help="throughput: comma-separated model sizes"
     )
-    bench.add_argument("--vocab-size", type=int, default=2048)
+    bench.add_argument(
+        "--vocab-size", type=int, default=2048, help="vocab of the benchmarked model"
+    )
     bench.add_argument(
         "--seq-len",
         type=int,
@@ -473,7 +482,7 @@ def build_parser() -> argparse.ArgumentParser:
             "step-time: the largest micro-batch, 8)"
         ),
     )
-    bench.add_argument("--threads", type=int, default=0)
+    bench.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch's default)")
     bench.add_argument(
         "--micro-batches",
         default=None,

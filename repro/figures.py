@@ -24,8 +24,9 @@ TARGET_MARKERS = ("o", "s", "^")  # targets can share points at evaluation resol
 
 
 def _interval(mean: pd.Series, lo: pd.Series, hi: pd.Series) -> np.ndarray:
-    """Error-bar offsets [below, above] from a mean and interval ends."""
-    return np.vstack([mean - lo, hi - mean])
+    """Error-bar offsets [below, above] from a value and interval ends; a side that the value lies
+    beyond (a percentile interval need not hold its point estimate) gets no bar."""
+    return np.clip(np.vstack([mean - lo, hi - mean]), 0, None)
 
 
 def _spread_note(counts: pd.Series, what: str = "pools") -> str:
@@ -493,12 +494,13 @@ def cbs_vs_pool_size(scaling: pd.DataFrame, law: dict, limit: float) -> plt.Figu
         if f"{name} lo" not in scaling:
             continue
         hi = scaling[f"{name} hi"].clip(upper=limit)
+        value = scaling[name].clip(upper=limit)
         label = name + (f" ~ D^{law[name]['alpha']:.2f}" if law else "") + " (90% bootstrap CI)"
         ax.errorbar(
             scaling["pool tokens"] * (1 + 0.02 * i),
-            scaling[name],
+            value,
             capsize=3,
-            yerr=_interval(scaling[name], scaling[f"{name} lo"], hi),
+            yerr=_interval(value, scaling[f"{name} lo"].clip(upper=limit), hi),
             color=plots.PALETTE[i],
             label=label,
             **plots.MEASURED,

@@ -68,19 +68,15 @@ class Preset:
     schedule_batch: int = 8
 
     def __post_init__(self) -> None:
-        from repro.model import SIZES
-
+        """One-line errors for a preset that could not run, before anything is built or trained."""
         where = f"preset {self.name}"
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", self.name):
             raise ReproError(f"{where}: name must be letters, digits, '.', '_' or '-' (a folder)")
         for name in ("pool_seeds", "models", "batch_sizes", "weight_decays"):
             if not getattr(self, name):
                 raise ReproError(f"{where}: {name} is empty; give at least one value")
-        unknown = [m for m in self.models if m not in SIZES]
-        if unknown:
-            raise ReproError(
-                f"{where}: unknown model {unknown[0]!r}; choose from {', '.join(SIZES)}"
-            )
+        if len(set(self.pool_seeds)) < len(self.pool_seeds):
+            raise ReproError(f"{where}: pool_seeds repeat a seed; independent pools need distinct")
         needs_lrs = {*self.batch_sizes, *self.noise_scale_batches}
         needs_lrs |= {self.schedule_batch} if self.batch_schedules else set()
         missing = sorted(needs_lrs - set(self.lrs))
@@ -89,12 +85,48 @@ class Preset:
         outside = sorted(set(self.ablation_batch_sizes) - set(self.batch_sizes))
         if outside:
             raise ReproError(f"{where}: ablation batch size {outside[0]} is not one of batch_sizes")
-        numbers = [self.seq_len, self.epochs, *self.batch_sizes, *self.gpu_counts, self.workers]
-        if min(numbers) < 1 or self.eval_every <= 0:
+        too_large = [t for t in self.scaling_pool_tokens if t >= self.pool.tokens]
+        if too_large:
             raise ReproError(
-                f"{where}: seq_len, epochs, batch sizes, gpu_counts, workers and eval_every "
-                "must be positive"
+                f"{where}: scaling pool of {too_large[0]} tokens is not smaller than the pool"
             )
+        if min(self.gpu_counts, default=1) < 1 or self.frontier_micro_batch < 1 or self.workers < 1:
+            raise ReproError(f"{where}: gpu_counts, frontier_micro_batch and workers must be >= 1")
+        try:
+            self._check_runs()
+        except ReproError as exc:
+            raise ReproError(f"{where}: {exc}") from None
+
+    def _check_runs(self) -> None:
+        """Every run the notebooks derive from this preset passes the trainer's field checks."""
+        from repro.train import check_fields, make_run_config
+
+        recipes = [
+            {"embedding_weight_decay": w, "tie_embeddings": tie}
+            for w in self.embedding_weight_decays
+            for tie in (False, True)
+        ]
+        runs = [
+            self.run_fields(model=m, batch_size=b, lr=lr, weight_decay=wd) | recipe
+            for m in self.models
+            for b in self.batch_sizes
+            for lr in self.lrs[b]
+            for wd in self.weight_decays
+            for recipe in recipes[:1]
+        ]
+        runs += [runs[0] | recipe for recipe in recipes]
+        runs += [
+            self.run_fields(model=self.models[0], batch_size=b, lr=self.lrs[b][0])
+            | {"noise_scale": True, "micro_batch": self.noise_micro_batch}
+            for b in self.noise_scale_batches
+        ]
+        runs += [
+            self.run_fields(model=self.models[0], batch_size=self.schedule_batch)
+            | {"lr": self.lrs[self.schedule_batch][0], "batch_schedule": schedule}
+            for schedule in self.batch_schedules.values()
+        ]
+        for run in runs:
+            check_fields(make_run_config(run))
 
     def pool_dir(self, data_dir: str | Path, seed: int) -> Path:
         """data_dir/<name>-<source>-seed<seed>; a local source by its file name only, so the folder
@@ -372,15 +404,19 @@ def load_preset(path: str | Path) -> Preset:
     if not isinstance(data, dict):
         raise ReproError(f"{path}: a preset file is a mapping of fields, e.g. 'base: smoke'")
     base_name = data.pop("base", "smoke")
-    if base_name not in PRESETS:
+    if not isinstance(base_name, str) or base_name not in PRESETS:
         raise ReproError(f"{path}: unknown base {base_name!r}; choose one of: {', '.join(PRESETS)}")
-    name = str(data.pop("name", path.stem))
+    name = data.pop("name", path.stem)
+    if not isinstance(name, str):
+        raise ReproError(f"{path}: name must be a string (a folder name), got {name!r}")
     if name in PRESETS:
         raise ReproError(f"{path}: name {name!r} is a built-in preset's; choose another name")
     base = PRESETS[base_name]
     pool_changes = data.pop("pool", None) or {}
     if not isinstance(pool_changes, dict):
         raise ReproError(f"{path}: pool must be a mapping of pool fields, e.g. 'source: my.txt'")
+    if {"seed", "val_seed"} & set(pool_changes):
+        raise ReproError(f"{path}: pool seeds come from pool_seeds (e.g. pool_seeds: [0, 1])")
     pool = replace(base.pool, **_typed(PoolSpec, pool_changes, f"{path}: pool"))
     local = path.parent / pool.source
     if "source" in pool_changes and (local.exists() or glob.glob(str(local))):
@@ -389,7 +425,8 @@ def load_preset(path: str | Path) -> Preset:
 
 
 def preset_yaml(preset: Preset) -> str:
-    """A preset as YAML (every field; lists for tuples), as `repro preset show` prints it."""
+    """A preset as YAML (every field but the pool's seeds; lists for tuples), as `repro preset
+    show` prints it."""
 
     def plain(value):
         if isinstance(value, tuple | list):
@@ -398,7 +435,10 @@ def preset_yaml(preset: Preset) -> str:
             return {k: plain(v) for k, v in value.items()}
         return value
 
-    return yaml.safe_dump(plain(asdict(preset)), sort_keys=False, default_flow_style=None)
+    values = asdict(preset)
+    for seed in ("seed", "val_seed"):  # set per pool from pool_seeds
+        del values["pool"][seed]
+    return yaml.safe_dump(plain(values), sort_keys=False, default_flow_style=None)
 
 
 def _typed(cls: type, values: dict, where: str) -> dict:
@@ -450,7 +490,7 @@ def _scalar(value, hint: type, where: str):
         return value
     if hint is int and isinstance(value, int) and number:
         return value
-    if hint is int and isinstance(value, str):
+    if hint is int and isinstance(value, str) and re.fullmatch(r"[\d.]+\s*[kKmMbB]", value):
         return parse_count(value, where)
     if hint is float and (number or isinstance(value, str)):
         try:

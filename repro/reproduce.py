@@ -69,8 +69,6 @@ def reproduce(
     selected = notebooks(root, only)
     out_dir = root / "runs" / chosen.name / "notebooks"
     out_dir.mkdir(parents=True, exist_ok=True)
-    os.environ["REPRO_PRESET"] = preset
-    os.environ.setdefault("JUPYTER_PLATFORM_DIRS", "1")  # no platformdirs migration warning
     parameters = {"preset": preset} | ({"workers": workers} if workers else {})
     times = []
     if not only:  # the whole series: first every run the preset fixes, as one sweep
@@ -87,6 +85,7 @@ def reproduce(
                 parameters=parameters,
                 cwd=str(root),
                 kernel_name="python3",
+                kernel_manager_class=_IPCKernelManager,
                 progress_bar=False,
             )
         except papermill.PapermillExecutionError as exc:

@@ -45,9 +45,8 @@ class StackedForward:
 
     def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
         """tokens [B, T] (the same batch for every config) -> logits [K_active, B, T, vocab]."""
-        if (
-            not self.leaves
-        ):  # fresh leaves per optimizer step; gradients accumulate over micro-batches
+        # fresh leaves per optimizer step; gradients accumulate over micro-batches
+        if not self.leaves:
             every = len(self.active) == len(self.models)
             self.leaves = {
                 n: (s if every else s[self.active]).detach().requires_grad_()

@@ -178,8 +178,9 @@ def run_identity(config: RunConfig) -> dict:
 # --- validation before any compute ------------------------------------------------------------
 
 
-def check_config(config: RunConfig, pool: Pool, world_size: int = 1) -> EpochLoader:
-    """Raise a one-line ReproError for a bad config; return the training loader."""
+def check_fields(config: RunConfig, world_size: int = 1) -> list[tuple[float, int]]:
+    """Raise a one-line ReproError for a config that is wrong whatever the pool and the machine
+    (presets check their runs with it); returns the batch schedule's (fraction, batch) phases."""
     if config.model not in SIZES:
         raise ReproError(f"unknown model size {config.model!r}; choose one of: {', '.join(SIZES)}")
     if config.loader not in LOADERS:
@@ -188,10 +189,6 @@ def check_config(config: RunConfig, pool: Pool, world_size: int = 1) -> EpochLoa
         config.schedule_for(1)
     except ValueError as exc:
         raise ReproError(str(exc)) from None
-    if config.init_from and not Path(config.init_from).is_file():
-        raise ReproError(
-            f"init_from checkpoint {config.init_from} does not exist; run the trunk first"
-        )
     try:
         _save_steps(config)
     except ValueError:
@@ -212,10 +209,6 @@ def check_config(config: RunConfig, pool: Pool, world_size: int = 1) -> EpochLoa
         raise ReproError("micro_batch, seed, threads and warmup_steps must be >= 0")
     if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", config.device):
         raise ReproError(f"device={config.device!r}; use auto, cpu, cuda or cuda:N")
-    if config.device.startswith("cuda") and not torch.cuda.is_available():
-        raise ReproError(
-            f"device={config.device} but no CUDA device is visible; use device=cpu or auto"
-        )
     if abs(1 / config.eval_every - round(1 / config.eval_every)) > 1e-9:
         raise ReproError(
             f"eval_every={config.eval_every} epochs must be 1/k for a whole number k "
@@ -244,6 +237,20 @@ def check_config(config: RunConfig, pool: Pool, world_size: int = 1) -> EpochLoa
     if config.seq_len > max_len:
         raise ReproError(
             f"seq_len {config.seq_len} exceeds model {config.model}'s limit of {max_len} tokens"
+        )
+    return phases
+
+
+def check_config(config: RunConfig, pool: Pool, world_size: int = 1) -> EpochLoader:
+    """Raise a one-line ReproError for a bad config; return the training loader."""
+    phases = check_fields(config, world_size)
+    if config.init_from and not Path(config.init_from).is_file():
+        raise ReproError(
+            f"init_from checkpoint {config.init_from} does not exist; run the trunk first"
+        )
+    if config.device.startswith("cuda") and not torch.cuda.is_available():
+        raise ReproError(
+            f"device={config.device} but no CUDA device is visible; use device=cpu or auto"
         )
     if config.vocab_size and config.vocab_size != pool.vocab_size:
         raise ReproError(
@@ -408,9 +415,8 @@ def train_stacked(
     try:
         members = [_open_member(configs[i], outs[i], pool, device, rank) for i in todo]
         by_step: dict[int, list[_Member]] = {}
-        for (
-            member
-        ) in members:  # members resumed from different checkpoints train as separate stacks
+        # members resumed from different checkpoints train as separate stacks
+        for member in members:
             by_step.setdefault(member.step, []).append(member)
         finals: dict[Path, dict] = {}
         for group in by_step.values():
@@ -508,9 +514,8 @@ def _open_member(
     )
     member.loss_sum, member.loss_steps = ckpt["loss_sum"], ckpt["loss_steps"]
     member.noise = NoiseScaleEMA(**ckpt.get("noise", {}))
-    if (
-        rank == 0
-    ):  # keep the metric lines up to the checkpoint (of this run, or of the trunk for a branch)
+    # keep the metric lines up to the checkpoint (of this run, or of the trunk for a branch)
+    if rank == 0:
         source = (
             metrics_path if start_from == ckpt_path else start_from.parent.parent / "metrics.jsonl"
         )

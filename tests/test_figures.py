@@ -174,3 +174,19 @@ def test_batch_colours_are_distinct_and_stable():
     assert len(set(colors.values())) == len(BATCHES)
     assert plots.batch_colors(reversed(BATCHES)) == colors
     assert len(set(plots.PALETTE)) == 10
+
+
+def test_cbs_figure_draws_points_beyond_the_limit_or_outside_their_interval():
+    """A B_crit above the drawing limit, and a point estimate outside its own percentile interval,
+    are drawn (at the limit, with no bar on the far side) instead of failing."""
+    scaling = pd.DataFrame(
+        {
+            "pool tokens": [8_000, 12_000, 24_000],
+            "B_crit": [4.6, 900.0, 16.0],
+            "B_crit lo": [5.0, 40.0, 9.0],
+            "B_crit hi": [8.0, np.inf, 12.0],
+        }
+    )
+    fig = figures.cbs_vs_pool_size(scaling, {}, limit=320)
+    assert fig.axes[0].get_ylim()[1] >= 320
+    matplotlib.pyplot.close(fig)

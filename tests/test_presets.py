@@ -4,6 +4,7 @@ the example preset reads a local corpus split into paragraphs; `repro preset sho
 from pathlib import Path
 
 import pytest
+import yaml
 
 from repro.cli import main
 from repro.errors import ReproError
@@ -24,7 +25,7 @@ def test_yaml_preset_overrides_a_base_and_types_its_fields(tmp_path):
         tmp_path,
         "base: cpu\npool: {source: notes.txt, text_unit: paragraph, tokens: 2.5k}\n"
         "batch_sizes: [4, 8]\nlrs: {4: [1e-3], 8: [2.0e-3, 4.0e-3]}\nepochs: 3\n"
-        "noise_scale_batches: [8]\nablation_batch_sizes: [4, 8]\n",
+        "noise_scale_batches: [8]\nablation_batch_sizes: [4, 8]\nscaling_pool_tokens: [1000]\n",
     )
     preset = get_preset(str(path))
     assert preset.name == "mine" and preset.epochs == 3 and preset.batch_sizes == (4, 8)
@@ -40,17 +41,30 @@ def test_yaml_preset_overrides_a_base_and_types_its_fields(tmp_path):
     [
         ("batch_size: [2]", "unknown field 'batch_size'"),
         ("pool: {tokenz: 3}", "pool: unknown field 'tokenz'"),
-        ("epochs: two", "epochs 'two'; use an integer"),
+        ("epochs: two", "epochs: expected int, got 'two'"),
         ("epochs: true", "epochs: expected int, got True"),
         ("lrs: {2: [.nan], 8: [0.1]}", "lrs[2][0]: expected float"),
         ("batch_sizes: [2, 4]", "no lr grid for batch size 4"),
-        ("models: [huge]", "unknown model 'huge'"),
+        ("models: [huge]", "unknown model size 'huge'"),
         ("name: cpu", "name 'cpu' is a built-in preset's"),
         ("name: a/b", "name must be letters"),
         ("base: laptop", "unknown base 'laptop'"),
         ("epochs: [2", "not valid YAML"),
         ("- 1\n- 2", "a preset file is a mapping"),
         ("ablation_batch_sizes: [2, 4]", "ablation batch size 4 is not one of batch_sizes"),
+        ("base: [smoke]", "unknown base ['smoke']"),
+        ("name: null", "name must be a string"),
+        ("pool: {seed: 5}", "pool seeds come from pool_seeds"),
+        ("pool_seeds: [0, 0]", "pool_seeds repeat a seed"),
+        ("eval_every: 0.3", "eval_every=0.3 epochs must be 1/k"),
+        ("frontier_micro_batch: 0", "frontier_micro_batch and workers must be >= 1"),
+        ("lrs: {2: [0.0], 8: [0.1]}", "lr must be positive"),
+        ("weight_decays: [-0.1]", "weight decays must be >= 0"),
+        ("batch_schedules: {up: 'fast'}", "batch_schedule='fast' must look like"),
+        ("extra: {devcie: cuda}", "unknown run field 'devcie'"),
+        ("noise_scale_batches: [2]", "noise_scale needs at least two micro-batches"),
+        ("scaling_pool_tokens: [8000]", "scaling pool of 8000 tokens is not smaller"),
+        ("epochs: '1.4'", "epochs: expected int, got '1.4'"),
     ],
 )
 def test_malformed_preset_file_is_a_one_line_error_naming_the_field(tmp_path, text, message):
@@ -77,10 +91,17 @@ def test_preset_show_prints_every_field_and_round_trips(tmp_path, capsys):
     main(["preset", "show", "smoke"])
     shown = capsys.readouterr().out
     assert shown == preset_yaml(PRESETS["smoke"])
-    copy = _preset_file(tmp_path, shown.replace("name: smoke", "name: copy"))
+    copy = _preset_file(tmp_path, "base: cpu\n" + shown.replace("name: smoke", "name: copy"))
     assert load_preset(copy) == PRESETS["smoke"].__class__(
         **{**PRESETS["smoke"].__dict__, "name": "copy"}
     )
+
+
+def test_example_grid_is_a_valid_grid():
+    from repro.sweep import expand
+
+    runs = expand(yaml.safe_load((EXAMPLES / "grid.yaml").read_text()))
+    assert len(runs) == 4 and {r.batch_size for r in runs} == {4, 16}
 
 
 def test_example_preset_builds_a_pool_of_paragraph_documents(tmp_path):

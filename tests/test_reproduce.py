@@ -1,6 +1,8 @@
 """`repro reproduce`: the preset's runs first (whole series only), then the notebooks; a failure
 names the notebook and cell and exits non-zero."""
 
+import os
+
 import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
@@ -64,11 +66,15 @@ def test_whole_series_trains_the_preset_runs_first(tmp_path, monkeypatch, capsys
     assert prefetched == [("smoke", 3)]
 
 
-def test_only_takes_numbers_with_or_without_the_leading_zero(tmp_path, monkeypatch):
+def test_only_takes_numbers_with_or_without_the_leading_zero(tmp_path, monkeypatch, capfd):
+    """Also: kernels talk over IPC (no unencrypted-TCP warning) and the environment is untouched."""
     _project(tmp_path, "x = 1")
     monkeypatch.chdir(tmp_path)
+    environment = dict(os.environ)
     main(["reproduce", "--preset", "smoke", "--only", "1"])
     assert (tmp_path / "runs" / "smoke" / "notebooks" / "01_only.ipynb").is_file()
+    assert "without encryption" not in capfd.readouterr().err
+    assert dict(os.environ) == environment
 
 
 def test_outside_a_checkout_fails_before_any_training(tmp_path, monkeypatch, capsys):

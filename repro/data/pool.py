@@ -53,9 +53,8 @@ class PoolSpec:
     tokens: int
     val_tokens: int = 100_000
     seed: int = 0
-    val_seed: int | None = (
-        None  # None: same as seed; fix it to share the validation documents across pools
-    )
+    # None: same as seed; fix it to share the validation documents across pools
+    val_seed: int | None = None
     vocab_size: int = 2048  # for a trained BPE; ignored when `tokenizer` is given
     tokenizer: str | None = None  # tokenizer.json path, pool directory or hub name
     text_field: str = "text"

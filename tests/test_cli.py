@@ -1,0 +1,37 @@
+"""Command-line conventions: every argument has help, defaults are shown, and `repro train --help`
+lists every run field with its default and meaning."""
+
+import argparse
+from dataclasses import fields
+
+import pytest
+
+from repro.cli import build_parser, main
+from repro.train import RunConfig
+
+
+def _parsers(parser: argparse.ArgumentParser, path: tuple[str, ...] = ("repro",)):
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _parsers(sub, (*path, name))
+
+
+@pytest.mark.parametrize("path, parser", list(_parsers(build_parser())), ids=lambda v: str(v))
+def test_every_argument_has_help_and_shows_its_default(path, parser):
+    text = parser.format_help()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) or action.dest == "help":
+            continue
+        assert action.help, f"{' '.join(path)} {action.dest} has no help"
+        if action.default not in (None, False) and "(default" not in action.help:
+            assert f"(default: {action.default})" in " ".join(text.split())
+
+
+def test_train_help_lists_every_run_field(capsys):
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    text = capsys.readouterr().out
+    for field in fields(RunConfig):
+        assert f"{field.name}={field.default!r}" in text and field.metadata["doc"] in text
