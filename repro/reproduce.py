@@ -19,6 +19,8 @@ from repro.errors import ReproError
 from repro.presets import get_preset, project_root
 from repro.study import open_study
 
+WIDGET = "application/vnd.jupyter.widget-view+json"  # a live widget's output (tqdm's bars)
+
 
 class _IPCKernelManager(KernelManager):
     """A kernel on this machine over IPC sockets (TCP kernels warn that they are unencrypted)."""
@@ -103,15 +105,17 @@ def reproduce(
 
 def copy_outputs(executed: Path, notebook: Path) -> None:
     """Put the outputs of `executed` (a papermill copy of `notebook`) into `notebook`, whose cells
-    and metadata stay as they are; refused when its cells changed since the execution."""
+    and metadata stay as they are; refused when its cells changed since the execution. Widgets
+    (progress bars) are left out: without their saved state a viewer shows them at 0%."""
     ran = nbformat.read(executed, as_version=4)
     ran.cells = [c for c in ran.cells if "injected-parameters" not in c.metadata.get("tags", [])]
     source = nbformat.read(notebook, as_version=4)
     if [c.source for c in ran.cells] != [c.source for c in source.cells]:
         raise ReproError(f"{notebook} changed after {executed} was executed; run it again")
     for cell, ran_cell in zip(source.cells, ran.cells):
-        if cell.cell_type == "code":
-            cell.outputs, cell.execution_count = ran_cell.outputs, ran_cell.execution_count
+        if cell.cell_type == "code":  # progress-bar widgets carry no result: not kept
+            cell.outputs = [o for o in ran_cell.outputs if WIDGET not in o.get("data", {})]
+            cell.execution_count = ran_cell.execution_count
     partial = notebook.with_name(f".{notebook.name}.tmp-{os.getpid()}")
     nbformat.write(source, partial)
     os.replace(partial, notebook)

@@ -4,6 +4,7 @@ script NN_name.py (notebooks/jupytext.toml), and the two must hold the same cell
 from pathlib import Path
 
 import jupytext
+import nbformat
 import pytest
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
@@ -38,3 +39,18 @@ def test_an_edit_on_one_side_is_detected(tmp_path):
     script = tmp_path / notebook.with_suffix(".py").name
     script.write_text(notebook.with_suffix(".py").read_text() + "\n# %%\nprint('edited')\n")
     assert _cells(script) != _cells(notebook)
+
+
+@pytest.mark.parametrize(
+    "notebook", sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")), ids=lambda p: p.stem
+)
+def test_committed_notebook_shows_the_cpu_preset_without_running(notebook):
+    """Opened on a code host or in JupyterLab, a notebook shows the cpu preset's results:
+    `repro reproduce --preset cpu --store-outputs` put them there."""
+    cells = [c for c in nbformat.read(notebook, as_version=4).cells if c.cell_type == "code"]
+    outputs = [output for cell in cells for output in cell.get("outputs", [])]
+    printed = "".join(output.get("text", "") for output in outputs)
+    assert printed.startswith("preset cpu:")
+    assert any("image/png" in output.get("data", {}) for output in outputs)
+    assert "claims" in cells[-1].source and cells[-1].outputs
+    assert not any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in outputs)
