@@ -1,4 +1,4 @@
-"""The `repro` command line (see shared/DESIGN.md for the contract)."""
+"""The `repro` command line (docs/CONTRACT.md is the contract)."""
 
 from __future__ import annotations
 

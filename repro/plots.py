@@ -23,7 +23,7 @@ from matplotlib.ticker import (
     NullLocator,
 )
 
-from repro.presets import project_root
+from repro.paths import project_root
 
 PALETTE = sns.color_palette("colorblind", 10).as_hex()
 """Categorical colours (series that are not batch sizes or GPU counts)."""

@@ -21,6 +21,7 @@ import yaml
 
 from repro.data.pool import PoolSpec
 from repro.errors import ReproError
+from repro.paths import project_root
 from repro.units import parse_count
 
 if TYPE_CHECKING:
@@ -502,12 +503,3 @@ def _scalar(value, hint: type, where: str):
     if hint is str and (number or isinstance(value, str)):
         return str(value)
     raise ReproError(f"{where}: expected {getattr(hint, '__name__', hint)}, got {value!r}")
-
-
-def project_root(start: str | Path | None = None) -> Path:
-    """The repository root (the folder with pyproject.toml) above `start` (default: the cwd)."""
-    here = Path(start or Path.cwd()).resolve()
-    for folder in (here, *here.parents):
-        if (folder / "pyproject.toml").is_file() and (folder / "repro").is_dir():
-            return folder
-    return here

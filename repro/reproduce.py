@@ -16,7 +16,8 @@ import nbformat
 from jupyter_client.manager import KernelManager
 
 from repro.errors import ReproError
-from repro.presets import get_preset, project_root
+from repro.paths import project_root
+from repro.presets import get_preset
 from repro.study import open_study
 
 WIDGET = "application/vnd.jupyter.widget-view+json"  # a live widget's output (tqdm's bars)

@@ -20,7 +20,8 @@ import pandas as pd
 from repro import plots
 from repro.data.pool import build_pool
 from repro.errors import ReproError
-from repro.presets import ORIGINAL_RECIPE, Preset, get_preset, project_root
+from repro.paths import project_root
+from repro.presets import ORIGINAL_RECIPE, Preset, get_preset
 from repro.results import load_results
 from repro.sweep import plan, run_sweep
 

@@ -5,7 +5,7 @@ Units: batch_size and micro_batch are sequences of seq_len tokens; epochs count 
 pool's training split; a step is one optimizer update; `tokens` in the metrics are training
 tokens consumed (steps * batch_size * seq_len).
 
-Run directory (shared/DESIGN.md):
+Run directory (docs/CONTRACT.md):
     RUN/config.json     the resolved RunConfig
     RUN/metrics.jsonl   one object per line: step, epoch, tokens, lr, train_loss,
                         wall_s [, val_loss]
@@ -36,7 +36,6 @@ import yaml
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from tqdm.auto import tqdm
 
-from repro.cbs import MicroBatchNorms, NoiseScaleEMA
 from repro.data.pool import Pool, load_pool
 from repro.errors import ReproError
 from repro.loaders import (
@@ -47,6 +46,7 @@ from repro.loaders import (
     validation_sequences,
 )
 from repro.model import SIZES, Transformer, model_config
+from repro.noise_scale import MicroBatchNorms, NoiseScaleEMA
 from repro.optim import GRAD_CLIP, Schedule, build_optimizer, lr_multiplier
 from repro.stacked import StackedForward, stack_parameters
 

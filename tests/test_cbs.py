@@ -2,17 +2,13 @@
 that recover known constants, steps-to-target, and the trainer's noise-scale and batch-schedule
 runs."""
 
-import json
 import math
 
 import numpy as np
 import pandas as pd
 import pytest
-import torch
 
 from repro.cbs import (
-    MicroBatchNorms,
-    NoiseScaleEMA,
     bootstrap,
     describe_interval,
     fit_mccandlish,
@@ -28,44 +24,7 @@ from repro.cbs import (
     schedules_vs_fixed,
     steps_to_target,
     target_losses,
-    two_batch_estimates,
 )
-from repro.errors import ReproError
-from repro.loaders import step_plan
-from repro.train import make_run_config, train
-
-
-def test_b_simple_of_linear_regression_matches_the_analytic_value():
-    """Loss 1/2 (x.w - y)^2, x ~ N(0, I_d), y = x.w* + N(0, s^2): per-example gradient
-    x (x.delta - eps) with delta = w - w*, so |G|^2 = |delta|^2 and
-    tr(Sigma) = (d + 1)|delta|^2 + s^2 d."""
-    torch.manual_seed(0)
-    d, noise, micro, n_micro = 8, 0.5, 4, 8
-    w_star = torch.randn(d)
-    w = torch.nn.Parameter(w_star + 0.3 * torch.randn(d))
-    delta_sq = (w.detach() - w_star).pow(2).sum().item()
-    expected = ((d + 1) * delta_sq + noise**2 * d) / delta_sq
-    ema = NoiseScaleEMA(decay=0.999)
-    for _ in range(3000):
-        norms = MicroBatchNorms(stacked=False)
-        for _ in range(n_micro):
-            x = torch.randn(micro, d)
-            y = x @ w_star + noise * torch.randn(micro)
-            (0.5 * (x @ w - y).pow(2).mean() / n_micro).backward()
-            norms.add([w], n_micro)
-        small_sq = norms.restore([w])
-        ema.update(small_sq.item(), w.grad.pow(2).sum().item(), micro, micro * n_micro)
-        w.grad = None
-    values = ema.values()
-    assert values["grad_sq"] == pytest.approx(delta_sq, rel=0.15)
-    assert values["b_simple"] == pytest.approx(expected, rel=0.15)
-    assert not values["b_simple"] == pytest.approx(d + 1, rel=0.15)  # the noise term matters here
-
-
-def test_two_batch_estimates_are_exact_on_expected_norms():
-    g2, trace = 2.0, 30.0
-    small, big = g2 + trace / 4, g2 + trace / 32
-    assert two_batch_estimates(small, big, 4, 32) == pytest.approx((g2, trace))
 
 
 def test_fits_recover_known_constants():
@@ -118,60 +77,6 @@ def test_steps_to_target_takes_the_best_run_per_batch():
     table = steps_to_target(runs, evals, [2.4, 1.0], seq_len=16)
     assert table[["batch_size", "steps", "run_id"]].values.tolist() == [[4, 20, "b"]]
     assert table["tokens"].tolist() == [20 * 4 * 16]
-
-
-def test_step_plan_with_a_batch_schedule():
-    plan = step_plan(100, 4, 8, "0:4,0.5:16")
-    assert plan.batch_by_epoch == (4, 4, 16, 16) and plan.steps_by_epoch == (25, 25, 6, 6)
-    assert plan.locate(50) == (2, 0, 16) and plan.epochs_done(53) == pytest.approx(2.5)
-    assert plan.sequences_done(52) == 50 * 4 + 2 * 16
-    assert step_plan(100, 1, 8, "0:2,0.5:8").batch_by_epoch == (
-        2,
-    )  # a phase from epoch floor(0.5 + 1/2) = 1: none
-    assert step_plan(100, 3, 8, "0:2,0.5:8").batch_by_epoch == (2, 2, 8)
-    assert (
-        step_plan(100, 3, 8).epochs_done(37) == 37 / 12
-    )  # one batch size: steps / steps per epoch, exactly
-
-
-def test_trainer_logs_noise_scale_and_follows_a_batch_schedule(synthetic_pool, tmp_path):
-    base = dict(
-        pool=str(synthetic_pool),
-        model="tiny",
-        seq_len=32,
-        batch_size=8,
-        micro_batch=2,
-        epochs=2,
-        eval_every=1.0,
-        threads=1,
-        lr=3e-3,
-    )
-    status = train(
-        make_run_config(base | {"noise_scale": True}), tmp_path / "noise", progress=False
-    )
-    lines = [json.loads(x) for x in (tmp_path / "noise" / "metrics.jsonl").read_text().splitlines()]
-    assert status["status"] == "done" and all(
-        math.isfinite(x["b_simple"]) and x["trace_cov"] > 0 for x in lines
-    )
-    train(
-        make_run_config(base | {"batch_schedule": "0:4,0.5:16"}),
-        tmp_path / "schedule",
-        progress=False,
-    )
-    lines = [
-        json.loads(x) for x in (tmp_path / "schedule" / "metrics.jsonl").read_text().splitlines()
-    ]
-    assert [x["step_batch"] for x in lines] == [4, 16]
-    assert (
-        lines[0]["lr"] < 3e-3 * math.sqrt(4 / 8) * 1.0001
-        and lines[1]["tokens"] > 2 * lines[0]["tokens"] - 16 * 32 * 2
-    )
-    with pytest.raises(ReproError, match="noise_scale needs at least two micro-batches"):
-        train(
-            make_run_config(base | {"noise_scale": True, "micro_batch": 0}),
-            tmp_path / "bad",
-            progress=False,
-        )
 
 
 def test_interval_beyond_the_limit_reads_unbounded():

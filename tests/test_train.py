@@ -1,6 +1,7 @@
 """The trainer: resume bit-identity, divergence, DDP equivalence, overfitting, bad configs."""
 
 import json
+import math
 import os
 import signal
 import socket
@@ -256,3 +257,50 @@ def test_config_file_and_overrides(tmp_path, synthetic_pool):
             tmp_path / "a",
             progress=False,
         )
+
+
+def test_trainer_logs_noise_scale_and_follows_a_batch_schedule(synthetic_pool, tmp_path):
+    base = dict(
+        pool=str(synthetic_pool),
+        model="tiny",
+        seq_len=32,
+        batch_size=8,
+        micro_batch=2,
+        epochs=2,
+        eval_every=1.0,
+        threads=1,
+        lr=3e-3,
+    )
+    status = train(
+        make_run_config(base | {"noise_scale": True}), tmp_path / "noise", progress=False
+    )
+    lines = [json.loads(x) for x in (tmp_path / "noise" / "metrics.jsonl").read_text().splitlines()]
+    assert status["status"] == "done" and all(
+        math.isfinite(x["b_simple"]) and x["trace_cov"] > 0 for x in lines
+    )
+    train(
+        make_run_config(base | {"batch_schedule": "0:4,0.5:16"}),
+        tmp_path / "schedule",
+        progress=False,
+    )
+    lines = [
+        json.loads(x) for x in (tmp_path / "schedule" / "metrics.jsonl").read_text().splitlines()
+    ]
+    assert [x["step_batch"] for x in lines] == [4, 16]
+    assert (
+        lines[0]["lr"] < 3e-3 * math.sqrt(4 / 8) * 1.0001
+        and lines[1]["tokens"] > 2 * lines[0]["tokens"] - 16 * 32 * 2
+    )
+    with pytest.raises(ReproError, match="noise_scale needs at least two micro-batches"):
+        train(
+            make_run_config(base | {"noise_scale": True, "micro_batch": 0}),
+            tmp_path / "bad",
+            progress=False,
+        )
+
+
+def test_the_trainer_imports_neither_scipy_nor_pandas():
+    """The runtime (what the trainer runs) stays apart from the analysis code."""
+    code = "import sys, repro.train; print(sorted({'scipy', 'pandas'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

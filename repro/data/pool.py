@@ -1,6 +1,6 @@
 """A pool: a fixed set of unique training documents plus held-out validation documents, tokenized.
 
-On disk (see shared/DESIGN.md):
+On disk (docs/CONTRACT.md):
     POOL/meta.json, POOL/tokenizer.json,
     POOL/{train,val}/tokens.npy       flat token ids (uint16 if vocab <= 65535 else uint32), no EOS
     POOL/{train,val}/doc_offsets.npy  int64, n_docs + 1 entries; doc i = tokens[off[i]:off[i+1]]
