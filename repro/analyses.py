@@ -152,16 +152,9 @@ def _final(evals: pd.DataFrame, rid: str) -> pd.Series:
     return evals[evals["run_id"] == rid].sort_values("step").iloc[-1]
 
 
-def batch_sweep_claims(
-    runs: pd.DataFrame, evals: pd.DataFrame, endpoints: pd.DataFrame, one_pass_batch: int
-) -> pd.DataFrame:
-    """The study's batch-size claims against this sweep (first model; loss averaged over pools);
-    `one_pass_batch` is the batch a one-pass recipe would use at this scale."""
-    model = endpoints["model"].iloc[0]
-    agg = across_pools(endpoints[endpoints["model"] == model]).sort_values("batch_size")
+def _u_shape_claim(agg: pd.DataFrame, b_opt: int) -> list[str]:
+    """Is the optimum interior, with both edges worse by more than the pool std (nats)?"""
     batches = agg["batch_size"].tolist()
-    b_opt = int(agg.loc[agg["mean"].idxmin(), "batch_size"])
-    rows = []
     loss = agg.set_index("batch_size")["mean"]
     noise = float(agg["std"].fillna(0).max())
     margin = min(loss[batches[0]], loss[batches[-1]]) - loss[b_opt]
@@ -173,65 +166,82 @@ def batch_sweep_claims(
         # an interior optimum counts only if both edges are worse by more than the
         # pool-to-pool spread
         verdict = "yes" if margin > noise else "no (within pool noise)"
-    rows.append(
-        [
-            "best val loss vs batch size is U-shaped (interior optimum)",
-            "yes",
-            f"optimum at batch {b_opt} of {batches}; edges worse by {margin:.3f} nats "
-            f"vs pool std up to {noise:.3f}",
-            verdict,
-        ]
-    )
+    return [
+        "best val loss vs batch size is U-shaped (interior optimum)",
+        "yes",
+        f"optimum at batch {b_opt} of {batches}; edges worse by {margin:.3f} nats "
+        f"vs pool std up to {noise:.3f}",
+        verdict,
+    ]
+
+
+def _smaller_batch_claim(agg: pd.DataFrame, b_opt: int, one_pass_batch: int) -> list[str]:
+    """Is the optimal batch (sequences) below the batch a one-pass recipe would use?"""
     usual = agg.loc[agg["batch_size"] == one_pass_batch, "mean"]
     smaller = None if usual.empty else bool(b_opt < one_pass_batch)
-    rows.append(
-        [
-            "smaller batches than usual win",
-            "yes (optimum below the one-pass batch, 64 at paper scale)",
-            f"optimum {b_opt} vs one-pass batch {one_pass_batch}: {agg['mean'].min():.3f} vs "
-            + (f"{usual.item():.3f} nats" if not usual.empty else "not in the grid"),
-            _verdict(smaller),
-        ]
-    )
+    return [
+        "smaller batches than usual win",
+        "yes (optimum below the one-pass batch, 64 at paper scale)",
+        f"optimum {b_opt} vs one-pass batch {one_pass_batch}: {agg['mean'].min():.3f} vs "
+        + (f"{usual.item():.3f} nats" if not usual.empty else "not in the grid"),
+        _verdict(smaller),
+    ]
 
-    def gap(batch: int) -> tuple[float, float]:
-        """(final train loss, best val loss) of the tuned endpoint at `batch`, averaged over
-        pools."""
-        ends = endpoints[(endpoints["model"] == model) & (endpoints["batch_size"] == batch)]
-        train = np.mean([_final(evals, rid)["train_loss"] for rid in ends["run_id"]])
-        return float(train), float(ends["best_val_loss"].mean())
 
-    if len(batches) >= 2 and b_opt != batches[0]:
-        (t_small, v_small), (t_opt, v_opt) = gap(batches[0]), gap(b_opt)
-        overfits = t_small < t_opt and v_small > v_opt
-        rows.append(
-            [
-                "the smallest batch overfits: lower train loss, worse val loss",
-                "yes",
-                f"batch {batches[0]}: train {t_small:.3f}, val {v_small:.3f}; "
-                f"optimum {b_opt}: train {t_opt:.3f}, val {v_opt:.3f}",
-                _verdict(overfits),
-            ]
-        )
-    else:
-        rows.append(
-            [
-                "the smallest batch overfits: lower train loss, worse val loss",
-                "yes",
-                f"the smallest batch {batches[0]} is the optimum",
-                _verdict(False if len(batches) >= 2 else None),
-            ]
-        )
+def _train_val_at(evals: pd.DataFrame, endpoints: pd.DataFrame, batch: int) -> tuple[float, float]:
+    """(final train loss, best val loss) in nats of the tuned endpoints at `batch`, averaged over
+    pools."""
+    ends = endpoints[endpoints["batch_size"] == batch]
+    train = np.mean([_final(evals, rid)["train_loss"] for rid in ends["run_id"]])
+    return float(train), float(ends["best_val_loss"].mean())
+
+
+def _overfit_claim(
+    evals: pd.DataFrame, endpoints: pd.DataFrame, batches: list[int], b_opt: int
+) -> list[str]:
+    """Does the smallest batch reach a lower train loss but a worse val loss than the optimum?"""
+    claim = "the smallest batch overfits: lower train loss, worse val loss"
+    if len(batches) < 2 or b_opt == batches[0]:
+        verdict = _verdict(False if len(batches) >= 2 else None)
+        return [claim, "yes", f"the smallest batch {batches[0]} is the optimum", verdict]
+    t_small, v_small = _train_val_at(evals, endpoints, batches[0])
+    t_opt, v_opt = _train_val_at(evals, endpoints, b_opt)
+    return [
+        claim,
+        "yes",
+        f"batch {batches[0]}: train {t_small:.3f}, val {v_small:.3f}; "
+        f"optimum {b_opt}: train {t_opt:.3f}, val {v_opt:.3f}",
+        _verdict(t_small < t_opt and v_small > v_opt),
+    ]
+
+
+def _pool_noise_claim(agg: pd.DataFrame) -> list[str]:
+    """Is the loss range over batch sizes (nats) more than twice the largest std over pools?"""
     spread = agg["std"].fillna(0).max()
     depth = agg["mean"].max() - agg["mean"].min()
-    rows.append(
-        [
-            "the batch-size effect exceeds pool-to-pool noise",
-            "(implicit)",
-            f"range over batch sizes {depth:.3f} nats vs largest std over pools {spread:.3f}",
-            _verdict(None if agg["count"].max() < 2 else bool(depth > 2 * spread)),
-        ]
-    )
+    return [
+        "the batch-size effect exceeds pool-to-pool noise",
+        "(implicit)",
+        f"range over batch sizes {depth:.3f} nats vs largest std over pools {spread:.3f}",
+        _verdict(None if agg["count"].max() < 2 else bool(depth > 2 * spread)),
+    ]
+
+
+def batch_sweep_claims(
+    runs: pd.DataFrame, evals: pd.DataFrame, endpoints: pd.DataFrame, one_pass_batch: int
+) -> pd.DataFrame:
+    """The study's batch-size claims against this sweep (first model; loss averaged over pools);
+    `one_pass_batch` is the batch a one-pass recipe would use at this scale."""
+    model = endpoints["model"].iloc[0]
+    ends = endpoints[endpoints["model"] == model]
+    agg = across_pools(ends).sort_values("batch_size")
+    b_opt = int(agg.loc[agg["mean"].idxmin(), "batch_size"])
+    rows = [
+        _u_shape_claim(agg, b_opt),
+        _smaller_batch_claim(agg, b_opt, one_pass_batch),
+        _overfit_claim(evals, ends, agg["batch_size"].tolist(), b_opt),
+        _pool_noise_claim(agg),
+    ]
     return pd.DataFrame(rows, columns=CLAIM_COLUMNS)
 
 
@@ -251,12 +261,8 @@ def best_per(endpoints: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     )
 
 
-def recipe_claims(
-    loaders: pd.DataFrame, embeddings: pd.DataFrame, original: pd.DataFrame, combined: pd.DataFrame
-) -> pd.DataFrame:
-    """Claims of the recipe section. `loaders`: best_per(.., [batch_size, loader]); `embeddings`:
-    best_per(.., [tie_embeddings, embedding_weight_decay]); `original` / `combined`:
-    best_per(.., [batch_size])."""
+def _loader_claims(loaders: pd.DataFrame) -> list[list[str]]:
+    """One row per batch size: is best val loss ordered REPACK < SHUFFLE < REPEAT?"""
     rows = []
     for batch, group in loaders.groupby("batch_size"):
         loss = group.set_index("loader")["best_val_loss"]
@@ -269,63 +275,77 @@ def recipe_claims(
                 _verdict(loss["repack"] < loss["shuffle"] < loss["repeat"]),
             ]
         )
+    return rows
+
+
+def _embedding_claims(embeddings: pd.DataFrame) -> list[list[str]]:
+    """Embedding weight decay helps, tying alone does little, both together are best."""
     emb = embeddings.set_index(["tie_embeddings", "embedding_weight_decay"])["best_val_loss"]
     untied0, tied0 = emb[(False, 0.0)], emb[(True, 0.0)]
     untied_pos = emb[[k for k in emb.index if not k[0] and k[1] > 0]].min()
-    rows.append(
+    best_key = emb.idxmin()
+    return [
         [
             "positive embedding weight decay helps (untied)",
             "yes",
             f"{untied_pos:.3f} vs {untied0:.3f} without",
             _verdict(untied_pos < untied0),
-        ]
-    )
-    rows.append(
+        ],
         [
             "tying alone does little",
             "yes",
             f"tied {tied0:.3f} vs untied {untied0:.3f} (change {tied0 - untied0:+.3f}; "
             f"embedding decay changes {untied_pos - untied0:+.3f})",
             _verdict(abs(tied0 - untied0) < abs(untied_pos - untied0)),
-        ]
-    )
-    best_key = emb.idxmin()
-    rows.append(
+        ],
         [
             "tying and embedding decay together are best",
             "yes",
             f"best: tie={best_key[0]}, embedding decay={best_key[1]:g} ({emb.min():.3f})",
             _verdict(bool(best_key[0] and best_key[1] > 0)),
-        ]
-    )
+        ],
+    ]
+
+
+def _combined_recipe_claims(original: pd.DataFrame, combined: pd.DataFrame) -> list[list[str]]:
+    """Best val loss (nats), stopping epoch and optimal batch: original vs combined recipe."""
     o, c = original.set_index("batch_size"), combined.set_index("batch_size")
     b_o, b_c = int(o["best_val_loss"].idxmin()), int(c["best_val_loss"].idxmin())
-    rows.append(
+    return [
         [
             "the combined recipe lowers the best val loss",
             "yes",
             f"{c['best_val_loss'].min():.3f} vs {o['best_val_loss'].min():.3f} "
             f"(change {c['best_val_loss'].min() - o['best_val_loss'].min():+.3f})",
             _verdict(c["best_val_loss"].min() < o["best_val_loss"].min()),
-        ]
-    )
-    rows.append(
+        ],
         [
             "the best stopping point moves later",
             "yes (20 -> 32 epochs at the largest model)",
             f"{o.loc[b_o, 'stop_epoch']:.1f} -> {c.loc[b_c, 'stop_epoch']:.1f} epochs "
             "(at each recipe's optimal batch)",
             _verdict(c.loc[b_c, "stop_epoch"] > o.loc[b_o, "stop_epoch"]),
-        ]
-    )
-    rows.append(
+        ],
         [
             "the optimal batch size under the combined recipe",
             "changes (reported)",
             f"{b_o} -> {b_c}",
             "n/a",
-        ]
-    )
+        ],
+    ]
+
+
+def recipe_claims(
+    loaders: pd.DataFrame, embeddings: pd.DataFrame, original: pd.DataFrame, combined: pd.DataFrame
+) -> pd.DataFrame:
+    """Claims of the recipe section. `loaders`: best_per(.., [batch_size, loader]); `embeddings`:
+    best_per(.., [tie_embeddings, embedding_weight_decay]); `original` / `combined`:
+    best_per(.., [batch_size])."""
+    rows = [
+        *_loader_claims(loaders),
+        *_embedding_claims(embeddings),
+        *_combined_recipe_claims(original, combined),
+    ]
     return pd.DataFrame(rows, columns=CLAIM_COLUMNS)
 
 

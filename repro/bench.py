@@ -12,13 +12,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
+from repro.config import make_run_config
 from repro.data.pool import Split, load_pool
 from repro.loaders import EpochLoader
 from repro.model import Transformer, flops_per_token, model_config
-from repro.optim import GRAD_CLIP, build_optimizer
-from repro.stacked import StackedForward, stack_parameters
+from repro.train import Member, attach_optimizers, build_engine, training_step
 
 
 def repack(
@@ -99,28 +98,21 @@ def throughput(
     stack: int = 1,
     compile: bool = False,
 ) -> dict:
-    """Training tokens/s of one model size: forward, backward, clipping and AdamW step (float32 on
-    CPU, bf16 autocast on CUDA), as the trainer does them. With stack = K, K configs of the size
-    train at once (repro.stacked) and tokens/s counts all K. With `peak_flops` (FLOP/s, measured in
-    the same run), also model FLOPs utilisation: flops_per_token * tokens/s / peak_flops."""
-    models = []
+    """Training tokens/s of one model size through the trainer's own step
+    (repro.train.training_step: forward, backward, clipping and AdamW; float32 on CPU, bf16
+    autocast on CUDA). With stack = K, K configs of the size train at once (repro.stacked) and
+    tokens/s counts all K. With `peak_flops` (FLOP/s, measured in the same run), also model FLOPs
+    utilisation: flops_per_token * tokens/s / peak_flops."""
+    members = []
     for k in range(stack):
         torch.manual_seed(k)
-        models.append(Transformer(model_config(size, vocab_size)).to(device))
-    if stack > 1:
-        forward = StackedForward(models, stack_parameters(models))
-    else:
-        forward = torch.compile(models[0]) if compile else models[0]
-    optimizers = [
-        build_optimizer(m, 1e-3 * (k + 1), 0.1, 0.0) for k, m in enumerate(models)
-    ]  # after stacking: over the views
+        model = Transformer(model_config(size, vocab_size)).to(device)
+        fields = {"model": size, "seq_len": seq_len, "batch_size": micro_batch, "compile": compile}
+        config = make_run_config(fields | {"lr": 1e-3 * (k + 1), "device": device})
+        members.append(Member(config, Path("."), model, checkpoint=None))
+    engine = build_engine(members, torch.device(device), world_size=1)
+    attach_optimizers(members)  # after stacking: over the views
     batch = torch.randint(0, vocab_size, (micro_batch, seq_len + 1), device=device)
-    targets = batch[:, 1:].reshape(-1).repeat(stack)
-    autocast = (
-        torch.autocast("cuda", dtype=torch.bfloat16)
-        if device.startswith("cuda")
-        else torch.autocast("cpu", enabled=False)
-    )
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     if device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
@@ -128,24 +120,14 @@ def throughput(
         if i == warmup:
             sync()
             t0 = time.perf_counter()
-        with autocast:
-            logits = forward(batch[:, :-1]).view(stack, micro_batch, seq_len, vocab_size)
-        F.cross_entropy(logits.float().reshape(-1, vocab_size), targets, reduction="none").view(
-            stack, -1
-        ).mean(1).sum().backward()
-        if stack > 1:
-            forward.scatter_gradients()
-        for model, optimizer in zip(models, optimizers):
-            torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+        training_step(engine, members, batch, micro_batch, 1, 1, micro_batch)
     sync()
     elapsed = time.perf_counter() - t0
     tokens_per_s = stack * steps * micro_batch * seq_len / elapsed
-    model_flops = flops_per_token(models[0].config, seq_len) * tokens_per_s
+    model_flops = flops_per_token(members[0].model.config, seq_len) * tokens_per_s
     return {
         "model": size,
-        "params": models[0].num_params(),
+        "params": members[0].model.num_params(),
         "seq_len": seq_len,
         "micro_batch": micro_batch,
         "stack": stack,
@@ -230,7 +212,7 @@ def noise_scale_overhead(
     with noise_scale=true, alternated `rounds` times; medians and their ratio."""
     import tempfile
 
-    from repro.train import make_run_config, train
+    from repro.train import train
 
     fields = {
         "pool": pool,

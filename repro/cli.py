@@ -39,7 +39,8 @@ def _data_info(args: argparse.Namespace) -> None:
 
 
 def _train(args: argparse.Namespace) -> None:
-    from repro.train import load_run_config, train
+    from repro.config import load_run_config
+    from repro.train import train
 
     config = load_run_config(args.config, args.overrides, pool=args.pool)
     status = train(config, args.out, progress=not args.quiet)
@@ -133,7 +134,177 @@ def _preset_show(args: argparse.Namespace) -> None:
     print(preset_yaml(get_preset(args.preset)), end="")
 
 
+def _device() -> str:
+    """The device benchmarks run on: "cuda" when a GPU is visible, else "cpu"."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _first_model(args: argparse.Namespace) -> str:
+    """The model size a single-model benchmark uses: the first of --models."""
+    return args.models.split(",")[0]
+
+
+def _bench_repack(args: argparse.Namespace) -> dict:
+    """REPACK cost of a --tokens pool (sequences of --seq-len tokens, batches of --batch-size)."""
+    from repro import bench
+
+    result = bench.repack(
+        args.pool, parse_count(args.tokens), args.seq_len or 4096, args.batch_size or 64
+    )
+    for key, value in result.items():
+        print(f"{key:<22} {value:,.4f}" if isinstance(value, float) else f"{key:<22} {value:,}")
+    return result
+
+
+def _bench_step_time(args: argparse.Namespace) -> dict:
+    """Seconds per training step (ms printed) for micro-batches 1..--batch-size."""
+    from repro import bench
+
+    device = _device()
+    rows = bench.step_time(
+        _first_model(args),
+        args.vocab_size,
+        args.seq_len or 128,
+        args.batch_size or 8,
+        device,
+    )
+    print(f"{rows['model']} on {device}, seq_len {rows['seq_len']}")
+    print(f"{'micro-batch':>11} {'step ms':>9} {'tokens/s':>10}")
+    for m, seconds in rows["seconds_by_micro_batch"].items():
+        print(f"{m:>11} {seconds * 1e3:>9.1f} {m * rows['seq_len'] / seconds:>10,.0f}")
+    return rows
+
+
+def _bench_stacked(args: argparse.Namespace) -> list:
+    """Tokens/s and MFU of --stack sequential runs vs one stacked run, per thread count x batch."""
+    from repro import bench
+
+    rows = bench.stacked_vs_sequential(
+        _first_model(args),
+        args.vocab_size,
+        args.seq_len or 128,
+        [int(b) for b in args.batch_sizes.split(",")],
+        args.stack,
+        [int(t) for t in args.thread_counts.split(",")],
+    )
+    print(
+        f"{rows[0]['model']}, seq_len {rows[0]['seq_len']}, {args.stack} configs: "
+        "sequential runs vs one stack (medians of 3)"
+    )
+    print(
+        f"{'threads':>7} {'batch':>5} {'peak GFLOP/s':>12} {'seq tok/s':>10} {'seq MFU':>8} "
+        f"{'stack tok/s':>11} {'stack MFU':>9} {'speed-up':>8}"
+    )
+    for r in rows:
+        print(
+            f"{r['threads']:>7} {r['batch_size']:>5} "
+            f"{r['peak_matmul_flops_per_s'] / 1e9:>12.1f} "
+            f"{r['sequential_tokens_per_s']:>10,.0f} {r['sequential_mfu']:>8.1%} "
+            f"{r['stacked_tokens_per_s']:>11,.0f} {r['stacked_mfu']:>9.1%} "
+            f"{r['speedup']:>7.2f}x"
+        )
+    return rows
+
+
+def _bench_noise_scale(args: argparse.Namespace) -> dict:
+    """Step-time overhead (fraction) of measuring the gradient noise scale while training."""
+    from repro import bench
+
+    if not args.pool:
+        raise ReproError("repro bench noise-scale needs --pool POOL (a built pool to train on)")
+    rows = bench.noise_scale_overhead(
+        args.pool,
+        _first_model(args),
+        args.seq_len or 128,
+        args.batch_size or 32,
+        args.micro_batch or 4,
+    )
+    print(
+        f"{rows['model']}, batch {rows['batch_size']} "
+        f"in micro-batches of {rows['micro_batch']}, {rows['threads']} threads: "
+        f"{rows['seconds_without']:.2f} s without, "
+        f"{rows['seconds_with']:.2f} s with noise_scale "
+        f"(overhead {rows['overhead']:+.1%}, medians of {rows['rounds']})"
+    )
+    return rows
+
+
+def _bench_load_results(args: argparse.Namespace) -> dict:
+    """Seconds to load the metrics of a large synthetic run store."""
+    from repro import bench
+
+    rows = bench.load_results_speed()
+    print(
+        ", ".join(
+            f"{k} {v:,.2f}" if isinstance(v, float) else f"{k} {v:,}" for k, v in rows.items()
+        )
+    )
+    return rows
+
+
+def _bench_throughput(args: argparse.Namespace) -> dict:
+    """Training tokens/s and MFU per model x micro-batch, against the measured matmul peak."""
+    import torch
+
+    from repro import bench
+
+    device = _device()
+    peak = bench.peak_matmul_flops(device)
+    micro_batches = (
+        [int(m) for m in args.micro_batches.split(",")]
+        if args.micro_batches
+        else [args.batch_size or 16]
+    )
+    rows = [
+        bench.throughput(
+            m,
+            args.vocab_size,
+            args.seq_len or 128,
+            mb,
+            device=device,
+            peak_flops=peak,
+            compile=args.compile,
+        )
+        for m in args.models.split(",")
+        for mb in micro_batches
+    ]
+    kind = "bf16" if device == "cuda" else f"float32, {torch.get_num_threads()} threads"
+    print(
+        f"measured matmul peak: {peak / 1e9:,.1f} GFLOP/s ({kind})"
+        f"{', torch.compile' if args.compile else ''}"
+    )
+    _print_throughput(rows)
+    return {"peak_matmul_flops_per_s": peak, "device": device, "runs": rows}
+
+
+def _print_throughput(rows: list[dict]) -> None:
+    """One line per throughput run: parameters, shape, step ms, tokens/s, MFU, peak MiB."""
+    print(
+        f"{'model':<8} {'params':>13} {'seq':>5} {'batch':>6} {'step ms':>9} "
+        f"{'tokens/s':>10} {'MFU':>6} {'peak MiB':>9}"
+    )
+    for r in rows:
+        print(
+            f"{r['model']:<8} {r['params']:>13,} {r['seq_len']:>5} {r['micro_batch']:>6} "
+            f"{r['step_s'] * 1e3:>9.1f} {r['tokens_per_s']:>10,.0f} {r['mfu']:>6.1%} "
+            f"{r['peak_memory_bytes'] / 2**20:>9,.0f}"
+        )
+
+
+_BENCHMARKS = {
+    "repack": _bench_repack,
+    "throughput": _bench_throughput,
+    "stacked": _bench_stacked,
+    "noise-scale": _bench_noise_scale,
+    "step-time": _bench_step_time,
+    "load-results": _bench_load_results,
+}
+
+
 def _bench(args: argparse.Namespace) -> None:
+    """Run one benchmark (`repro bench WHAT`), print its table and save it as JSON."""
     import torch
 
     from repro import bench
@@ -142,115 +313,9 @@ def _bench(args: argparse.Namespace) -> None:
     unknown = [m for m in args.models.split(",") if m not in SIZES]
     if unknown:
         raise ReproError(f"unknown model size {unknown[0]!r}; choose from: {', '.join(SIZES)}")
-
     if args.threads:
         torch.set_num_threads(args.threads)
-    if args.what == "repack":
-        result = bench.repack(
-            args.pool, parse_count(args.tokens), args.seq_len or 4096, args.batch_size or 64
-        )
-        for key, value in result.items():
-            print(f"{key:<22} {value:,.4f}" if isinstance(value, float) else f"{key:<22} {value:,}")
-        rows = result
-    elif args.what == "step-time":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-        rows = bench.step_time(
-            args.models.split(",")[0],
-            args.vocab_size,
-            args.seq_len or 128,
-            args.batch_size or 8,
-            device,
-        )
-        print(f"{rows['model']} on {device}, seq_len {rows['seq_len']}")
-        print(f"{'micro-batch':>11} {'step ms':>9} {'tokens/s':>10}")
-        for m, seconds in rows["seconds_by_micro_batch"].items():
-            print(f"{m:>11} {seconds * 1e3:>9.1f} {m * rows['seq_len'] / seconds:>10,.0f}")
-    elif args.what == "stacked":
-        rows = bench.stacked_vs_sequential(
-            args.models.split(",")[0],
-            args.vocab_size,
-            args.seq_len or 128,
-            [int(b) for b in args.batch_sizes.split(",")],
-            args.stack,
-            [int(t) for t in args.thread_counts.split(",")],
-        )
-        print(
-            f"{rows[0]['model']}, seq_len {rows[0]['seq_len']}, {args.stack} configs: "
-            "sequential runs vs one stack (medians of 3)"
-        )
-        print(
-            f"{'threads':>7} {'batch':>5} {'peak GFLOP/s':>12} {'seq tok/s':>10} {'seq MFU':>8} "
-            f"{'stack tok/s':>11} {'stack MFU':>9} {'speed-up':>8}"
-        )
-        for r in rows:
-            print(
-                f"{r['threads']:>7} {r['batch_size']:>5} "
-                f"{r['peak_matmul_flops_per_s'] / 1e9:>12.1f} "
-                f"{r['sequential_tokens_per_s']:>10,.0f} {r['sequential_mfu']:>8.1%} "
-                f"{r['stacked_tokens_per_s']:>11,.0f} {r['stacked_mfu']:>9.1%} "
-                f"{r['speedup']:>7.2f}x"
-            )
-    elif args.what == "noise-scale":
-        if not args.pool:
-            raise ReproError("repro bench noise-scale needs --pool POOL (a built pool to train on)")
-        rows = bench.noise_scale_overhead(
-            args.pool,
-            args.models.split(",")[0],
-            args.seq_len or 128,
-            args.batch_size or 32,
-            args.micro_batch or 4,
-        )
-        print(
-            f"{rows['model']}, batch {rows['batch_size']} "
-            f"in micro-batches of {rows['micro_batch']}, {rows['threads']} threads: "
-            f"{rows['seconds_without']:.2f} s without, "
-            f"{rows['seconds_with']:.2f} s with noise_scale "
-            f"(overhead {rows['overhead']:+.1%}, medians of {rows['rounds']})"
-        )
-    elif args.what == "load-results":
-        rows = bench.load_results_speed()
-        print(
-            ", ".join(
-                f"{k} {v:,.2f}" if isinstance(v, float) else f"{k} {v:,}" for k, v in rows.items()
-            )
-        )
-    else:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-        peak = bench.peak_matmul_flops(device)
-        micro_batches = (
-            [int(m) for m in args.micro_batches.split(",")]
-            if args.micro_batches
-            else [args.batch_size or 16]
-        )
-        rows = [
-            bench.throughput(
-                m,
-                args.vocab_size,
-                args.seq_len or 128,
-                mb,
-                device=device,
-                peak_flops=peak,
-                compile=args.compile,
-            )
-            for m in args.models.split(",")
-            for mb in micro_batches
-        ]
-        kind = "bf16" if device == "cuda" else f"float32, {torch.get_num_threads()} threads"
-        print(
-            f"measured matmul peak: {peak / 1e9:,.1f} GFLOP/s ({kind})"
-            f"{', torch.compile' if args.compile else ''}"
-        )
-        print(
-            f"{'model':<8} {'params':>13} {'seq':>5} {'batch':>6} {'step ms':>9} "
-            f"{'tokens/s':>10} {'MFU':>6} {'peak MiB':>9}"
-        )
-        for r in rows:
-            print(
-                f"{r['model']:<8} {r['params']:>13,} {r['seq_len']:>5} {r['micro_batch']:>6} "
-                f"{r['step_s'] * 1e3:>9.1f} {r['tokens_per_s']:>10,.0f} {r['mfu']:>6.1%} "
-                f"{r['peak_memory_bytes'] / 2**20:>9,.0f}"
-            )
-        rows = {"peak_matmul_flops_per_s": peak, "device": device, "runs": rows}
+    rows = _BENCHMARKS[args.what](args)
     name = args.name or (
         f"step-time-{rows['model']}-{rows['device']}" if args.what == "step-time" else args.what
     )
@@ -270,7 +335,7 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 def _run_fields_help() -> str:
     """Every run field of `repro train` with its default and meaning."""
-    from repro.train import RunConfig
+    from repro.config import RunConfig
 
     lines = ["run fields (key=value; default; meaning):"]
     for f in fields(RunConfig):
@@ -278,21 +343,29 @@ def _run_fields_help() -> str:
     return "\n".join(lines)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="repro",
-        description="Multi-epoch pretraining on a finite document pool (arXiv 2610.15965).",
-        formatter_class=_HelpFormatter,
-    )
-    commands = parser.add_subparsers(dest="command", required=True)
+def _add_command(commands, name: str, help: str, **kwargs) -> argparse.ArgumentParser:
+    """A subcommand `name` whose help shows each option's default (see _HelpFormatter)."""
+    return commands.add_parser(name, formatter_class=_HelpFormatter, help=help, **kwargs)
 
-    data = commands.add_parser(
-        "data", formatter_class=_HelpFormatter, help="build and inspect pools"
-    ).add_subparsers(dest="data_command", required=True)
-    build = data.add_parser(
-        "build",
-        formatter_class=_HelpFormatter,
-        help="build a pool of unique training documents plus validation documents",
+
+def _add_group(commands, name: str, help: str, dest: str):
+    """A command `name` with subcommands of its own (their name goes to `dest`)."""
+    return _add_command(commands, name, help).add_subparsers(dest=dest, required=True)
+
+
+def _add_data_commands(commands) -> None:
+    """`repro data build` and `repro data info`."""
+    data = _add_group(commands, "data", "build and inspect pools", "data_command")
+    _add_data_build(data)
+    info = _add_command(data, "info", "counts of a built pool")
+    info.add_argument("pool", help="pool directory")
+    info.set_defaults(func=_data_info)
+
+
+def _add_data_build(data) -> None:
+    """`repro data build`: where documents come from, token targets (tokens), seeds, tokenizer."""
+    build = _add_command(
+        data, "build", "build a pool of unique training documents plus validation documents"
     )
     build.add_argument(
         "--source",
@@ -330,13 +403,11 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--force", action="store_true", help="replace a different pool at --out")
     build.add_argument("--quiet", action="store_true", help="no progress bars")
     build.set_defaults(func=_data_build)
-    info = data.add_parser("info", formatter_class=_HelpFormatter, help="counts of a built pool")
-    info.add_argument("pool", help="pool directory")
-    info.set_defaults(func=_data_info)
 
-    train = commands.add_parser(
-        "train", formatter_class=_HelpFormatter, help="one training run", epilog=_run_fields_help()
-    )
+
+def _add_train_command(commands) -> None:
+    """`repro train`: one run; its epilog lists every run field."""
+    train = _add_command(commands, "train", "one training run", epilog=_run_fields_help())
     train.add_argument("--pool", default=None, help="pool directory")
     train.add_argument("--out", required=True, help="run directory")
     train.add_argument("--config", default=None, help="YAML file of run fields")
@@ -346,12 +417,28 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.set_defaults(func=_train)
 
-    sweep = commands.add_parser(
-        "sweep", formatter_class=_HelpFormatter, help="grids of runs"
-    ).add_subparsers(dest="sweep_command", required=True)
-    run = sweep.add_parser(
-        "run", formatter_class=_HelpFormatter, help="run what is missing of a grid"
+
+def _add_sweep_commands(commands) -> None:
+    """`repro sweep run`, `repro sweep status` and `repro sweep table`."""
+    sweep = _add_group(commands, "sweep", "grids of runs", "sweep_command")
+    _add_sweep_run(sweep)
+    status = _add_command(sweep, "status", "counts of done / running / failed / pending runs")
+    status.add_argument("dir", help="sweep directory (repro sweep run --out)")
+    status.set_defaults(func=_sweep_status)
+    table = _add_command(sweep, "table", "tuned endpoints: one row per group")
+    table.add_argument("dir", help="sweep directory (repro sweep run --out)")
+    table.add_argument(
+        "--group-by",
+        default=None,
+        help="comma-separated fields (default: the varying untuned fields)",
     )
+    table.add_argument("--parquet", default=None, help="also write the table to this parquet file")
+    table.set_defaults(func=_sweep_table)
+
+
+def _add_sweep_run(sweep) -> None:
+    """`repro sweep run`: workers, executor (local or Slurm) and stacking of configs."""
+    run = _add_command(sweep, "run", "run what is missing of a grid")
     run.add_argument("grid", help="grid YAML file")
     run.add_argument("--out", required=True, help="sweep directory (one subdirectory per run)")
     run.add_argument(
@@ -383,28 +470,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--timeout-min", type=int, default=240, help="slurm: minutes per job")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.set_defaults(func=_sweep_run)
-    status = sweep.add_parser(
-        "status",
-        formatter_class=_HelpFormatter,
-        help="counts of done / running / failed / pending runs",
-    )
-    status.add_argument("dir", help="sweep directory (repro sweep run --out)")
-    status.set_defaults(func=_sweep_status)
-    table = sweep.add_parser(
-        "table", formatter_class=_HelpFormatter, help="tuned endpoints: one row per group"
-    )
-    table.add_argument("dir", help="sweep directory (repro sweep run --out)")
-    table.add_argument(
-        "--group-by",
-        default=None,
-        help="comma-separated fields (default: the varying untuned fields)",
-    )
-    table.add_argument("--parquet", default=None, help="also write the table to this parquet file")
-    table.set_defaults(func=_sweep_table)
 
-    reproduce = commands.add_parser(
-        "reproduce", formatter_class=_HelpFormatter, help="run the notebook series with papermill"
-    )
+
+def _add_reproduce_command(commands) -> None:
+    """`repro reproduce`: the notebook series of one preset."""
+    reproduce = _add_command(commands, "reproduce", "run the notebook series with papermill")
     reproduce.add_argument(
         "--preset", required=True, help="smoke | cpu | gpu-small | gpu | a preset FILE.yaml"
     )
@@ -421,28 +491,37 @@ def build_parser() -> argparse.ArgumentParser:
     )
     reproduce.set_defaults(func=_reproduce)
 
-    preset = commands.add_parser(
-        "preset", formatter_class=_HelpFormatter, help="inspect presets"
-    ).add_subparsers(dest="preset_command", required=True)
-    show = preset.add_parser(
-        "show", formatter_class=_HelpFormatter, help="every field of a preset, as YAML"
-    )
+
+def _add_preset_commands(commands) -> None:
+    """`repro preset show`."""
+    preset = _add_group(commands, "preset", "inspect presets", "preset_command")
+    show = _add_command(preset, "show", "every field of a preset, as YAML")
     show.add_argument("preset", help="smoke | cpu | gpu-small | gpu | a preset FILE.yaml")
     show.set_defaults(func=_preset_show)
 
-    bench = commands.add_parser(
+
+def _add_bench_command(commands) -> None:
+    """`repro bench WHAT`: the benchmark, its own inputs, the model shape, where results go."""
+    bench = _add_command(
+        commands,
         "bench",
-        formatter_class=_HelpFormatter,
-        help=(
+        (
             "benchmarks: repack cost, training throughput and MFU, step time per micro-batch, "
             "loading sweep results"
         ),
     )
+    bench.add_argument("what", help="the benchmark", choices=list(_BENCHMARKS))
+    _add_bench_inputs(bench)
+    _add_bench_shape(bench)
     bench.add_argument(
-        "what",
-        help="the benchmark",
-        choices=["repack", "throughput", "stacked", "noise-scale", "step-time", "load-results"],
+        "--name", default=None, help="file name of the JSON result (default: the benchmark's name)"
     )
+    bench.add_argument("--out", default="benchmarks/results", help="directory for the JSON results")
+    bench.set_defaults(func=_bench)
+
+
+def _add_bench_inputs(bench: argparse.ArgumentParser) -> None:
+    """Options of single benchmarks: noise-scale, stacked and repack."""
     bench.add_argument(
         "--micro-batch",
         type=int,
@@ -461,6 +540,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("--pool", default=None, help="repack: take document lengths from this pool")
     bench.add_argument("--tokens", default="200M", help="repack: pool size in tokens")
+
+
+def _add_bench_shape(bench: argparse.ArgumentParser) -> None:
+    """Model sizes, vocab, sequence length (tokens), batch (sequences), threads and compilation."""
     bench.add_argument(
         "--models", default="tiny,cpu-s,cpu-m,cpu-l", help="throughput: comma-separated model sizes"
     )
@@ -489,11 +572,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="throughput: comma-separated micro-batches (default: --batch-size)",
     )
     bench.add_argument("--compile", action="store_true", help="throughput: torch.compile the model")
-    bench.add_argument(
-        "--name", default=None, help="file name of the JSON result (default: the benchmark's name)"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `repro` parser: one subcommand per part of the study (docs/CONTRACT.md)."""
+    parser = argparse.ArgumentParser(
+        prog="repro",
+        description="Multi-epoch pretraining on a finite document pool (arXiv 2610.15965).",
+        formatter_class=_HelpFormatter,
     )
-    bench.add_argument("--out", default="benchmarks/results", help="directory for the JSON results")
-    bench.set_defaults(func=_bench)
+    commands = parser.add_subparsers(dest="command", required=True)
+    _add_data_commands(commands)
+    _add_train_command(commands)
+    _add_sweep_commands(commands)
+    _add_reproduce_command(commands)
+    _add_preset_commands(commands)
+    _add_bench_command(commands)
     return parser
 
 

@@ -100,7 +100,7 @@ class Preset:
 
     def _check_runs(self) -> None:
         """Every run the notebooks derive from this preset passes the trainer's field checks."""
-        from repro.train import check_fields, make_run_config
+        from repro.config import check_fields, make_run_config
 
         recipes = [
             {"embedding_weight_decay": w, "tie_embeddings": tie}

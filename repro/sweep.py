@@ -40,17 +40,11 @@ from pathlib import Path
 import yaml
 from tqdm.auto import tqdm
 
+from repro.config import RunConfig, make_run_config, run_identity, stack_key
 from repro.errors import ReproError
+from repro.files import write_json
 from repro.loaders import parse_batch_schedule, step_plan
 from repro.optim import decay_start_step
-from repro.train import (
-    RunConfig,
-    _write_json,
-    make_run_config,
-    run_identity,
-    stack_key,
-    train_stacked,
-)
 
 FINISHED = ("done", "diverged")
 
@@ -198,6 +192,8 @@ def execute_stack(
 ) -> list[str]:
     """Claim and run configs (run_id, config) that may train as one stack (train_stacked); a member
     that is finished or held by another process is left out. Returns what happened to each."""
+    from repro.train import train_stacked  # the runtime, loaded only where runs execute
+
     outcomes: dict[str, str] = {}
     with ExitStack() as locks:
         claimed = []
@@ -232,7 +228,7 @@ def execute_stack(
             except Exception as exc:  # one failing run never stops the sweep
                 for rid, _ in claimed:
                     if run_status(Path(store) / rid) not in FINISHED:
-                        _write_json(
+                        write_json(
                             Path(store) / rid / "status.json",
                             {
                                 "status": "failed",

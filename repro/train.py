@@ -22,223 +22,40 @@ import json
 import math
 import os
 import random
-import re
 import time
-from contextlib import nullcontext
-from dataclasses import asdict, dataclass, field, fields
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-import yaml
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from tqdm.auto import tqdm
 
+from repro.config import (
+    STACKABLE,
+    RunConfig,
+    check_fields,
+    kept_steps,
+    make_run_config,
+    micro_batches,
+    run_identity,
+    stack_key,
+)
 from repro.data.pool import Pool, load_pool
 from repro.errors import ReproError
-from repro.loaders import (
-    LOADERS,
-    EpochLoader,
-    parse_batch_schedule,
-    step_plan,
-    validation_sequences,
-)
-from repro.model import SIZES, Transformer, model_config
+from repro.files import write_json
+from repro.loaders import EpochLoader, StepPlan, step_plan, validation_sequences
+from repro.model import Transformer, model_config
 from repro.noise_scale import MicroBatchNorms, NoiseScaleEMA
 from repro.optim import GRAD_CLIP, Schedule, build_optimizer, lr_multiplier
 from repro.stacked import StackedForward, stack_parameters
 
 # sequences per validation forward pass, at least (no gradients, so larger than tiny micro-batches)
 EVAL_BATCH = 16
-
-
-def _field(default, doc: str):
-    """A run field: its default and meaning with units (`repro train --help` lists them)."""
-    return field(default=default, metadata={"doc": doc})
-
-
-@dataclass
-class RunConfig:
-    pool: str = _field("", "pool directory (repro data build)")
-    model: str = _field("tiny", "model size (repro.model.SIZES)")
-    seq_len: int = _field(128, "tokens per sequence")
-    batch_size: int = _field(16, "sequences per optimizer step, over all processes")
-    micro_batch: int = _field(
-        0, "sequences per forward/backward in one process (0: its whole share of the batch)"
-    )
-    lr: float = _field(3e-3, "peak learning rate")
-    weight_decay: float = _field(0.1, "AdamW decay of the hidden matrices")
-    embedding_weight_decay: float = _field(0.0, "AdamW decay of token embedding and output head")
-    tie_embeddings: bool = _field(False, "share the token embedding with the output head")
-    loader: str = _field("repack", "epoch order: repeat | shuffle | repack")
-    schedule: str = _field("cosine", "lr schedule: cosine | wsd | constant")
-    warmup: float = _field(0.01, "warmup, fraction of all steps")
-    warmup_steps: int = _field(0, "warmup in steps if > 0 (overrides warmup; WSD branches)")
-    min_lr_ratio: float = _field(0.1, "final lr as a fraction of the peak")
-    decay_fraction: float = _field(0.2, "wsd: the decay's fraction of all steps")
-    decay_shape: str = _field("linear", "wsd: linear | 1-sqrt")
-    epochs: int = _field(8, "passes over the pool's training split")
-    eval_every: float = _field(1.0, "epochs between evaluations (at most 1)")
-    log_every: int = _field(0, "steps between train-loss lines (0: only at evaluations)")
-    seed: int = _field(0, "model initialisation and data order")
-    device: str = _field("auto", "auto | cpu | cuda")
-    compile: bool = _field(False, "torch.compile the model")
-    threads: int = _field(0, "CPU threads per process (0: torch's default)")
-    vocab_size: int = _field(0, "0: the pool's; otherwise must equal it")
-    save_steps: str = _field("", "comma-separated steps whose checkpoints are kept (WSD trunk)")
-    init_from: str = _field("", "checkpoints/step-N.pt of another run to continue (WSD branch)")
-    batch_schedule: str = _field(
-        "", "f:B,...: batch B (sequences) from fraction f of the epochs; lr * sqrt(B / batch_size)"
-    )
-    noise_scale: bool = _field(
-        False, "log the gradient noise scale (needs >= 2 micro-batches or processes per step)"
-    )
-
-    def schedule_for(self, total_steps: int) -> Schedule:
-        warmup = self.warmup_steps / total_steps if self.warmup_steps else self.warmup
-        return Schedule(
-            self.schedule,
-            min(warmup, 1.0),
-            self.min_lr_ratio,
-            self.decay_fraction,
-            self.decay_shape,
-        )
-
-
-def _coerce(name: str, kind: type, value):
-    if kind is bool and isinstance(value, str):
-        if value.lower() in ("true", "1", "yes", "on"):
-            return True
-        if value.lower() in ("false", "0", "no", "off"):
-            return False
-        raise ReproError(f"{name}={value!r} is not a boolean; use true or false")
-    if kind is int and isinstance(value, float):
-        if not value.is_integer():
-            raise ReproError(f"{name}={value!r} is not a whole number")
-        return int(value)
-    try:
-        return kind(value) if not isinstance(value, kind) or kind is float else value
-    except (TypeError, ValueError):
-        raise ReproError(f"{name}={value!r} is not a valid {kind.__name__}") from None
-
-
-def make_run_config(values: dict) -> RunConfig:
-    """A RunConfig from a dict of field values (strings are converted to the field's type)."""
-    types = {
-        f.name: {"int": int, "float": float, "bool": bool, "str": str}[f.type]
-        for f in fields(RunConfig)
-    }
-    unknown = sorted(set(values) - set(types))
-    if unknown:
-        raise ReproError(f"unknown run field {unknown[0]!r}; valid fields: {', '.join(types)}")
-    return RunConfig(**{k: _coerce(k, types[k], v) for k, v in values.items()})
-
-
-def load_run_config(
-    config_file: str | None, overrides: list[str], pool: str | None = None
-) -> RunConfig:
-    """RunConfig from an optional YAML file, then `key=value` overrides, then --pool."""
-    values: dict = {}
-    if config_file:
-        try:
-            values = yaml.safe_load(Path(config_file).read_text()) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            raise ReproError(
-                f"cannot read config {config_file}: {str(exc).splitlines()[0]}"
-            ) from None
-        if not isinstance(values, dict):
-            raise ReproError(
-                f"config {config_file} must be a mapping of run fields (key: value lines)"
-            )
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise ReproError(f"override {item!r} is not key=value, e.g. lr=3e-3")
-        values[key.strip()] = value.strip()
-    if pool:
-        values["pool"] = pool
-    return make_run_config(values)
-
-
-def run_identity(config: RunConfig) -> dict:
-    """The fields that identify a run wherever the checkout lives: the pool by its content
-    fingerprint (once built) and a WSD branch's start by <trunk run>/checkpoints/<file>, not by
-    absolute paths."""
-    fields = asdict(config)
-    meta = Path(config.pool) / "meta.json" if config.pool else None
-    if meta is not None and meta.is_file():
-        fields["pool"] = "fingerprint:" + json.loads(meta.read_text())["fingerprint"]
-    if config.init_from:
-        fields["init_from"] = "/".join(Path(config.init_from).parts[-3:])
-    return fields
-
-
-# --- validation before any compute ------------------------------------------------------------
-
-
-def check_fields(config: RunConfig, world_size: int = 1) -> list[tuple[float, int]]:
-    """Raise a one-line ReproError for a config that is wrong whatever the pool and the machine
-    (presets check their runs with it); returns the batch schedule's (fraction, batch) phases."""
-    if config.model not in SIZES:
-        raise ReproError(f"unknown model size {config.model!r}; choose one of: {', '.join(SIZES)}")
-    if config.loader not in LOADERS:
-        raise ReproError(f"unknown loader {config.loader!r}; choose one of: {', '.join(LOADERS)}")
-    try:
-        config.schedule_for(1)
-    except ValueError as exc:
-        raise ReproError(str(exc)) from None
-    try:
-        _save_steps(config)
-    except ValueError:
-        raise ReproError(
-            f"save_steps={config.save_steps!r} is not a comma-separated list of steps"
-        ) from None
-    for name in ("lr", "epochs", "batch_size", "seq_len", "eval_every"):
-        if getattr(config, name) <= 0:
-            raise ReproError(f"{name} must be positive, got {getattr(config, name)}")
-    if config.eval_every > 1:
-        raise ReproError(
-            f"eval_every={config.eval_every} epochs; "
-            "evaluate at least once per epoch (eval_every <= 1)"
-        )
-    if config.weight_decay < 0 or config.embedding_weight_decay < 0:
-        raise ReproError("weight decays must be >= 0")
-    if config.micro_batch < 0 or config.seed < 0 or config.threads < 0 or config.warmup_steps < 0:
-        raise ReproError("micro_batch, seed, threads and warmup_steps must be >= 0")
-    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", config.device):
-        raise ReproError(f"device={config.device!r}; use auto, cpu, cuda or cuda:N")
-    if abs(1 / config.eval_every - round(1 / config.eval_every)) > 1e-9:
-        raise ReproError(
-            f"eval_every={config.eval_every} epochs must be 1/k for a whole number k "
-            "(1, 0.5, 0.25, ...)"
-        )
-    try:
-        phases = parse_batch_schedule(config.batch_schedule) if config.batch_schedule else []
-    except ValueError:
-        raise ReproError(
-            f"batch_schedule={config.batch_schedule!r} must look like 0:4,0.5:16 "
-            "(fraction of epochs:batch size, starting at 0, fractions increasing below 1)"
-        ) from None
-    for batch_size in {config.batch_size, *(b for _, b in phases)}:
-        micro, n_micro = _micro_batches(config, batch_size, world_size)
-        if micro == 0 or batch_size % (micro * world_size):
-            raise ReproError(
-                f"batch_size {batch_size} is not divisible by micro_batch {micro} "
-                f"x world size {world_size}"
-            )
-        if config.noise_scale and n_micro * world_size < 2:
-            raise ReproError(
-                "noise_scale needs at least two micro-batches or processes per step; "
-                f"set micro_batch below {batch_size // world_size}"
-            )
-    max_len = SIZES[config.model].max_seq_len
-    if config.seq_len > max_len:
-        raise ReproError(
-            f"seq_len {config.seq_len} exceeds model {config.model}'s limit of {max_len} tokens"
-        )
-    return phases
 
 
 def check_config(config: RunConfig, pool: Pool, world_size: int = 1) -> EpochLoader:
@@ -287,17 +104,6 @@ def _parsed_step(line: str) -> float:
         return math.inf
 
 
-def _save_steps(config: RunConfig) -> set[int]:
-    return {int(x) for x in config.save_steps.split(",") if x.strip()}
-
-
-def _micro_batches(config: RunConfig, batch_size: int, world_size: int) -> tuple[int, int]:
-    """(sequences per micro-batch, micro-batches per step) of one process for a global batch."""
-    per_rank = batch_size // world_size
-    micro = min(config.micro_batch, per_rank) if config.micro_batch else per_rank
-    return micro, (per_rank // micro if micro else 0)
-
-
 def _evaluation_steps(steps_by_epoch: tuple[int, ...], eval_every: float) -> list[int]:
     """Steps (counted from 1) after which validation runs: evenly spaced, always at each epoch
     end."""
@@ -309,12 +115,6 @@ def _evaluation_steps(steps_by_epoch: tuple[int, ...], eval_every: float) -> lis
         for i in range(1, per_epoch + 1)
     }
     return sorted(points)
-
-
-def _write_json(path: Path, obj: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2) + "\n")
-    os.replace(tmp, path)
 
 
 @torch.no_grad()
@@ -345,18 +145,6 @@ def evaluate(
         dist.all_reduce(total)
     model.train()
     return (total[0] / total[1]).item()
-
-
-STACKABLE = ("lr", "weight_decay", "embedding_weight_decay")
-"""Run fields that may differ between the members of a stack (train_stacked); all others must
-agree."""
-
-
-def stack_key(config: RunConfig) -> str:
-    """Runs with equal keys can train as one stack: same pool, shape, data order and schedule."""
-    return json.dumps(
-        {k: v for k, v in run_identity(config).items() if k not in STACKABLE}, sort_keys=True
-    )
 
 
 def train(config: RunConfig, out: str | Path, progress: bool = True) -> dict:
@@ -394,7 +182,35 @@ def train_stacked(
     if not todo:
         return [finished[i] for i in range(len(configs))]
 
-    config = configs[todo[0]]
+    device = _device(configs[todo[0]], world_size)
+    if rank == 0:
+        for i in todo:
+            outs[i].mkdir(parents=True, exist_ok=True)
+            write_json(outs[i] / "config.json", asdict(configs[i]))
+    try:
+        members = [_open_member(configs[i], outs[i], pool, device, rank) for i in todo]
+        by_step: dict[int, list[Member]] = {}
+        # members resumed from different checkpoints train as separate stacks
+        for member in members:
+            by_step.setdefault(member.step, []).append(member)
+        finals: dict[Path, dict] = {}
+        for group in by_step.values():
+            finals |= _run(group, pool, loader, device, rank, world_size, progress)
+    except Exception as exc:
+        if rank == 0:
+            for i in todo:
+                if not _is_finished(outs[i]):
+                    write_json(
+                        outs[i] / "status.json",
+                        {"status": "failed", "error": f"{type(exc).__name__}: {exc}"},
+                    )
+        raise
+    return [finished[i] or finals[outs[i]] for i in range(len(configs))]
+
+
+def _device(config: RunConfig, world_size: int) -> torch.device:
+    """The run's device (under torchrun, this rank's GPU; the process group started) and CPU
+    threads."""
     device = torch.device(
         "cuda"
         if config.device == "auto" and torch.cuda.is_available()
@@ -408,29 +224,7 @@ def train_stacked(
             torch.cuda.set_device(device)
     if config.threads:
         torch.set_num_threads(config.threads)
-    if rank == 0:
-        for i in todo:
-            outs[i].mkdir(parents=True, exist_ok=True)
-            _write_json(outs[i] / "config.json", asdict(configs[i]))
-    try:
-        members = [_open_member(configs[i], outs[i], pool, device, rank) for i in todo]
-        by_step: dict[int, list[_Member]] = {}
-        # members resumed from different checkpoints train as separate stacks
-        for member in members:
-            by_step.setdefault(member.step, []).append(member)
-        finals: dict[Path, dict] = {}
-        for group in by_step.values():
-            finals |= _run(group, pool, loader, device, rank, world_size, progress)
-    except Exception as exc:
-        if rank == 0:
-            for i in todo:
-                if not _is_finished(outs[i]):
-                    _write_json(
-                        outs[i] / "status.json",
-                        {"status": "failed", "error": f"{type(exc).__name__}: {exc}"},
-                    )
-        raise
-    return [finished[i] or finals[outs[i]] for i in range(len(configs))]
+    return device
 
 
 def _is_finished(out: Path) -> bool:
@@ -463,7 +257,7 @@ def _finished_status(config: RunConfig, out: Path) -> dict | None:
 
 
 @dataclass
-class _Member:
+class Member:
     """One run of a (possibly one-member) stack: its model, optimizer and progress."""
 
     config: RunConfig
@@ -479,6 +273,11 @@ class _Member:
         default_factory=lambda: {"best_val_loss": None, "best_step": None, "best_epoch": None}
     )
     noise: NoiseScaleEMA = field(default_factory=NoiseScaleEMA)
+    started: float = 0.0  # perf_counter() at the run's start, less the wall time before a resume
+
+    def wall_s(self) -> float:
+        """Seconds this run has trained, resumed pieces included."""
+        return time.perf_counter() - self.started
 
     def log(self, record: dict) -> None:
         with (self.out / "metrics.jsonl").open("a") as f:
@@ -487,7 +286,7 @@ class _Member:
 
 def _open_member(
     config: RunConfig, out: Path, pool: Pool, device: torch.device, rank: int
-) -> _Member:
+) -> Member:
     """Build the run's model (seeded) and load its checkpoint, or the trunk's for a WSD branch."""
     torch.manual_seed(config.seed)
     model = Transformer(model_config(config.model, pool.vocab_size, config.tie_embeddings)).to(
@@ -497,7 +296,7 @@ def _open_member(
     start_from = (
         ckpt_path if ckpt_path.exists() else (Path(config.init_from) if config.init_from else None)
     )
-    member = _Member(config, out, model, None)
+    member = Member(config, out, model, None)
     if start_from is None:
         if rank == 0:
             metrics_path.write_text("")
@@ -537,7 +336,7 @@ def _local_norm_hook(
     return allreduce_hook(None, bucket)
 
 
-def _save_checkpoint(path: Path, member: _Member, step: int, wall_s: float) -> None:
+def _save_checkpoint(path: Path, member: Member, step: int, wall_s: float) -> None:
     """Everything needed to continue exactly: weights, AdamW state, RNG, progress, the open loss
     window."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -566,8 +365,290 @@ def _save_checkpoint(path: Path, member: _Member, step: int, wall_s: float) -> N
     os.replace(tmp, path)
 
 
+@dataclass
+class Engine:
+    """How the members' forward and backward run: one model (under DDP and / or torch.compile) or a
+    stack of K models (repro.stacked); `noise_hook` collects each rank's gradient norm under DDP."""
+
+    forward: Callable[[torch.Tensor], torch.Tensor]  # tokens [B, T] -> logits [K, B, T, vocab]
+    train_model: torch.nn.Module | None  # the single model as trained (DDP's no_sync lives here)
+    stack: StackedForward | None
+    noise_hook: dict | None
+    autocast: AbstractContextManager
+
+    def gradient_holders(self, members: list[Member]) -> list[torch.Tensor]:
+        """The tensors backward writes gradients to: the stack's [K, ...] leaves, or the one
+        model's parameters."""
+        if self.stack is not None:
+            return list(self.stack.leaves.values())
+        return list(members[0].model.parameters())
+
+
+def build_engine(members: list[Member], device: torch.device, world_size: int) -> Engine:
+    """Set up training for one model (single process, DDP, compiled) or a stack of models."""
+    autocast = (
+        torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
+    )
+    if len(members) > 1:
+        stack = StackedForward(
+            [m.model for m in members], stack_parameters([m.model for m in members])
+        )
+        return Engine(stack, None, stack, None, autocast)
+    config, train_model, noise_hook = members[0].config, members[0].model, None
+    if world_size > 1:
+        train_model = torch.nn.parallel.DistributedDataParallel(
+            train_model, device_ids=[device.index] if device.type == "cuda" else None
+        )
+        if config.noise_scale:  # each rank's gradient norm before the all-reduce
+            noise_hook = {"sq": torch.zeros((), device=device)}
+            train_model.register_comm_hook(noise_hook, _local_norm_hook)
+    if config.compile:
+        train_model = torch.compile(train_model)
+    return Engine(lambda tokens: train_model(tokens)[None], train_model, None, noise_hook, autocast)
+
+
+def attach_optimizers(members: list[Member]) -> None:
+    """Each member's AdamW, with the state of the checkpoint it resumes from (consumed here)."""
+    for member in members:
+        c = member.config
+        member.optimizer = build_optimizer(
+            member.model, c.lr, c.weight_decay, c.embedding_weight_decay
+        )
+        if member.checkpoint is not None:
+            member.optimizer.load_state_dict(member.checkpoint["optimizer"])
+            member.checkpoint = None
+
+
+@dataclass
+class _Timeline:
+    """When things happen in a run (steps counted from 1) and what evaluation uses."""
+
+    plan: StepPlan
+    schedule: Schedule
+    eval_steps: set[int]
+    save_steps: set[int]  # steps whose checkpoints are kept (a WSD trunk)
+    val_sequences: np.ndarray
+    eval_batch: int  # sequences per validation forward, the same in every schedule phase
+
+
+def _timeline(config: RunConfig, pool: Pool, loader: EpochLoader, world_size: int) -> _Timeline:
+    plan = step_plan(
+        loader.sequences_per_epoch, config.epochs, config.batch_size, config.batch_schedule
+    )
+    return _Timeline(
+        plan=plan,
+        schedule=config.schedule_for(plan.total_steps),
+        eval_steps=set(_evaluation_steps(plan.steps_by_epoch, config.eval_every)),
+        save_steps=kept_steps(config),
+        val_sequences=validation_sequences(pool.val, pool.eos_id, config.seq_len),
+        eval_batch=max(micro_batches(config, config.batch_size, world_size)[0], EVAL_BATCH),
+    )
+
+
+def _forward_backward(
+    engine: Engine,
+    active: list[Member],
+    batch: torch.Tensor,
+    micro: int,
+    n_micro: int,
+    world_size: int,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Accumulate the gradients of `batch` (this rank's sequences) over its micro-batches; returns
+    the step's training loss per member and, with noise_scale, the mean squared gradient norm of
+    the small batches (micro-batches, or ranks under DDP) per member."""
+    step_loss = torch.zeros(len(active), device=batch.device)
+    noise_scale = active[0].config.noise_scale
+    micro_norms = (
+        MicroBatchNorms(stacked=engine.stack is not None)
+        if noise_scale and world_size == 1
+        else None
+    )
+    for m in range(n_micro):
+        chunk = batch[m * micro : (m + 1) * micro]
+        sync = world_size == 1 or m == n_micro - 1
+        with nullcontext() if sync else engine.train_model.no_sync(), engine.autocast:
+            logits = engine.forward(chunk[:, :-1])  # [members, B, T, vocab]
+            loss = _member_losses(logits, chunk[:, 1:], len(active)) / n_micro
+        loss.sum().backward()
+        step_loss += loss.detach()
+        if micro_norms is not None:
+            micro_norms.add(engine.gradient_holders(active), n_micro)
+    small_sq = None
+    if micro_norms is not None:
+        small_sq = micro_norms.restore(engine.gradient_holders(active))
+    elif engine.noise_hook is not None:
+        small_sq = engine.noise_hook["sq"].clone()[None]
+        dist.all_reduce(small_sq, op=dist.ReduceOp.AVG)
+        engine.noise_hook["sq"].zero_()
+    if engine.stack is not None:
+        engine.stack.scatter_gradients()
+    if world_size > 1:
+        dist.all_reduce(step_loss, op=dist.ReduceOp.AVG)
+    return step_loss, small_sq
+
+
+def training_step(
+    engine: Engine,
+    active: list[Member],
+    batch: torch.Tensor,
+    micro: int,
+    n_micro: int,
+    world_size: int,
+    batch_size: int,
+) -> torch.Tensor:
+    """One optimizer step of the active members on `batch` (this rank's share of a global batch of
+    `batch_size` sequences, in `n_micro` micro-batches of `micro`): forward and backward, the
+    noise-scale EMA, clipping and AdamW. Returns the step's training loss per member."""
+    losses, small_sq = _forward_backward(engine, active, batch, micro, n_micro, world_size)
+    b_small = batch_size // world_size if engine.noise_hook is not None else micro
+    _optimizer_steps(active, small_sq, b_small, batch_size)
+    return losses
+
+
+def _member_losses(logits: torch.Tensor, targets: torch.Tensor, k: int) -> torch.Tensor:
+    """Mean cross-entropy per member: logits [K, B, T, vocab], targets [B, T] -> [K]."""
+    flat = logits.float().reshape(-1, logits.shape[-1])
+    targets = targets.reshape(-1).repeat(k)
+    if k == 1:
+        return F.cross_entropy(flat, targets)[None]
+    return F.cross_entropy(flat, targets, reduction="none").view(k, -1).mean(1)
+
+
+def _optimizer_steps(
+    active: list[Member], small_sq: torch.Tensor | None, b_small: int, batch_size: int
+) -> None:
+    """Clip, feed the noise-scale EMA (small batch `b_small`, big batch `batch_size` sequences),
+    step and clear each member's optimizer."""
+    for k, member in enumerate(active):
+        norm = torch.nn.utils.clip_grad_norm_(member.model.parameters(), GRAD_CLIP)
+        if small_sq is not None:
+            member.noise.update(small_sq[k].item(), norm.item() ** 2, b_small, batch_size)
+        member.optimizer.step()
+        member.optimizer.zero_grad(set_to_none=True)
+
+
+def _step_record(
+    member: Member, step: int, plan: StepPlan, lr: float, batch_size: int, loss: float
+) -> dict:
+    """The metrics line of `member` after `step` (before any evaluation); updates its running
+    training loss (the mean since the last evaluation)."""
+    config = member.config
+    record = {
+        "step": step,
+        "epoch": plan.epochs_done(step),
+        "tokens": plan.sequences_done(step) * config.seq_len,
+        "lr": lr,
+    }
+    if config.batch_schedule:
+        record["step_batch"] = batch_size
+    if config.noise_scale:
+        record |= member.noise.values()
+    if not math.isfinite(loss):
+        return record | {"train_loss": None, "wall_s": member.wall_s(), "diverged": True}
+    member.loss_sum += loss
+    member.loss_steps += 1
+    return record | {"train_loss": member.loss_sum / member.loss_steps}
+
+
+def _evaluate_member(
+    member: Member,
+    record: dict,
+    step: int,
+    timeline: _Timeline,
+    engine: Engine,
+    device: torch.device,
+    rank: int,
+    world_size: int,
+) -> bool:
+    """Validation loss into `record` and the member's best; returns whether it diverged."""
+    val_loss = evaluate(
+        member.model,
+        timeline.val_sequences,
+        timeline.eval_batch,
+        device,
+        engine.autocast,
+        rank,
+        world_size,
+    )
+    record |= {"wall_s": member.wall_s(), "val_loss": val_loss}
+    if not math.isfinite(val_loss):
+        record["val_loss"] = None
+        return True
+    if member.best["best_val_loss"] is None or val_loss < member.best["best_val_loss"]:
+        epoch = timeline.plan.epochs_done(step)
+        member.best = {"best_val_loss": val_loss, "best_step": step, "best_epoch": epoch}
+    return False
+
+
+def _after_step(
+    member: Member,
+    record: dict,
+    step: int,
+    timeline: _Timeline,
+    engine: Engine,
+    device: torch.device,
+    rank: int,
+    world_size: int,
+) -> bool:
+    """Evaluate, log and checkpoint `member` as its timeline says; returns whether it diverged."""
+    diverged = record.get("diverged", False)
+    if step in timeline.eval_steps and not diverged:
+        diverged = _evaluate_member(
+            member, record, step, timeline, engine, device, rank, world_size
+        )
+    log_every = member.config.log_every
+    if rank == 0 and (diverged or "val_loss" in record or (log_every and step % log_every == 0)):
+        member.log(record | {"wall_s": record.get("wall_s", member.wall_s())})
+    if diverged:
+        return True
+    if "val_loss" in record:
+        member.loss_sum, member.loss_steps = 0.0, 0
+        if rank == 0:
+            _save_checkpoint(member.out / "checkpoint.pt", member, step, record["wall_s"])
+        if world_size > 1:
+            dist.barrier()
+    if step in timeline.save_steps and rank == 0:
+        path = member.out / "checkpoints" / f"step-{step}.pt"
+        _save_checkpoint(path, member, step, member.wall_s())
+    return False
+
+
+def _final_status(
+    member: Member, status: str, step: int, timeline: _Timeline, n_members: int, rank: int
+) -> dict:
+    """The member's status.json (written by rank 0), also returned."""
+    final = {
+        "status": status,
+        "step": step,
+        "total_steps": timeline.plan.total_steps,
+        "steps_per_epoch": timeline.plan.steps_by_epoch[0],
+        "wall_s": member.wall_s(),
+        "stacked": n_members,
+        **member.best,
+    }
+    if rank == 0:
+        write_json(member.out / "status.json", final)
+    return final
+
+
+def _mark_running(members: list[Member], step: int, total_steps: int, rank: int) -> None:
+    """status.json says running (rank 0); each member's wall clock starts (resumed time kept)."""
+    for member in members:
+        if rank == 0:
+            running = {"status": "running", "step": step, "total_steps": total_steps}
+            write_json(member.out / "status.json", running)
+        member.started = time.perf_counter() - member.wall_offset
+
+
+def _set_lr(active: list[Member], multiplier: float) -> None:
+    """Each member's lr: its peak lr times the schedule's (and the batch schedule's) multiplier."""
+    for member in active:
+        for group in member.optimizer.param_groups:
+            group["lr"] = member.config.lr * multiplier
+
+
 def _run(
-    members: list[_Member],
+    members: list[Member],
     pool: Pool,
     loader: EpochLoader,
     device: torch.device,
@@ -577,237 +658,45 @@ def _run(
 ) -> dict[Path, dict]:
     """Train the members (same shape, data order and schedule; all at the same step) to the end;
     returns each member's final status by run directory (on every rank)."""
-    config = members[0].config
-    noise_hook = None
-    if len(members) == 1:
-        model = members[0].model
-        train_model = model
-        if world_size > 1:
-            train_model = torch.nn.parallel.DistributedDataParallel(
-                model, device_ids=[device.index] if device.type == "cuda" else None
-            )
-            if config.noise_scale:  # each rank's gradient norm before the all-reduce
-                noise_hook = {"sq": torch.zeros((), device=device)}
-                train_model.register_comm_hook(noise_hook, _local_norm_hook)
-        if config.compile:
-            train_model = torch.compile(train_model)
-        forward, stack = (lambda tokens: train_model(tokens)[None]), None
-    else:
-        stack = StackedForward(
-            [m.model for m in members], stack_parameters([m.model for m in members])
-        )
-        forward, train_model = stack, None
-
-    def gradient_holders() -> list[torch.Tensor]:
-        """The tensors backward writes gradients to: the stack's [K, ...] leaves, or the one model's
-        parameters."""
-        return (
-            list(stack.leaves.values())
-            if stack is not None
-            else list(members[0].model.parameters())
-        )
-
-    for member in members:
-        member.optimizer = build_optimizer(
-            member.model,
-            member.config.lr,
-            member.config.weight_decay,
-            member.config.embedding_weight_decay,
-        )
-        if member.checkpoint is not None:
-            member.optimizer.load_state_dict(member.checkpoint["optimizer"])
-            member.checkpoint = None
-    autocast = (
-        torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
-    )
-
-    plan = step_plan(
-        loader.sequences_per_epoch, config.epochs, config.batch_size, config.batch_schedule
-    )
-    steps_per_epoch = plan.steps_by_epoch[0]
-    total_steps = plan.total_steps
-    schedule = config.schedule_for(total_steps)
-    save_steps = _save_steps(config)
-    eval_steps = set(_evaluation_steps(plan.steps_by_epoch, config.eval_every))
-    val_sequences = validation_sequences(pool.val, pool.eos_id, config.seq_len)
-    eval_batch = max(
-        _micro_batches(config, config.batch_size, world_size)[0], EVAL_BATCH
-    )  # the same in every schedule phase
-    step = members[0].step
-
-    if rank == 0:
-        for member in members:
-            _write_json(
-                member.out / "status.json",
-                {"status": "running", "step": step, "total_steps": total_steps},
-            )
-
+    config, step = members[0].config, members[0].step
+    engine = build_engine(members, device, world_size)
+    attach_optimizers(members)
+    timeline = _timeline(config, pool, loader, world_size)
+    plan, total_steps = timeline.plan, timeline.plan.total_steps
+    _mark_running(members, step, total_steps, rank)
     finals: dict[Path, dict] = {}
-
-    def finish(member: _Member, status: str) -> None:
-        finals[member.out] = {
-            "status": status,
-            "step": step,
-            "total_steps": total_steps,
-            "steps_per_epoch": steps_per_epoch,
-            "wall_s": time.perf_counter() - started[member.out],
-            "stacked": len(members),
-            **member.best,
-        }
-        if rank == 0:
-            _write_json(member.out / "status.json", finals[member.out])
-
-    started = {m.out: time.perf_counter() - m.wall_offset for m in members}
     active = list(members)
     name = members[0].out.name + (f" +{len(members) - 1}" if len(members) > 1 else "")
+    show = progress and rank == 0
     bar = tqdm(
-        total=total_steps,
-        initial=step,
-        desc=name,
-        unit="step",
-        disable=not progress or rank != 0,
-        leave=False,
+        total=total_steps, initial=step, desc=name, unit="step", disable=not show, leave=False
     )
     while step < total_steps and active:
         epoch, step_in_epoch, batch_size = plan.locate(step)
         per_rank = batch_size // world_size
-        micro, n_micro = _micro_batches(config, batch_size, world_size)
-        multiplier = lr_multiplier(schedule, step, total_steps) * math.sqrt(
-            batch_size / config.batch_size
-        )
-        for member in active:
-            for group in member.optimizer.param_groups:
-                group["lr"] = member.config.lr * multiplier
-        rows = loader.sequences(epoch, step_in_epoch * batch_size, batch_size)[
-            rank * per_rank : (rank + 1) * per_rank
-        ]
-        batch = torch.from_numpy(rows).to(device)
-        step_loss = torch.zeros(len(active), device=device)
-        micro_norms = (
-            MicroBatchNorms(stacked=stack is not None)
-            if config.noise_scale and world_size == 1
-            else None
-        )
-        for m in range(n_micro):
-            chunk = batch[m * micro : (m + 1) * micro]
-            sync = world_size == 1 or m == n_micro - 1
-            with nullcontext() if sync else train_model.no_sync(), autocast:
-                logits = forward(chunk[:, :-1])  # [members, B, T, vocab]
-                targets = chunk[:, 1:].reshape(-1).repeat(len(active))
-                if len(active) == 1:
-                    loss = (
-                        F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets)[None]
-                        / n_micro
-                    )
-                else:  # one mean per config
-                    token_loss = F.cross_entropy(
-                        logits.float().reshape(-1, logits.shape[-1]), targets, reduction="none"
-                    )
-                    loss = token_loss.view(len(active), -1).mean(1) / n_micro
-            loss.sum().backward()
-            step_loss += loss.detach()
-            if micro_norms is not None:
-                micro_norms.add(gradient_holders(), n_micro)
-        # mean squared gradient norm of the small batches (micro-batches, or ranks under DDP)
-        small_sq = None
-        if micro_norms is not None:
-            small_sq = micro_norms.restore(gradient_holders())
-        elif noise_hook is not None:
-            small_sq = noise_hook["sq"].clone()[None]
-            dist.all_reduce(small_sq, op=dist.ReduceOp.AVG)
-            noise_hook["sq"].zero_()
-        if stack is not None:
-            stack.scatter_gradients()
-        if world_size > 1:
-            dist.all_reduce(step_loss, op=dist.ReduceOp.AVG)
-        for k, member in enumerate(active):
-            norm = torch.nn.utils.clip_grad_norm_(member.model.parameters(), GRAD_CLIP)
-            if small_sq is not None:
-                member.noise.update(
-                    small_sq[k].item(),
-                    norm.item() ** 2,
-                    per_rank if noise_hook is not None else micro,
-                    batch_size,
-                )
-            member.optimizer.step()
-            member.optimizer.zero_grad(set_to_none=True)
+        micro, n_micro = micro_batches(config, batch_size, world_size)
+        multiplier = lr_multiplier(timeline.schedule, step, total_steps)
+        multiplier *= math.sqrt(batch_size / config.batch_size)
+        _set_lr(active, multiplier)
+        rows = loader.sequences(epoch, step_in_epoch * batch_size, batch_size)
+        batch = torch.from_numpy(rows[rank * per_rank : (rank + 1) * per_rank]).to(device)
+        losses = training_step(engine, active, batch, micro, n_micro, world_size, batch_size)
         step += 1
         bar.update()
-        for member, step_loss_value in zip(list(active), step_loss.tolist()):
-            lr = member.config.lr * multiplier
-            record = {
-                "step": step,
-                "epoch": plan.epochs_done(step),
-                "tokens": plan.sequences_done(step) * config.seq_len,
-                "lr": lr,
-            }
-            if config.batch_schedule:
-                record["step_batch"] = batch_size
-            if config.noise_scale:
-                record |= member.noise.values()
-            diverged = not math.isfinite(step_loss_value)
-            if diverged:
-                record |= {
-                    "train_loss": None,
-                    "wall_s": time.perf_counter() - started[member.out],
-                    "diverged": True,
-                }
-            else:
-                member.loss_sum += step_loss_value
-                member.loss_steps += 1
-                record["train_loss"] = (
-                    member.loss_sum / member.loss_steps
-                )  # mean since the last evaluation
-            if step in eval_steps and not diverged:
-                val_loss = evaluate(
-                    member.model, val_sequences, eval_batch, device, autocast, rank, world_size
+        for member, loss in zip(list(active), losses.tolist()):
+            record = _step_record(
+                member, step, plan, member.config.lr * multiplier, batch_size, loss
+            )
+            if _after_step(member, record, step, timeline, engine, device, rank, world_size):
+                finals[member.out] = _final_status(
+                    member, "diverged", step, timeline, len(members), rank
                 )
-                record |= {
-                    "wall_s": time.perf_counter() - started[member.out],
-                    "val_loss": val_loss,
-                }
-                if not math.isfinite(val_loss):
-                    record["val_loss"] = None
-                    diverged = True
-                elif (
-                    member.best["best_val_loss"] is None or val_loss < member.best["best_val_loss"]
-                ):
-                    member.best = {
-                        "best_val_loss": val_loss,
-                        "best_step": step,
-                        "best_epoch": plan.epochs_done(step),
-                    }
-            if rank == 0 and (
-                diverged
-                or "val_loss" in record
-                or (config.log_every and step % config.log_every == 0)
-            ):
-                member.log(
-                    record
-                    | {"wall_s": record.get("wall_s", time.perf_counter() - started[member.out])}
-                )
-            if diverged:
-                finish(member, "diverged")
                 active.remove(member)
-                if stack is not None:
-                    stack.drop(members.index(member))
-                continue
-            if "val_loss" in record:
-                member.loss_sum, member.loss_steps = 0.0, 0
-                if rank == 0:
-                    _save_checkpoint(member.out / "checkpoint.pt", member, step, record["wall_s"])
-                if world_size > 1:
-                    dist.barrier()
-            if step in save_steps and rank == 0:
-                _save_checkpoint(
-                    member.out / "checkpoints" / f"step-{step}.pt",
-                    member,
-                    step,
-                    time.perf_counter() - started[member.out],
-                )
+                if engine.stack is not None:
+                    engine.stack.drop(members.index(member))
         if len(members) == 1:
             bar.set_postfix(val=f"{members[0].best['best_val_loss'] or float('nan'):.3f}")
     bar.close()
     for member in active:
-        finish(member, "done")
+        finals[member.out] = _final_status(member, "done", step, timeline, len(members), rank)
     return finals

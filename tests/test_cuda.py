@@ -6,8 +6,9 @@ import json
 import pytest
 import torch
 
+from repro.config import make_run_config
 from repro.model import Transformer, model_config
-from repro.train import make_run_config, train, train_stacked
+from repro.train import train, train_stacked
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 

@@ -7,12 +7,13 @@ from dataclasses import asdict
 import pytest
 import torch
 
+from repro.config import make_run_config
 from repro.data.pool import load_pool
 from repro.errors import ReproError
 from repro.model import Transformer, model_config
 from repro.stacked import StackedForward, stack_parameters
 from repro.sweep import estimated_cost, longest_first, plan, run_sweep, stacks
-from repro.train import check_config, make_run_config, train, train_stacked
+from repro.train import check_config, train, train_stacked
 
 BASE = dict(
     model="tiny",

@@ -10,9 +10,9 @@ from dataclasses import replace
 
 import pytest
 
+from repro.config import make_run_config
 from repro.results import load_results, tuned_endpoints
 from repro.sweep import expand, plan, run_id, run_sweep, sweep_status
-from repro.train import make_run_config
 
 TINY = {"model": "tiny", "seq_len": 32, "epochs": 1, "eval_every": 0.5, "threads": 1}
 

@@ -13,9 +13,10 @@ import pytest
 import torch
 
 from repro.cli import main
+from repro.config import load_run_config, make_run_config
 from repro.data.pool import PoolSpec, build_pool
 from repro.errors import ReproError
-from repro.train import load_run_config, make_run_config, train
+from repro.train import train
 
 BASE = dict(
     model="tiny",

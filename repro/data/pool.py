@@ -268,9 +268,8 @@ def _split_stats(split: Split, logprobs: list[float] | None) -> dict:
     return stats
 
 
-def build_pool(spec: PoolSpec, out: str | Path, force: bool = False, progress: bool = True) -> Path:
-    """Build the pool described by `spec` at `out` (atomically); a no-op if it is already there."""
-    out = Path(out)
+def _check_spec(spec: PoolSpec) -> None:
+    """Reject a dtype or vocab size that cannot make a pool, before reading the source."""
     if spec.dtype not in DTYPES:
         raise ReproError(f"unknown dtype {spec.dtype!r}; choose one of: {', '.join(DTYPES)}")
     if spec.tokenizer is None and spec.vocab_size < MIN_BPE_VOCAB:
@@ -283,10 +282,178 @@ def build_pool(spec: PoolSpec, out: str | Path, force: bool = False, progress: b
             f"vocab size {spec.vocab_size} does not fit dtype uint16 (at most 65536 ids); "
             "use --dtype uint32 or auto"
         )
+
+
+def _local_tokenizer(spec: PoolSpec):
+    """The given tokenizer when it is a local file or pool directory; None otherwise."""
+    local = spec.tokenizer is not None and Path(spec.tokenizer).exists()
+    return load_tokenizer(spec.tokenizer) if local else None
+
+
+def _check_given_tokenizer(tokenizer, dtype: str) -> None:
+    """A given tokenizer must fit `dtype` and have an end-of-text token."""
+    vocab = tokenizer.get_vocab_size(with_added_tokens=True)
+    if dtype == "uint16" and vocab > 65536:
+        raise ReproError(
+            f"tokenizer vocab {vocab} does not fit dtype uint16; use --dtype uint32 or auto"
+        )
+    eos_id(tokenizer)
+
+
+def _gather_splits(
+    spec: PoolSpec, source, val_seed: int, bytes_per_token: float, progress: bool
+) -> dict[str, _Candidates]:
+    """Validation, then training candidates (disjoint), each `bytes_per_token` x its token target
+    in UTF-8 bytes."""
+    val = _gather(
+        source.documents(val_seed),
+        int(spec.val_tokens * bytes_per_token) + 1,
+        val_seed,
+        source.finite,
+        set(),
+        "val docs",
+        progress,
+    )
+    if not val.docs:
+        raise ReproError(
+            f"source {spec.source!r} yielded no non-empty documents; "
+            "check the path, text field and text unit"
+        )
+    train = _gather(
+        source.documents(spec.seed),
+        int(spec.tokens * bytes_per_token) + 1,
+        spec.seed,
+        source.finite,
+        set(val.shas),
+        "train docs",
+        progress,
+    )
+    if not train.docs:
+        raise ReproError(
+            f"source {spec.source!r} has no documents left for training "
+            "after the validation split; lower --val-tokens or use a larger source"
+        )
+    return {"val": val, "train": train}
+
+
+def _short_bytes_per_token(
+    spec: PoolSpec, arrays: dict[str, list[np.ndarray]], cands: dict[str, _Candidates]
+) -> float | None:
+    """Measured UTF-8 bytes per token of the first split short of its token target (None: none
+    is short); an error when that split's source has nothing more to give."""
+    checks = (
+        ("validation", sum(map(len, arrays["val"])), spec.val_tokens, cands["val"]),
+        ("training", sum(map(len, arrays["train"])), spec.tokens, cands["train"]),
+    )
+    short = [(name, got, want, c) for name, got, want, c in checks if got < want]
+    if not short:
+        return None
+    name, got, want, short_cands = short[0]
+    if short_cands.exhausted:
+        flag = "--val-tokens" if name == "validation" else "--tokens"
+        raise ReproError(
+            f"source {spec.source!r} supplies only {got:,} unique {name} tokens "
+            f"(asked for {want:,}); ask for at most {got:,} with {flag} or use a larger source"
+        )
+    n_bytes = sum(len(d.text.encode("utf-8", errors="surrogatepass")) for d in short_cands.docs)
+    return n_bytes / max(got, 1)
+
+
+def _tokenize_splits(spec: PoolSpec, source, given, val_seed: int, progress: bool):
+    """(tokenizer, token arrays per split, candidates per split); candidates are gathered again
+    with a larger bytes-per-token estimate until both splits reach their token targets."""
+    bytes_per_token = INITIAL_BYTES_PER_TOKEN
+    while True:
+        cands = _gather_splits(spec, source, val_seed, bytes_per_token, progress)
+        tokenizer = given or train_bpe((d.text for d in cands["train"].docs), spec.vocab_size)
+        arrays = {
+            "val": _tokenize_until(
+                tokenizer, cands["val"].docs, spec.val_tokens, "tokenize val", progress
+            ),
+            "train": _tokenize_until(
+                tokenizer, cands["train"].docs, spec.tokens, "tokenize train", progress
+            ),
+        }
+        measured = _short_bytes_per_token(spec, arrays, cands)
+        if measured is None:
+            return tokenizer, arrays, cands
+        bytes_per_token = max(bytes_per_token, measured) * 1.25
+
+
+def _token_dtype(dtype: str, vocab_size: int) -> type:
+    """numpy dtype of the token ids: uint16 when asked or when `auto` and the vocab fits."""
+    if dtype == "uint16" or (dtype == "auto" and vocab_size <= 65535):
+        return np.uint16
+    return np.uint32
+
+
+def _make_splits(
+    arrays: dict[str, list[np.ndarray]], cands: dict[str, _Candidates], dtype: type
+) -> tuple[dict[str, Split], dict[str, list[float] | None]]:
+    """Each split's flat tokens and doc offsets, and its documents' log-probabilities (nats) when
+    the source knows them."""
+    splits, logprobs = {}, {}
+    for name in ("val", "train"):
+        lengths = np.fromiter(
+            (len(a) for a in arrays[name]), dtype=np.int64, count=len(arrays[name])
+        )
+        splits[name] = Split(
+            np.concatenate(arrays[name]).astype(dtype),
+            np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
+        )
+        used = cands[name].docs[: len(arrays[name])]
+        logprobs[name] = [d.logprob for d in used] if used[0].logprob is not None else None
+    return splits, logprobs
+
+
+def _pool_meta(
+    spec: PoolSpec,
+    build_args: dict,
+    tokenizer,
+    splits: dict[str, Split],
+    logprobs: dict[str, list[float] | None],
+    cands: dict[str, _Candidates],
+) -> dict:
+    """meta.json of a pool (docs/CONTRACT.md), fingerprint included."""
+    meta = {
+        "format": FORMAT_VERSION,
+        "source": spec.source,
+        "source_info": build_args["source_info"],
+        "seed": spec.seed,
+        "val_seed": build_args["val_seed"],
+        "splits": {name: _split_stats(splits[name], logprobs[name]) for name in SPLITS},
+        "vocab_size": tokenizer.get_vocab_size(with_added_tokens=True),
+        "eos_id": eos_id(tokenizer),
+        "tokenizer": spec.tokenizer
+        or f"byte-level BPE trained on {len(cands['train'].docs)} training candidates",
+        "tokenizer_sha256": tokenizer_sha256(tokenizer),
+        "dtype": splits["train"].tokens.dtype.name,
+        "duplicates_dropped": cands["val"].duplicates + cands["train"].duplicates,
+        "bayes_floor_nats_per_token": (
+            _split_stats(splits["val"], logprobs["val"]).get("bayes_floor_nats_per_token")
+        ),
+        "build_args": build_args,
+    }
+    meta["fingerprint"] = _fingerprint(meta["tokenizer_sha256"], splits)
+    return meta
+
+
+def _fingerprint(tokenizer_sha: str, splits: dict[str, Split]) -> str:
+    """sha256 over the tokenizer's sha256 and every split's tokens and doc offsets."""
+    digest = hashlib.sha256(tokenizer_sha.encode())
+    for name in SPLITS:
+        digest.update(splits[name].tokens.tobytes())
+        digest.update(splits[name].doc_offsets.tobytes())
+    return digest.hexdigest()
+
+
+def build_pool(spec: PoolSpec, out: str | Path, force: bool = False, progress: bool = True) -> Path:
+    """Build the pool described by `spec` at `out` (atomically); a no-op if it is already there."""
+    out = Path(out)
+    _check_spec(spec)
     source = open_source(spec.source, spec.text_field, spec.text_unit)
     build_args = spec.build_args() | {"source_info": source.info}
-    local_tokenizer = spec.tokenizer is not None and Path(spec.tokenizer).exists()
-    given = load_tokenizer(spec.tokenizer) if local_tokenizer else None
+    given = _local_tokenizer(spec)
     if given is not None:  # a local tokenizer is identified by its content, not by where it lies
         build_args["tokenizer"] = f"sha256:{tokenizer_sha256(given)}"
     if _check_existing(out, build_args, force):
@@ -294,111 +461,13 @@ def build_pool(spec: PoolSpec, out: str | Path, force: bool = False, progress: b
     if spec.tokenizer and given is None:
         given = load_tokenizer(spec.tokenizer)
     if given is not None:
-        vocab = given.get_vocab_size(with_added_tokens=True)
-        if spec.dtype == "uint16" and vocab > 65536:
-            raise ReproError(
-                f"tokenizer vocab {vocab} does not fit dtype uint16; use --dtype uint32 or auto"
-            )
-        eos_id(given)
-
-    val_seed = build_args["val_seed"]
-    bytes_per_token = INITIAL_BYTES_PER_TOKEN
-    while True:
-        val = _gather(
-            source.documents(val_seed),
-            int(spec.val_tokens * bytes_per_token) + 1,
-            val_seed,
-            source.finite,
-            set(),
-            "val docs",
-            progress,
-        )
-        if not val.docs:
-            raise ReproError(
-                f"source {spec.source!r} yielded no non-empty documents; "
-                "check the path, text field and text unit"
-            )
-        train = _gather(
-            source.documents(spec.seed),
-            int(spec.tokens * bytes_per_token) + 1,
-            spec.seed,
-            source.finite,
-            set(val.shas),
-            "train docs",
-            progress,
-        )
-        if not train.docs:
-            raise ReproError(
-                f"source {spec.source!r} has no documents left for training "
-                "after the validation split; lower --val-tokens or use a larger source"
-            )
-        tokenizer = given or train_bpe((d.text for d in train.docs), spec.vocab_size)
-        val_arrays = _tokenize_until(tokenizer, val.docs, spec.val_tokens, "tokenize val", progress)
-        train_arrays = _tokenize_until(
-            tokenizer, train.docs, spec.tokens, "tokenize train", progress
-        )
-        short = [
-            (name, got, want, cands)
-            for name, got, want, cands in (
-                ("validation", sum(map(len, val_arrays)), spec.val_tokens, val),
-                ("training", sum(map(len, train_arrays)), spec.tokens, train),
-            )
-            if got < want
-        ]
-        if not short:
-            break
-        name, got, want, cands = short[0]
-        if cands.exhausted:
-            flag = "--val-tokens" if name == "validation" else "--tokens"
-            raise ReproError(
-                f"source {spec.source!r} supplies only {got:,} unique {name} tokens "
-                f"(asked for {want:,}); ask for at most {got:,} with {flag} or use a larger source"
-            )
-        measured = sum(
-            len(d.text.encode("utf-8", errors="surrogatepass")) for d in cands.docs
-        ) / max(got, 1)
-        bytes_per_token = max(bytes_per_token, measured) * 1.25
-
-    vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
-    dtype = (
-        np.uint16
-        if (spec.dtype == "uint16" or (spec.dtype == "auto" and vocab_size <= 65535))
-        else np.uint32
+        _check_given_tokenizer(given, spec.dtype)
+    tokenizer, arrays, cands = _tokenize_splits(
+        spec, source, given, build_args["val_seed"], progress
     )
-    splits, logprobs = {}, {}
-    for name, arrays, cands in (("val", val_arrays, val), ("train", train_arrays, train)):
-        lengths = np.fromiter((len(a) for a in arrays), dtype=np.int64, count=len(arrays))
-        splits[name] = Split(
-            np.concatenate(arrays).astype(dtype),
-            np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
-        )
-        used = cands.docs[: len(arrays)]
-        logprobs[name] = [d.logprob for d in used] if used[0].logprob is not None else None
-
-    meta = {
-        "format": FORMAT_VERSION,
-        "source": spec.source,
-        "source_info": source.info,
-        "seed": spec.seed,
-        "val_seed": val_seed,
-        "splits": {name: _split_stats(splits[name], logprobs[name]) for name in SPLITS},
-        "vocab_size": vocab_size,
-        "eos_id": eos_id(tokenizer),
-        "tokenizer": spec.tokenizer
-        or f"byte-level BPE trained on {len(train.docs)} training candidates",
-        "tokenizer_sha256": tokenizer_sha256(tokenizer),
-        "dtype": np.dtype(dtype).name,
-        "duplicates_dropped": val.duplicates + train.duplicates,
-        "bayes_floor_nats_per_token": (
-            _split_stats(splits["val"], logprobs["val"]).get("bayes_floor_nats_per_token")
-        ),
-        "build_args": build_args,
-    }
-    digest = hashlib.sha256(meta["tokenizer_sha256"].encode())
-    for name in SPLITS:
-        digest.update(splits[name].tokens.tobytes())
-        digest.update(splits[name].doc_offsets.tobytes())
-    meta["fingerprint"] = digest.hexdigest()
+    dtype = _token_dtype(spec.dtype, tokenizer.get_vocab_size(with_added_tokens=True))
+    splits, logprobs = _make_splits(arrays, cands, dtype)
+    meta = _pool_meta(spec, build_args, tokenizer, splits, logprobs, cands)
     _write_atomically(out, meta, tokenizer, splits)
     return out
 

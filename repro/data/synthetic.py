@@ -122,110 +122,148 @@ class SyntheticLanguage:
         topic = int(rng.integers(g.n_topics))
         templates = rng.choice(len(TEMPLATES), size=n_sent, p=self.p_template)
         logp += float(self.log_p_template[templates].sum())
-        # bulk draws, consumed in order; sized generously for the worst case of each template
-        places = _draw(self.cdf_place, rng, 2 * n_sent)
-        adjs = _draw(self.cdf_adj, rng, 2 * n_sent)
-        verbs = _draw(self.cdf_verb, rng, 2 * n_sent)
-        nouns = _draw(self.cdf_noun_by_topic[topic], rng, 3 * n_sent)
+        doc = _Document(self, rng, n_sent, topic, logp)  # draws the words in bulk
         breaks = rng.random(n_sent) < g.paragraph_break_prob
-        ip = ia = iv = inn = 0
-        used_places, used_adjs, used_verbs, used_nouns = [], [], [], []
-        counts: dict[int, int] = {}
-        mentions = 0
-        used_mass = 0.0
-        home: dict[int, int] = {}
-        like: dict[int, tuple[int, int]] = {}
-        alpha = g.new_entity_alpha
         out: list[str] = []
-
-        def entity() -> int:
-            nonlocal mentions, used_mass, logp
-            a = alpha if len(counts) < g.n_names else 0.0  # no new entity once every name is used
-            u = rng.random() * (mentions + a)
-            if u < mentions:  # reuse an existing entity, chosen proportionally to its count
-                acc = 0.0
-                for e in counts:  # e is used after the loop
-                    acc += counts[e]
-                    if u < acc:
-                        break
-                logp += math.log(counts[e] / (mentions + a))
-            else:  # a new name, Zipf over the names not yet used
-                while True:
-                    e = _draw_one(self.cdf_name, rng)
-                    if e not in counts:
-                        break
-                logp += math.log(a / (mentions + a)) + math.log(self.p_name[e] / (1.0 - used_mass))
-                used_mass += self.p_name[e]
-                counts[e] = 0
-            counts[e] += 1
-            mentions += 1
-            return e
-
         for s, t in enumerate(templates):
-            if t == 0:
-                e = entity()
-                if e not in home:
-                    home[e] = int(places[ip])
-                    used_places.append(places[ip])
-                    ip += 1
-                sent = f"{self.names[e]} lives in {self.places[home[e]]}."
-            elif t == 1:
-                e = entity()
-                if e not in like:
-                    like[e] = (int(adjs[ia]), int(nouns[inn]))
-                    used_adjs.append(adjs[ia])
-                    used_nouns.append(nouns[inn])
-                    ia += 1
-                    inn += 1
-                a, n = like[e]
-                sent = f"{self.names[e]} likes the {self.adjectives[a]} {self.nouns[n]}."
-            elif t == 2:
-                a, n1, v, n2 = adjs[ia], nouns[inn], verbs[iv], nouns[inn + 1]
-                used_adjs.append(a)
-                used_nouns += [n1, n2]
-                used_verbs.append(v)
-                ia += 1
-                inn += 2
-                iv += 1
-                sent = (
-                    f"The {self.adjectives[a]} {self.nouns[n1]} {self.verbs[v]} "
-                    f"the {self.nouns[n2]}."
-                )
-            elif t == 3:
-                e1 = entity()
-                e2 = entity()
-                used_places.append(places[ip])
-                sent = f"{self.names[e1]} met {self.names[e2]} at {self.places[places[ip]]}."
-                ip += 1
-            else:
-                e1 = entity()
-                v, n = verbs[iv], nouns[inn]
-                iv += 1
-                inn += 1
-                used_verbs.append(v)
-                used_nouns.append(n)
-                e2 = entity()
-                sent = (
-                    f"{self.names[e1]} {self.verbs[v]} the {self.nouns[n]} with {self.names[e2]}."
-                )
-            out.append(sent)
+            out.append(doc.sentence(t))
             if s < n_sent - 1:
                 out.append("\n\n" if breaks[s] else " ")
-        n_gaps = n_sent - 1
+        doc.logp += self._log_p_breaks(breaks, n_sent - 1)
+        doc.logp += self._log_p_words(doc.used)
+        doc.logp += self._log_p_nouns(doc.used["noun"])
+        return "".join(out), doc.logp
+
+    def _log_p_breaks(self, breaks: np.ndarray, n_gaps: int) -> float:
+        """Log-probability (nats) of the `n_gaps` separators: a paragraph break or a space each."""
+        p = self.grammar.paragraph_break_prob
         n_breaks = int(breaks[:n_gaps].sum())
-        logp += n_breaks * math.log(g.paragraph_break_prob) + (n_gaps - n_breaks) * math.log(
-            1 - g.paragraph_break_prob
+        return n_breaks * math.log(p) + (n_gaps - n_breaks) * math.log(1 - p)
+
+    def _log_p_words(self, used: dict[str, list]) -> float:
+        """Log-probability (nats) of the places, adjectives and verbs the text shows."""
+        return float(
+            self.log_p_place[used["place"]].sum()
+            + self.log_p_adj[used["adj"]].sum()
+            + self.log_p_verb[used["verb"]].sum()
         )
-        logp += float(
-            self.log_p_place[used_places].sum()
-            + self.log_p_adj[used_adjs].sum()
-            + self.log_p_verb[used_verbs].sum()
-        )
-        # topic marginalised exactly: log sum_k (1/K) prod_j p_k(noun_j); the 1/K is added above
-        per_topic = self.log_p_noun[:, used_nouns].sum(axis=1)
+
+    def _log_p_nouns(self, nouns: list) -> float:
+        """Log-probability (nats) of the nouns with the topic marginalised, 1/K excluded."""
+        # log sum_k (1/K) prod_j p_k(noun_j); the 1/K is added with the length
+        per_topic = self.log_p_noun[:, nouns].sum(axis=1)
         top = per_topic.max()
-        logp += float(top + math.log(np.exp(per_topic - top).sum()))
-        return "".join(out), logp
+        return float(top + math.log(np.exp(per_topic - top).sum()))
+
+
+class _Document:
+    """One document being sampled: its running log-probability (nats), its entities and facts, and
+    the words drawn in bulk for it (consumed in order; the used ones are recorded)."""
+
+    def __init__(
+        self,
+        language: SyntheticLanguage,
+        rng: np.random.Generator,
+        n_sent: int,
+        topic: int,
+        logp: float,
+    ):
+        self.language, self.rng, self.logp = language, rng, logp
+        # bulk draws in this order; sized generously for the worst case of each template
+        self.draws = {"place": _draw(language.cdf_place, rng, 2 * n_sent)}
+        self.draws["adj"] = _draw(language.cdf_adj, rng, 2 * n_sent)
+        self.draws["verb"] = _draw(language.cdf_verb, rng, 2 * n_sent)
+        self.draws["noun"] = _draw(language.cdf_noun_by_topic[topic], rng, 3 * n_sent)
+        self.used: dict[str, list] = {kind: [] for kind in self.draws}
+        self.counts: dict[int, int] = {}  # entity -> mentions so far
+        self.mentions = 0
+        self.used_mass = 0.0  # Zipf mass of the names already introduced
+        self.home: dict[int, int] = {}
+        self.like: dict[int, tuple[int, int]] = {}
+
+    def take(self, kind: str):
+        """The next bulk-drawn word index of `kind` (place, adj, verb, noun), recorded as used."""
+        value = self.draws[kind][len(self.used[kind])]
+        self.used[kind].append(value)
+        return value
+
+    def entity(self) -> int:
+        """One entity mention of the Chinese restaurant process; adds its log-probability."""
+        g = self.language.grammar
+        a = g.new_entity_alpha if len(self.counts) < g.n_names else 0.0  # every name used: no new
+        u = self.rng.random() * (self.mentions + a)
+        if u < self.mentions:  # reuse an existing entity, chosen proportionally to its count
+            e = self._reused(u)
+            self.logp += math.log(self.counts[e] / (self.mentions + a))
+        else:  # a new name, Zipf over the names not yet used
+            e = self._new_name()
+            p_name = self.language.p_name[e]
+            self.logp += math.log(a / (self.mentions + a)) + math.log(
+                p_name / (1.0 - self.used_mass)
+            )
+            self.used_mass += p_name
+            self.counts[e] = 0
+        self.counts[e] += 1
+        self.mentions += 1
+        return e
+
+    def _reused(self, u: float) -> int:
+        """The entity whose cumulative mention count first exceeds `u`."""
+        acc = 0.0
+        for e in self.counts:  # e is used after the loop
+            acc += self.counts[e]
+            if u < acc:
+                break
+        return e
+
+    def _new_name(self) -> int:
+        """A Zipf-drawn name not yet used in this document (rejection sampling)."""
+        while True:
+            e = _draw_one(self.language.cdf_name, self.rng)
+            if e not in self.counts:
+                return e
+
+    def sentence(self, template: int) -> str:
+        """One sentence of template `template` (an index into TEMPLATES)."""
+        return (self._lives, self._likes, self._free, self._met, self._with)[template]()
+
+    def _lives(self) -> str:
+        """Template 'E lives in P.': home(E) is drawn on E's first such sentence, then repeated."""
+        e = self.entity()
+        if e not in self.home:
+            self.home[e] = int(self.take("place"))
+        lang = self.language
+        return f"{lang.names[e]} lives in {lang.places[self.home[e]]}."
+
+    def _likes(self) -> str:
+        """Template 'E likes the A N.': like(E) is drawn on first use and repeated afterwards."""
+        e = self.entity()
+        if e not in self.like:
+            self.like[e] = (int(self.take("adj")), int(self.take("noun")))
+        a, n = self.like[e]
+        lang = self.language
+        return f"{lang.names[e]} likes the {lang.adjectives[a]} {lang.nouns[n]}."
+
+    def _free(self) -> str:
+        """Template 'The A N V the N.': free content (topic nouns)."""
+        a, n1, v, n2 = self.take("adj"), self.take("noun"), self.take("verb"), self.take("noun")
+        lang = self.language
+        return f"The {lang.adjectives[a]} {lang.nouns[n1]} {lang.verbs[v]} the {lang.nouns[n2]}."
+
+    def _met(self) -> str:
+        """Template 'E met E at P.'."""
+        e1 = self.entity()
+        e2 = self.entity()
+        lang = self.language
+        return f"{lang.names[e1]} met {lang.names[e2]} at {lang.places[self.take('place')]}."
+
+    def _with(self) -> str:
+        """Template 'E V the N with E.'."""
+        e1 = self.entity()
+        v, n = self.take("verb"), self.take("noun")
+        e2 = self.entity()
+        lang = self.language
+        return f"{lang.names[e1]} {lang.verbs[v]} the {lang.nouns[n]} with {lang.names[e2]}."
 
 
 def _draw(cdf: np.ndarray, rng: np.random.Generator, size: int) -> np.ndarray:

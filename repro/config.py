@@ -1,0 +1,237 @@
+"""The run config: every field of one training run with its default, meaning and unit, parsed
+from YAML / key=value text once, validated where it is defined, and identified by a hash that does
+not depend on where the checkout lives. The trainer (repro.train), the sweeps (repro.sweep) and the
+results (repro.results) all read runs through this module.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+import yaml
+
+from repro.errors import ReproError
+from repro.loaders import LOADERS, parse_batch_schedule
+from repro.model import SIZES
+from repro.optim import Schedule
+
+
+def _field(default, doc: str):
+    """A run field: its default and meaning with units (`repro train --help` lists them)."""
+    return field(default=default, metadata={"doc": doc})
+
+
+@dataclass
+class RunConfig:
+    pool: str = _field("", "pool directory (repro data build)")
+    model: str = _field("tiny", "model size (repro.model.SIZES)")
+    seq_len: int = _field(128, "tokens per sequence")
+    batch_size: int = _field(16, "sequences per optimizer step, over all processes")
+    micro_batch: int = _field(
+        0, "sequences per forward/backward in one process (0: its whole share of the batch)"
+    )
+    lr: float = _field(3e-3, "peak learning rate")
+    weight_decay: float = _field(0.1, "AdamW decay of the hidden matrices")
+    embedding_weight_decay: float = _field(0.0, "AdamW decay of token embedding and output head")
+    tie_embeddings: bool = _field(False, "share the token embedding with the output head")
+    loader: str = _field("repack", "epoch order: repeat | shuffle | repack")
+    schedule: str = _field("cosine", "lr schedule: cosine | wsd | constant")
+    warmup: float = _field(0.01, "warmup, fraction of all steps")
+    warmup_steps: int = _field(0, "warmup in steps if > 0 (overrides warmup; WSD branches)")
+    min_lr_ratio: float = _field(0.1, "final lr as a fraction of the peak")
+    decay_fraction: float = _field(0.2, "wsd: the decay's fraction of all steps")
+    decay_shape: str = _field("linear", "wsd: linear | 1-sqrt")
+    epochs: int = _field(8, "passes over the pool's training split")
+    eval_every: float = _field(1.0, "epochs between evaluations (at most 1)")
+    log_every: int = _field(0, "steps between train-loss lines (0: only at evaluations)")
+    seed: int = _field(0, "model initialisation and data order")
+    device: str = _field("auto", "auto | cpu | cuda")
+    compile: bool = _field(False, "torch.compile the model")
+    threads: int = _field(0, "CPU threads per process (0: torch's default)")
+    vocab_size: int = _field(0, "0: the pool's; otherwise must equal it")
+    save_steps: str = _field("", "comma-separated steps whose checkpoints are kept (WSD trunk)")
+    init_from: str = _field("", "checkpoints/step-N.pt of another run to continue (WSD branch)")
+    batch_schedule: str = _field(
+        "", "f:B,...: batch B (sequences) from fraction f of the epochs; lr * sqrt(B / batch_size)"
+    )
+    noise_scale: bool = _field(
+        False, "log the gradient noise scale (needs >= 2 micro-batches or processes per step)"
+    )
+
+    def schedule_for(self, total_steps: int) -> Schedule:
+        warmup = self.warmup_steps / total_steps if self.warmup_steps else self.warmup
+        return Schedule(
+            self.schedule,
+            min(warmup, 1.0),
+            self.min_lr_ratio,
+            self.decay_fraction,
+            self.decay_shape,
+        )
+
+
+def _coerce(name: str, kind: type, value):
+    if kind is bool and isinstance(value, str):
+        if value.lower() in ("true", "1", "yes", "on"):
+            return True
+        if value.lower() in ("false", "0", "no", "off"):
+            return False
+        raise ReproError(f"{name}={value!r} is not a boolean; use true or false")
+    if kind is int and isinstance(value, float):
+        if not value.is_integer():
+            raise ReproError(f"{name}={value!r} is not a whole number")
+        return int(value)
+    try:
+        return kind(value) if not isinstance(value, kind) or kind is float else value
+    except (TypeError, ValueError):
+        raise ReproError(f"{name}={value!r} is not a valid {kind.__name__}") from None
+
+
+def make_run_config(values: dict) -> RunConfig:
+    """A RunConfig from a dict of field values (strings are converted to the field's type)."""
+    types = {
+        f.name: {"int": int, "float": float, "bool": bool, "str": str}[f.type]
+        for f in fields(RunConfig)
+    }
+    unknown = sorted(set(values) - set(types))
+    if unknown:
+        raise ReproError(f"unknown run field {unknown[0]!r}; valid fields: {', '.join(types)}")
+    return RunConfig(**{k: _coerce(k, types[k], v) for k, v in values.items()})
+
+
+def load_run_config(
+    config_file: str | None, overrides: list[str], pool: str | None = None
+) -> RunConfig:
+    """RunConfig from an optional YAML file, then `key=value` overrides, then --pool."""
+    values: dict = {}
+    if config_file:
+        try:
+            values = yaml.safe_load(Path(config_file).read_text()) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise ReproError(
+                f"cannot read config {config_file}: {str(exc).splitlines()[0]}"
+            ) from None
+        if not isinstance(values, dict):
+            raise ReproError(
+                f"config {config_file} must be a mapping of run fields (key: value lines)"
+            )
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ReproError(f"override {item!r} is not key=value, e.g. lr=3e-3")
+        values[key.strip()] = value.strip()
+    if pool:
+        values["pool"] = pool
+    return make_run_config(values)
+
+
+def run_identity(config: RunConfig) -> dict:
+    """The fields that identify a run wherever the checkout lives: the pool by its content
+    fingerprint (once built) and a WSD branch's start by <trunk run>/checkpoints/<file>, not by
+    absolute paths."""
+    fields = asdict(config)
+    meta = Path(config.pool) / "meta.json" if config.pool else None
+    if meta is not None and meta.is_file():
+        fields["pool"] = "fingerprint:" + json.loads(meta.read_text())["fingerprint"]
+    if config.init_from:
+        fields["init_from"] = "/".join(Path(config.init_from).parts[-3:])
+    return fields
+
+
+STACKABLE = ("lr", "weight_decay", "embedding_weight_decay")
+"""Run fields that may differ between the members of a stack (train_stacked); all others must
+agree."""
+
+
+def stack_key(config: RunConfig) -> str:
+    """Runs with equal keys can train as one stack: same pool, shape, data order and schedule."""
+    return json.dumps(
+        {k: v for k, v in run_identity(config).items() if k not in STACKABLE}, sort_keys=True
+    )
+
+
+# --- validation before any compute ------------------------------------------------------------
+
+
+def check_fields(config: RunConfig, world_size: int = 1) -> list[tuple[float, int]]:
+    """Raise a one-line ReproError for a config that is wrong whatever the pool and the machine
+    (presets check their runs with it); returns the batch schedule's (fraction, batch) phases."""
+    if config.model not in SIZES:
+        raise ReproError(f"unknown model size {config.model!r}; choose one of: {', '.join(SIZES)}")
+    if config.loader not in LOADERS:
+        raise ReproError(f"unknown loader {config.loader!r}; choose one of: {', '.join(LOADERS)}")
+    try:
+        config.schedule_for(1)
+    except ValueError as exc:
+        raise ReproError(str(exc)) from None
+    try:
+        kept_steps(config)
+    except ValueError:
+        raise ReproError(
+            f"save_steps={config.save_steps!r} is not a comma-separated list of steps"
+        ) from None
+    for name in ("lr", "epochs", "batch_size", "seq_len", "eval_every"):
+        if getattr(config, name) <= 0:
+            raise ReproError(f"{name} must be positive, got {getattr(config, name)}")
+    if config.eval_every > 1:
+        raise ReproError(
+            f"eval_every={config.eval_every} epochs; "
+            "evaluate at least once per epoch (eval_every <= 1)"
+        )
+    if config.weight_decay < 0 or config.embedding_weight_decay < 0:
+        raise ReproError("weight decays must be >= 0")
+    if config.micro_batch < 0 or config.seed < 0 or config.threads < 0 or config.warmup_steps < 0:
+        raise ReproError("micro_batch, seed, threads and warmup_steps must be >= 0")
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", config.device):
+        raise ReproError(f"device={config.device!r}; use auto, cpu, cuda or cuda:N")
+    if abs(1 / config.eval_every - round(1 / config.eval_every)) > 1e-9:
+        raise ReproError(
+            f"eval_every={config.eval_every} epochs must be 1/k for a whole number k "
+            "(1, 0.5, 0.25, ...)"
+        )
+    phases = _check_batches(config, world_size)
+    max_len = SIZES[config.model].max_seq_len
+    if config.seq_len > max_len:
+        raise ReproError(
+            f"seq_len {config.seq_len} exceeds model {config.model}'s limit of {max_len} tokens"
+        )
+    return phases
+
+
+def _check_batches(config: RunConfig, world_size: int) -> list[tuple[float, int]]:
+    """The batch schedule parses, and every batch it uses splits into micro-batches over the
+    processes (two or more of them with noise_scale); returns its (fraction, batch) phases."""
+    try:
+        phases = parse_batch_schedule(config.batch_schedule) if config.batch_schedule else []
+    except ValueError:
+        raise ReproError(
+            f"batch_schedule={config.batch_schedule!r} must look like 0:4,0.5:16 "
+            "(fraction of epochs:batch size, starting at 0, fractions increasing below 1)"
+        ) from None
+    for batch_size in {config.batch_size, *(b for _, b in phases)}:
+        micro, n_micro = micro_batches(config, batch_size, world_size)
+        if micro == 0 or batch_size % (micro * world_size):
+            raise ReproError(
+                f"batch_size {batch_size} is not divisible by micro_batch {micro} "
+                f"x world size {world_size}"
+            )
+        if config.noise_scale and n_micro * world_size < 2:
+            raise ReproError(
+                "noise_scale needs at least two micro-batches or processes per step; "
+                f"set micro_batch below {batch_size // world_size}"
+            )
+    return phases
+
+
+def kept_steps(config: RunConfig) -> set[int]:
+    """The steps whose checkpoints a run keeps (save_steps, a WSD trunk)."""
+    return {int(x) for x in config.save_steps.split(",") if x.strip()}
+
+
+def micro_batches(config: RunConfig, batch_size: int, world_size: int) -> tuple[int, int]:
+    """(sequences per micro-batch, micro-batches per step) of one process for a global batch."""
+    per_rank = batch_size // world_size
+    micro = min(config.micro_batch, per_rank) if config.micro_batch else per_rank
+    return micro, (per_rank // micro if micro else 0)
