@@ -13,6 +13,7 @@ from pathlib import Path
 
 import yaml
 
+from repro.data.pool import built_meta
 from repro.errors import ReproError
 from repro.loaders import LOADERS, parse_batch_schedule
 from repro.model import SIZES
@@ -132,9 +133,9 @@ def run_identity(config: RunConfig) -> dict:
     fingerprint (once built) and a WSD branch's start by <trunk run>/checkpoints/<file>, not by
     absolute paths."""
     fields = asdict(config)
-    meta = Path(config.pool) / "meta.json" if config.pool else None
-    if meta is not None and meta.is_file():
-        fields["pool"] = "fingerprint:" + json.loads(meta.read_text())["fingerprint"]
+    meta = built_meta(config.pool) if config.pool else None
+    if meta is not None:
+        fields["pool"] = "fingerprint:" + meta["fingerprint"]
     if config.init_from:
         fields["init_from"] = "/".join(Path(config.init_from).parts[-3:])
     return fields

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from repro.data.pool import Split
+from repro.data.pool import Split, packed_sequences
 
 LOADERS = ("repeat", "shuffle", "repack")
 
@@ -80,7 +80,7 @@ class EpochLoader:
             kind,
             seed,
         )
-        self.sequences_per_epoch = (split.n_tokens + split.n_docs) // (seq_len + 1)
+        self.sequences_per_epoch = packed_sequences(split.n_tokens, split.n_docs, seq_len)
         self.steps_per_epoch = self.sequences_per_epoch // batch_size
         self._epoch: int | None = None
         if kind != "repack":  # REPEAT and SHUFFLE pack once
@@ -133,7 +133,7 @@ def validation_sequences(split: Split, eos_id: int, seq_len: int) -> np.ndarray:
     """The validation split packed once in document order: every complete sequence,
     [n, seq_len + 1]."""
     packing = pack(split, np.arange(split.n_docs))
-    n = (split.n_tokens + split.n_docs) // (seq_len + 1)
+    n = packed_sequences(split.n_tokens, split.n_docs, seq_len)
     return gather_sequences(split, packing, eos_id, np.arange(n), seq_len)
 
 

@@ -141,12 +141,6 @@ def legend_outside(ax: plt.Axes, title: str | None = None, **kwargs) -> None:
     ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0, title=title, **kwargs)
 
 
-def legend_below(fig: plt.Figure, ax: plt.Axes, ncol: int = 2, **kwargs) -> None:
-    """One legend for the whole figure, centred below the axes (for wide multi-panel figures)."""
-    handles, labels = ax.get_legend_handles_labels()
-    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=ncol, **kwargs)
-
-
 def gpu_label(gpus: int) -> str:
     return f"{gpus} GPU" + ("s" if gpus > 1 else "")
 

@@ -10,7 +10,6 @@ notebooks need is trained once.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -19,7 +18,6 @@ import pandas as pd
 
 from repro import plots
 from repro.data.pool import build_pool
-from repro.errors import ReproError
 from repro.paths import project_root
 from repro.presets import ORIGINAL_RECIPE, Preset, get_preset
 from repro.results import load_results
@@ -150,13 +148,6 @@ class Study:
         return folder / f"{name}.md"
 
 
-def _env_workers() -> int:
-    value = os.environ.get("REPRO_WORKERS", "0")
-    if not value.isdigit():
-        raise ReproError(f"REPRO_WORKERS={value!r} must be a whole number")
-    return int(value)
-
-
 def open_study(
     preset: str | None = None, workers: int | None = None, progress: bool = True
 ) -> Study:
@@ -169,6 +160,6 @@ def open_study(
         root=root,
         data_dir=root / "data" / "pools",
         results_dir=root / "runs" / chosen.name,
-        workers=workers or _env_workers() or chosen.workers,
+        workers=workers or chosen.workers,
         progress=progress,
     )

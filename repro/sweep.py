@@ -41,6 +41,7 @@ import yaml
 from tqdm.auto import tqdm
 
 from repro.config import RunConfig, make_run_config, run_identity, stack_key
+from repro.data.pool import built_meta, packed_sequences
 from repro.errors import ReproError
 from repro.files import write_json
 from repro.loaders import parse_batch_schedule, step_plan
@@ -246,12 +247,11 @@ def estimated_cost(config: RunConfig) -> float:
     """Relative cost of a run for ordering work: sequences it trains on plus one per
     forward/backward pass (a micro-batch; at the cpu scale a pass's fixed overhead costs about one
     sequence). 0 for a pool not built yet."""
-    meta = Path(config.pool) / "meta.json"
-    train = json.loads(meta.read_text()).get("splits", {}).get("train") if meta.is_file() else None
+    train = (built_meta(config.pool) or {}).get("splits", {}).get("train")
     if not train:
         return 0.0
     plan = step_plan(
-        (train["tokens"] + train["docs"]) // (config.seq_len + 1),
+        packed_sequences(train["tokens"], train["docs"], config.seq_len),
         config.epochs,
         config.batch_size,
         config.batch_schedule,

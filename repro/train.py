@@ -45,7 +45,7 @@ from repro.config import (
     run_identity,
     stack_key,
 )
-from repro.data.pool import Pool, load_pool
+from repro.data.pool import Pool, load_pool, packed_sequences
 from repro.errors import ReproError
 from repro.files import write_json
 from repro.loaders import EpochLoader, StepPlan, step_plan, validation_sequences
@@ -84,7 +84,7 @@ def check_config(config: RunConfig, pool: Pool, world_size: int = 1) -> EpochLoa
             f"of {config.seq_len + 1} tokens, less than one batch of {largest}; "
             "lower seq_len or batch_size, or use a larger pool"
         )
-    if (pool.val.n_tokens + pool.val.n_docs) // (config.seq_len + 1) < world_size:
+    if packed_sequences(pool.val.n_tokens, pool.val.n_docs, config.seq_len) < world_size:
         raise ReproError(
             f"the validation split packs into fewer than {world_size} sequence(s) "
             f"of {config.seq_len + 1} tokens (one per process); "

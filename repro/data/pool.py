@@ -108,6 +108,18 @@ class Pool:
         return {"train": self.train, "val": self.val}[name]
 
 
+def packed_sequences(tokens: int, docs: int, seq_len: int) -> int:
+    """Sequences of seq_len + 1 tokens that a split of `tokens` tokens in `docs` documents packs
+    into (documents joined by one end-of-text token each)."""
+    return (tokens + docs) // (seq_len + 1)
+
+
+def built_meta(path: str | Path) -> dict | None:
+    """The meta.json of the pool at `path`, or None while it is not built."""
+    meta_path = Path(path) / "meta.json"
+    return json.loads(meta_path.read_text()) if meta_path.is_file() else None
+
+
 def load_pool(path: str | Path) -> Pool:
     """Memory-map a built pool."""
     path = Path(path)
