@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import json
 import re
+import typing
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import Literal
 
 import yaml
 
 from repro.data.pool import built_meta
 from repro.errors import ReproError
-from repro.loaders import LOADERS, parse_batch_schedule
+from repro.loaders import LOADERS, Loader, parse_batch_schedule
 from repro.model import SIZES
-from repro.optim import Schedule
+from repro.optim import DecayShape, Schedule, ScheduleName
 
 
 def _field(default, doc: str):
@@ -38,13 +40,13 @@ class RunConfig:
     weight_decay: float = _field(0.1, "AdamW decay of the hidden matrices")
     embedding_weight_decay: float = _field(0.0, "AdamW decay of token embedding and output head")
     tie_embeddings: bool = _field(False, "share the token embedding with the output head")
-    loader: str = _field("repack", "epoch order: repeat | shuffle | repack")
-    schedule: str = _field("cosine", "lr schedule: cosine | wsd | constant")
+    loader: Loader = _field("repack", "epoch order: repeat | shuffle | repack")
+    schedule: ScheduleName = _field("cosine", "lr schedule: cosine | wsd | constant")
     warmup: float = _field(0.01, "warmup, fraction of all steps")
     warmup_steps: int = _field(0, "warmup in steps if > 0 (overrides warmup; WSD branches)")
     min_lr_ratio: float = _field(0.1, "final lr as a fraction of the peak")
     decay_fraction: float = _field(0.2, "wsd: the decay's fraction of all steps")
-    decay_shape: str = _field("linear", "wsd: linear | 1-sqrt")
+    decay_shape: DecayShape = _field("linear", "wsd: linear | 1-sqrt")
     epochs: int = _field(8, "passes over the pool's training split")
     eval_every: float = _field(1.0, "epochs between evaluations (at most 1)")
     log_every: int = _field(0, "steps between train-loss lines (0: only at evaluations)")
@@ -91,9 +93,11 @@ def _coerce(name: str, kind: type, value):
 
 
 def make_run_config(values: dict) -> RunConfig:
-    """A RunConfig from a dict of field values (strings are converted to the field's type)."""
+    """A RunConfig from a dict of field values (strings are converted to the field's type; a
+    choice such as `loader` stays a string, checked by check_fields)."""
+    hints = typing.get_type_hints(RunConfig)
     types = {
-        f.name: {"int": int, "float": float, "bool": bool, "str": str}[f.type]
+        f.name: str if typing.get_origin(hints[f.name]) is Literal else hints[f.name]
         for f in fields(RunConfig)
     }
     unknown = sorted(set(values) - set(types))

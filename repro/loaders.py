@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 import numpy as np
 
 from repro.data.pool import Split, packed_sequences
 
-LOADERS = ("repeat", "shuffle", "repack")
+Loader = Literal["repeat", "shuffle", "repack"]  # epoch orderings
+LOADERS = get_args(Loader)
 
 
 @dataclass(frozen=True)

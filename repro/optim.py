@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 import torch
 import torch.nn as nn
@@ -58,24 +59,30 @@ def build_optimizer(
     return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, fused=True)
 
 
+ScheduleName = Literal["cosine", "wsd", "constant"]
+DecayShape = Literal["linear", "1-sqrt"]
+
+
 @dataclass(frozen=True)
 class Schedule:
     """Learning-rate multiplier shape over a run; fractions are of total optimizer steps."""
 
-    name: str = "cosine"  # cosine | wsd | constant
+    name: ScheduleName = "cosine"
     warmup_fraction: float = 0.01  # linear warmup over ceil(warmup_fraction * total_steps) steps
     min_lr_ratio: float = 0.1  # final multiplier of cosine and wsd
     decay_fraction: float = 0.2  # wsd: the last ceil(decay_fraction * total_steps) steps decay
-    decay_shape: str = "linear"  # wsd decay: linear | 1-sqrt
+    decay_shape: DecayShape = "linear"  # wsd decay
 
     def __post_init__(self) -> None:
-        if self.name not in ("cosine", "wsd", "constant"):
+        if self.name not in get_args(ScheduleName):
             raise ValueError(
-                f"unknown schedule {self.name!r}; choose one of: cosine, wsd, constant"
+                f"unknown schedule {self.name!r}; "
+                f"choose one of: {', '.join(get_args(ScheduleName))}"
             )
-        if self.decay_shape not in ("linear", "1-sqrt"):
+        if self.decay_shape not in get_args(DecayShape):
             raise ValueError(
-                f"unknown decay shape {self.decay_shape!r}; choose one of: linear, 1-sqrt"
+                f"unknown decay shape {self.decay_shape!r}; "
+                f"choose one of: {', '.join(get_args(DecayShape))}"
             )
         for field in ("warmup_fraction", "min_lr_ratio", "decay_fraction"):
             value = getattr(self, field)
