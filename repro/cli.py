@@ -75,7 +75,7 @@ def _sweep_run(args: argparse.Namespace) -> None:
         progress=not args.quiet,
         stack=args.stack,
         max_stacked_batch=args.max_stacked_batch,
-    )
+    ).outcomes
     print(
         f"{args.out}: "
         + (", ".join(f"{n} {k}" for k, n in sorted(outcomes.items())) or "nothing to run")

@@ -21,7 +21,7 @@ from repro.data.pool import build_pool
 from repro.paths import project_root
 from repro.presets import ORIGINAL_RECIPE, Preset, get_preset
 from repro.results import load_results
-from repro.sweep import plan, run_sweep
+from repro.sweep import SweepResult, run_sweep
 
 
 @dataclass
@@ -115,12 +115,11 @@ class Study:
 
     def sweep(self, grid: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
         """Run what is missing of `grid`, then return (runs, evals) of exactly its runs."""
-        self._run(grid)
-        return load_results(self.store, [p.run_id for p in plan(grid, self.store)])
+        return load_results(self.store, self._run(grid).run_ids)
 
-    def _run(self, grids: dict | list[dict]) -> None:
+    def _run(self, grids: dict | list[dict]) -> SweepResult:
         """run_sweep into this study's store with its workers and the preset's stacking."""
-        run_sweep(
+        return run_sweep(
             grids,
             self.store,
             workers=self.workers,

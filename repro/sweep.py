@@ -51,6 +51,15 @@ FINISHED = ("done", "diverged")
 
 
 @dataclass(frozen=True)
+class SweepResult:
+    """What run_sweep did: counts of outcomes ("done", "failed", "skipped (failed)", "busy", ...)
+    and the run ids of its grids in plan order (a run that several grids share, once)."""
+
+    outcomes: dict[str, int]
+    run_ids: list[str]
+
+
+@dataclass(frozen=True)
 class PlannedRun:
     config: RunConfig
     run_id: str
@@ -301,12 +310,13 @@ def run_sweep(
     progress: bool = True,
     stack: int = 1,
     max_stacked_batch: int = 0,
-) -> dict[str, int]:
+) -> SweepResult:
     """Run every missing config of `grid` (or of a list of grids, as one sweep) into `store`;
-    returns counts of outcomes. Several grids may share one store: identical configs are then run
-    once. With stack > 1, up to `stack` configs that differ only in lr and weight decays train at
-    once in one process (repro.stacked); with max_stacked_batch > 0, only runs with batches up to
-    that many sequences. The longest jobs start first (estimated_cost)."""
+    returns the outcome counts and the grids' run ids. Several grids may share one store:
+    identical configs are then run once. With stack > 1, up to `stack` configs that differ only in
+    lr and weight decays train at once in one process (repro.stacked); with max_stacked_batch > 0,
+    only runs with batches up to that many sequences. The longest jobs start first
+    (estimated_cost)."""
     if workers < 1:
         raise ReproError(f"--workers must be at least 1, got {workers}")
     if stack < 1:
@@ -342,7 +352,7 @@ def run_sweep(
                 for outcome in job_outcomes:
                     outcomes[outcome] = outcomes.get(outcome, 0) + 1
                 bar.update(len(job_outcomes))
-    return outcomes
+    return SweepResult(outcomes, [p.run_id for p in planned])
 
 
 def _executor(kind: str, workers: int, slurm: dict | None, store: Path) -> Callable:

@@ -162,7 +162,7 @@ def test_sweep_with_stacks_equals_sweep_without(synthetic_pool, tmp_path):
     ]  # per batch size: a stack of 3 and one left over
     assert all(len({p.config.batch_size for p in g}) == 1 for g in groups)
     run_sweep(grid, tmp_path / "plain", progress=False)
-    assert run_sweep(grid, tmp_path / "stacked", progress=False, stack=3) == {"done": 8}
+    assert run_sweep(grid, tmp_path / "stacked", progress=False, stack=3).outcomes == {"done": 8}
     for p in plan(grid, tmp_path / "stacked"):
         _assert_same_run(tmp_path / "plain" / p.run_id, tmp_path / "stacked" / p.run_id)
 

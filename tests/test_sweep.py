@@ -46,9 +46,11 @@ def test_conditional_axes():
 
 def test_sweep_runs_skips_and_reports(synthetic_pool, tmp_path, capsys):
     grid = _grid(synthetic_pool)
-    assert run_sweep(grid, tmp_path / "s", workers=2, progress=False) == {"done": 4}
+    result = run_sweep(grid, tmp_path / "s", workers=2, progress=False)
+    assert result.outcomes == {"done": 4}
+    assert result.run_ids == [p.run_id for p in plan(grid, tmp_path / "s")]
     assert (
-        run_sweep(grid, tmp_path / "s", workers=2, progress=False) == {}
+        run_sweep(grid, tmp_path / "s", workers=2, progress=False).outcomes == {}
     )  # everything finished: nothing runs
     assert sweep_status(tmp_path / "s") == {"done": 4}
     runs, evals = load_results(tmp_path / "s")
@@ -68,11 +70,11 @@ def test_several_grids_run_as_one_sweep(synthetic_pool, tmp_path):
         _grid(synthetic_pool, batch_size=[8], lr=[1e-3, 3e-3]),
         _grid(synthetic_pool, batch_size=[8], lr=[3e-3, 1e-2]),
     )
-    assert run_sweep([first, second], tmp_path / "s", workers=2, progress=False) == {
+    assert run_sweep([first, second], tmp_path / "s", workers=2, progress=False).outcomes == {
         "done": 3
     }  # the shared run once
     assert json.loads((tmp_path / "s" / "sweep.json").read_text())["grids"] == [first, second]
-    assert run_sweep(second, tmp_path / "s", progress=False) == {}
+    assert run_sweep(second, tmp_path / "s", progress=False).outcomes == {}
 
 
 def test_interrupted_sweep_resumes_without_losing_or_repeating(synthetic_pool, tmp_path):
@@ -152,7 +154,7 @@ def test_two_executors_on_one_directory_never_run_a_config_twice(synthetic_pool,
 def test_failures_are_recorded_and_isolated(synthetic_pool, tmp_path):
     grid = _grid(synthetic_pool, batch_size=[8, 10], lr=[1e-3])
     grid["fixed"] |= {"micro_batch": 4}
-    assert run_sweep(grid, tmp_path / "s", progress=False) == {"done": 1, "failed": 1}
+    assert run_sweep(grid, tmp_path / "s", progress=False).outcomes == {"done": 1, "failed": 1}
     failed = (
         tmp_path
         / "s"
@@ -165,14 +167,16 @@ def test_failures_are_recorded_and_isolated(synthetic_pool, tmp_path):
         and "not divisible" in status["error"]
         and "Traceback" in status["traceback"]
     )
-    assert run_sweep(grid, tmp_path / "s", progress=False) == {"skipped (failed)": 1}
+    assert run_sweep(grid, tmp_path / "s", progress=False).outcomes == {"skipped (failed)": 1}
 
 
 def test_submitit_local_executor(synthetic_pool, tmp_path):
     pytest.importorskip("submitit")
     grid = _grid(synthetic_pool, lr=[1e-3, 3e-3])
     grid["fixed"] |= {"batch_size": 16}
-    assert run_sweep(grid, tmp_path / "s", executor="submitit-local", progress=False) == {"done": 2}
+    assert run_sweep(grid, tmp_path / "s", executor="submitit-local", progress=False).outcomes == {
+        "done": 2
+    }
     assert sweep_status(tmp_path / "s") == {"done": 2}
 
 
@@ -298,7 +302,7 @@ def test_moving_the_checkout_keeps_pools_and_runs(tmp_path):
     )
     second = build_pool(second_spec, tmp_path / "a" / "p1", progress=False)
     grid = {"fixed": TINY | {"pool": str(second), "batch_size": 8}, "axes": {"lr": [1e-3]}}
-    assert run_sweep(grid, tmp_path / "a" / "store", progress=False) == {"done": 1}
+    assert run_sweep(grid, tmp_path / "a" / "store", progress=False).outcomes == {"done": 1}
     shutil.move(tmp_path / "a", tmp_path / "b")
     moved = tmp_path / "b" / "p1"
     stamp = (moved / "meta.json").stat().st_mtime_ns
@@ -310,5 +314,5 @@ def test_moving_the_checkout_keeps_pools_and_runs(tmp_path):
     assert (moved / "meta.json").stat().st_mtime_ns == stamp  # same pool: nothing rebuilt
     grid["fixed"]["pool"] = str(moved)
     assert (
-        run_sweep(grid, tmp_path / "b" / "store", progress=False) == {}
+        run_sweep(grid, tmp_path / "b" / "store", progress=False).outcomes == {}
     )  # same runs: nothing retrained
