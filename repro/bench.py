@@ -110,7 +110,7 @@ def throughput(
         fields = {"model": size, "seq_len": seq_len, "batch_size": micro_batch, "compile": compile}
         config = make_run_config(fields | {"lr": 1e-3 * (k + 1), "device": device})
         members.append(Member(config, Path("."), model, checkpoint=None))
-    engine = build_engine(members, torch.device(device), world_size=1)
+    engine = build_engine(members, torch.device(device))
     attach_optimizers(members)  # after stacking: over the views
     batch = torch.randint(0, vocab_size, (micro_batch, seq_len + 1), device=device)
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
@@ -120,7 +120,7 @@ def throughput(
         if i == warmup:
             sync()
             t0 = time.perf_counter()
-        training_step(engine, members, batch, micro_batch, 1, 1, micro_batch)
+        training_step(engine, members, batch, micro_batch, 1, micro_batch)
     sync()
     elapsed = time.perf_counter() - t0
     tokens_per_s = stack * steps * micro_batch * seq_len / elapsed

@@ -375,6 +375,9 @@ class Engine:
     stack: StackedForward | None
     noise_hook: dict | None
     autocast: AbstractContextManager
+    device: torch.device
+    rank: int = 0  # this process under torchrun
+    world_size: int = 1
 
     def gradient_holders(self, members: list[Member]) -> list[torch.Tensor]:
         """The tensors backward writes gradients to: the stack's [K, ...] leaves, or the one
@@ -384,7 +387,9 @@ class Engine:
         return list(members[0].model.parameters())
 
 
-def build_engine(members: list[Member], device: torch.device, world_size: int) -> Engine:
+def build_engine(
+    members: list[Member], device: torch.device, rank: int = 0, world_size: int = 1
+) -> Engine:
     """Set up training for one model (single process, DDP, compiled) or a stack of models."""
     autocast = (
         torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
@@ -393,7 +398,7 @@ def build_engine(members: list[Member], device: torch.device, world_size: int) -
         stack = StackedForward(
             [m.model for m in members], stack_parameters([m.model for m in members])
         )
-        return Engine(stack, None, stack, None, autocast)
+        return Engine(stack, None, stack, None, autocast, device, rank, world_size)
     config, train_model, noise_hook = members[0].config, members[0].model, None
     if world_size > 1:
         train_model = torch.nn.parallel.DistributedDataParallel(
@@ -404,7 +409,11 @@ def build_engine(members: list[Member], device: torch.device, world_size: int) -
             train_model.register_comm_hook(noise_hook, _local_norm_hook)
     if config.compile:
         train_model = torch.compile(train_model)
-    return Engine(lambda tokens: train_model(tokens)[None], train_model, None, noise_hook, autocast)
+
+    def forward(tokens: torch.Tensor) -> torch.Tensor:
+        return train_model(tokens)[None]
+
+    return Engine(forward, train_model, None, noise_hook, autocast, device, rank, world_size)
 
 
 def attach_optimizers(members: list[Member]) -> None:
@@ -451,11 +460,11 @@ def _forward_backward(
     batch: torch.Tensor,
     micro: int,
     n_micro: int,
-    world_size: int,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Accumulate the gradients of `batch` (this rank's sequences) over its micro-batches; returns
     the step's training loss per member and, with noise_scale, the mean squared gradient norm of
     the small batches (micro-batches, or ranks under DDP) per member."""
+    world_size = engine.world_size
     step_loss = torch.zeros(len(active), device=batch.device)
     noise_scale = active[0].config.noise_scale
     micro_norms = (
@@ -493,14 +502,13 @@ def training_step(
     batch: torch.Tensor,
     micro: int,
     n_micro: int,
-    world_size: int,
     batch_size: int,
 ) -> torch.Tensor:
     """One optimizer step of the active members on `batch` (this rank's share of a global batch of
     `batch_size` sequences, in `n_micro` micro-batches of `micro`): forward and backward, the
     noise-scale EMA, clipping and AdamW. Returns the step's training loss per member."""
-    losses, small_sq = _forward_backward(engine, active, batch, micro, n_micro, world_size)
-    b_small = batch_size // world_size if engine.noise_hook is not None else micro
+    losses, small_sq = _forward_backward(engine, active, batch, micro, n_micro)
+    b_small = batch_size // engine.world_size if engine.noise_hook is not None else micro
     _optimizer_steps(active, small_sq, b_small, batch_size)
     return losses
 
@@ -551,25 +559,12 @@ def _step_record(
 
 
 def _evaluate_member(
-    member: Member,
-    record: dict,
-    step: int,
-    timeline: _Timeline,
-    engine: Engine,
-    device: torch.device,
-    rank: int,
-    world_size: int,
+    member: Member, record: dict, step: int, timeline: _Timeline, engine: Engine
 ) -> bool:
     """Validation loss into `record` and the member's best; returns whether it diverged."""
-    val_loss = evaluate(
-        member.model,
-        timeline.val_sequences,
-        timeline.eval_batch,
-        device,
-        engine.autocast,
-        rank,
-        world_size,
-    )
+    e, model = engine, member.model
+    val = timeline.val_sequences, timeline.eval_batch
+    val_loss = evaluate(model, *val, e.device, e.autocast, e.rank, e.world_size)
     record |= {"wall_s": member.wall_s(), "val_loss": val_loss}
     if not math.isfinite(val_loss):
         record["val_loss"] = None
@@ -581,22 +576,13 @@ def _evaluate_member(
 
 
 def _after_step(
-    member: Member,
-    record: dict,
-    step: int,
-    timeline: _Timeline,
-    engine: Engine,
-    device: torch.device,
-    rank: int,
-    world_size: int,
+    member: Member, record: dict, step: int, timeline: _Timeline, engine: Engine
 ) -> bool:
     """Evaluate, log and checkpoint `member` as its timeline says; returns whether it diverged."""
     diverged = record.get("diverged", False)
     if step in timeline.eval_steps and not diverged:
-        diverged = _evaluate_member(
-            member, record, step, timeline, engine, device, rank, world_size
-        )
-    log_every = member.config.log_every
+        diverged = _evaluate_member(member, record, step, timeline, engine)
+    log_every, rank = member.config.log_every, engine.rank
     if rank == 0 and (diverged or "val_loss" in record or (log_every and step % log_every == 0)):
         member.log(record | {"wall_s": record.get("wall_s", member.wall_s())})
     if diverged:
@@ -605,7 +591,7 @@ def _after_step(
         member.loss_sum, member.loss_steps = 0.0, 0
         if rank == 0:
             _save_checkpoint(member.out / "checkpoint.pt", member, step, record["wall_s"])
-        if world_size > 1:
+        if engine.world_size > 1:
             dist.barrier()
     if step in timeline.save_steps and rank == 0:
         path = member.out / "checkpoints" / f"step-{step}.pt"
@@ -659,7 +645,7 @@ def _run(
     """Train the members (same shape, data order and schedule; all at the same step) to the end;
     returns each member's final status by run directory (on every rank)."""
     config, step = members[0].config, members[0].step
-    engine = build_engine(members, device, world_size)
+    engine = build_engine(members, device, rank, world_size)
     attach_optimizers(members)
     timeline = _timeline(config, pool, loader, world_size)
     plan, total_steps = timeline.plan, timeline.plan.total_steps
@@ -680,14 +666,14 @@ def _run(
         _set_lr(active, multiplier)
         rows = loader.sequences(epoch, step_in_epoch * batch_size, batch_size)
         batch = torch.from_numpy(rows[rank * per_rank : (rank + 1) * per_rank]).to(device)
-        losses = training_step(engine, active, batch, micro, n_micro, world_size, batch_size)
+        losses = training_step(engine, active, batch, micro, n_micro, batch_size)
         step += 1
         bar.update()
         for member, loss in zip(list(active), losses.tolist()):
             record = _step_record(
                 member, step, plan, member.config.lr * multiplier, batch_size, loss
             )
-            if _after_step(member, record, step, timeline, engine, device, rank, world_size):
+            if _after_step(member, record, step, timeline, engine):
                 finals[member.out] = _final_status(
                     member, "diverged", step, timeline, len(members), rank
                 )
