@@ -21,7 +21,7 @@ workers = None  # parallel runs; default: the preset's
 # %%
 from pathlib import Path
 
-from repro import analyses, figures
+from repro.analysis import analyses, figures
 from repro.study import open_study
 
 study = open_study(preset, workers=workers)

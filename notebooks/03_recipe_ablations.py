@@ -17,7 +17,7 @@ preset = os.environ.get("REPRO_PRESET", "cpu")  # smoke | cpu | gpu-small | gpu 
 workers = None  # parallel runs; default: the preset's
 
 # %%
-from repro import analyses, figures
+from repro.analysis import analyses, figures
 from repro.study import open_study
 
 study = open_study(preset, workers=workers)

@@ -22,7 +22,7 @@ preset = os.environ.get("REPRO_PRESET", "cpu")  # smoke | cpu | gpu-small | gpu 
 workers = None  # parallel runs; default: the preset's
 
 # %%
-from repro import analyses, figures
+from repro.analysis import analyses, figures
 from repro.study import open_study
 
 study = open_study(preset, workers=workers)
@@ -30,7 +30,7 @@ P = study.preset
 print(study.summary())
 
 # %%
-from repro import frontier
+from repro.analysis import frontier
 
 pools = study.pools()
 runs, evals = study.sweep(study.batch_sweep_grid())

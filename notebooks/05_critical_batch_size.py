@@ -26,7 +26,7 @@ preset = os.environ.get("REPRO_PRESET", "cpu")  # smoke | cpu | gpu-small | gpu 
 workers = None  # parallel runs; default: the preset's
 
 # %%
-from repro import analyses, figures
+from repro.analysis import analyses, figures
 from repro.study import open_study
 
 study = open_study(preset, workers=workers)
@@ -34,7 +34,7 @@ P = study.preset
 print(study.summary())
 
 # %%
-from repro import cbs
+from repro.analysis import cbs
 
 pools = study.pools()
 noise_runs, noise_evals = study.sweep(study.noise_scale_grid())

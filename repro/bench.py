@@ -13,11 +13,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from repro.config import make_run_config
 from repro.data.pool import Split, load_pool
-from repro.loaders import EpochLoader
-from repro.model import Transformer, flops_per_token, model_config
-from repro.train import Member, attach_optimizers, build_engine, training_step
+from repro.runtime.config import make_run_config
+from repro.runtime.loaders import EpochLoader
+from repro.runtime.model import Transformer, flops_per_token, model_config
+from repro.runtime.train import Member, attach_optimizers, build_engine, training_step
 
 
 def repack(
@@ -99,10 +99,10 @@ def throughput(
     compile: bool = False,
 ) -> dict:
     """Training tokens/s of one model size through the trainer's own step
-    (repro.train.training_step: forward, backward, clipping and AdamW; float32 on CPU, bf16
-    autocast on CUDA). With stack = K, K configs of the size train at once (repro.stacked) and
-    tokens/s counts all K. With `peak_flops` (FLOP/s, measured in the same run), also model FLOPs
-    utilisation: flops_per_token * tokens/s / peak_flops."""
+    (repro.runtime.train.training_step: forward, backward, clipping and AdamW; float32 on CPU,
+    bf16 autocast on CUDA). With stack = K, K configs of the size train at once
+    (repro.runtime.stacked) and tokens/s counts all K. With `peak_flops` (FLOP/s, measured in the
+    same run), also model FLOPs utilisation: flops_per_token * tokens/s / peak_flops."""
     members = []
     for k in range(stack):
         torch.manual_seed(k)
@@ -208,11 +208,11 @@ def noise_scale_overhead(
     epochs: int = 4,
     rounds: int = 5,
 ) -> dict:
-    """Wall seconds of the same training run (repro.train, one evaluation per epoch) without and
-    with noise_scale=true, alternated `rounds` times; medians and their ratio."""
+    """Wall seconds of the same training run (repro.runtime.train, one evaluation per epoch)
+    without and with noise_scale=true, alternated `rounds` times; medians and their ratio."""
     import tempfile
 
-    from repro.train import train
+    from repro.runtime.train import train
 
     fields = {
         "pool": pool,
@@ -247,7 +247,7 @@ def step_time(
     size: str, vocab_size: int, seq_len: int, max_micro_batch: int, device: str = "cpu"
 ) -> dict:
     """Seconds per training step for micro-batches 1..max_micro_batch (the measured step-time model
-    of repro.frontier.MeasuredStepTime); gradient bytes assume float32 gradients."""
+    of repro.analysis.frontier.MeasuredStepTime); gradient bytes assume float32 gradients."""
     rows = [
         throughput(size, vocab_size, seq_len, m, steps=5, warmup=2, device=device)
         for m in range(1, max_micro_batch + 1)
@@ -265,7 +265,7 @@ def load_results_speed(n_runs: int = 10_000, evals_per_run: int = 16) -> dict:
     """Seconds to load the metrics of `n_runs` run directories (written to a temporary store)."""
     import tempfile
 
-    from repro.results import load_results
+    from repro.analysis.results import load_results
 
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(n_runs):

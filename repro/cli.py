@@ -39,8 +39,8 @@ def _data_info(args: argparse.Namespace) -> None:
 
 
 def _train(args: argparse.Namespace) -> None:
-    from repro.config import load_run_config
-    from repro.train import train
+    from repro.runtime.config import load_run_config
+    from repro.runtime.train import train
 
     config = load_run_config(args.config, args.overrides, pool=args.pool)
     status = train(config, args.out, progress=not args.quiet)
@@ -98,7 +98,7 @@ def _sweep_table(args: argparse.Namespace) -> None:
 
     import pandas as pd
 
-    from repro.results import load_results, tuned_endpoints
+    from repro.analysis.results import load_results, tuned_endpoints
 
     runs, evals = load_results(args.dir)
     if evals.empty:
@@ -308,7 +308,7 @@ def _bench(args: argparse.Namespace) -> None:
     import torch
 
     from repro import bench
-    from repro.model import SIZES
+    from repro.runtime.model import SIZES
 
     unknown = [m for m in args.models.split(",") if m not in SIZES]
     if unknown:
@@ -335,7 +335,7 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 def _run_fields_help() -> str:
     """Every run field of `repro train` with its default and meaning."""
-    from repro.config import RunConfig
+    from repro.runtime.config import RunConfig
 
     lines = ["run fields (key=value; default; meaning):"]
     for f in fields(RunConfig):

@@ -36,7 +36,7 @@ class Preset:
     name: str  # runs go to runs/<name>/, figures to figures/<name>/
     pool: PoolSpec  # the main pool; seeds below draw independent pools with the same validation set
     pool_seeds: tuple[int, ...]
-    models: tuple[str, ...]  # sizes of repro.model.SIZES
+    models: tuple[str, ...]  # sizes of repro.runtime.model.SIZES
     seq_len: int  # tokens
     batch_sizes: tuple[int, ...]  # sequences per optimizer step
     lrs: dict[int, tuple[float, ...]]  # lr grid per batch size
@@ -50,8 +50,9 @@ class Preset:
     frontier_micro_batch: int = 4  # notebook 04: sequences one GPU processes per step unit
     gpu_counts: tuple[int, ...] = (1, 2, 4, 8)  # notebook 04
     workers: int = 2  # runs in parallel
-    # sweeps train up to this many lr / weight-decay configs of one shape at once (repro.stacked),
-    # but only runs with batches up to max_stacked_batch (sequences; 0: all)
+    # sweeps train up to this many lr / weight-decay configs of one shape at once
+    # (repro.runtime.stacked), but only runs with batches up to max_stacked_batch
+    # (sequences; 0: all)
     stack: int = 1
     max_stacked_batch: int = 0
     # the batch a one-pass recipe uses at this scale (Kim et al.: 64 at paper scale)
@@ -100,7 +101,7 @@ class Preset:
 
     def _check_runs(self) -> None:
         """Every run the notebooks derive from this preset passes the trainer's field checks."""
-        from repro.config import check_fields, make_run_config
+        from repro.runtime.config import check_fields, make_run_config
 
         recipes = [
             {"embedding_weight_decay": w, "tie_embeddings": tie}

@@ -16,11 +16,11 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from repro import plots
+from repro.analysis import plots
+from repro.analysis.results import load_results
 from repro.data.pool import build_pool
 from repro.paths import project_root
 from repro.presets import ORIGINAL_RECIPE, Preset, get_preset
-from repro.results import load_results
 from repro.sweep import SweepResult, run_sweep
 
 

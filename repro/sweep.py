@@ -40,12 +40,12 @@ from pathlib import Path
 import yaml
 from tqdm.auto import tqdm
 
-from repro.config import RunConfig, make_run_config, run_identity, stack_key
 from repro.data.pool import built_meta, packed_sequences
 from repro.errors import ReproError
-from repro.files import write_json
-from repro.loaders import parse_batch_schedule, step_plan
-from repro.optim import decay_start_step
+from repro.runtime.config import RunConfig, make_run_config, run_identity, stack_key
+from repro.runtime.files import write_json
+from repro.runtime.loaders import parse_batch_schedule, step_plan
+from repro.runtime.optim import decay_start_step
 
 FINISHED = ("done", "diverged")
 
@@ -170,7 +170,7 @@ def _replace(config: RunConfig, **changes) -> RunConfig:
 
 def _steps_per_epoch(config: RunConfig) -> int:
     from repro.data.pool import load_pool
-    from repro.loaders import EpochLoader
+    from repro.runtime.loaders import EpochLoader
 
     pool = load_pool(config.pool)
     return EpochLoader(
@@ -202,7 +202,7 @@ def execute_stack(
 ) -> list[str]:
     """Claim and run configs (run_id, config) that may train as one stack (train_stacked); a member
     that is finished or held by another process is left out. Returns what happened to each."""
-    from repro.train import train_stacked  # the runtime, loaded only where runs execute
+    from repro.runtime.train import train_stacked  # the runtime, loaded only where runs execute
 
     outcomes: dict[str, str] = {}
     with ExitStack() as locks:
@@ -314,9 +314,9 @@ def run_sweep(
     """Run every missing config of `grid` (or of a list of grids, as one sweep) into `store`;
     returns the outcome counts and the grids' run ids. Several grids may share one store:
     identical configs are then run once. With stack > 1, up to `stack` configs that differ only in
-    lr and weight decays train at once in one process (repro.stacked); with max_stacked_batch > 0,
-    only runs with batches up to that many sequences. The longest jobs start first
-    (estimated_cost)."""
+    lr and weight decays train at once in one process (repro.runtime.stacked); with
+    max_stacked_batch > 0, only runs with batches up to that many sequences. The longest jobs start
+    first (estimated_cost)."""
     if workers < 1:
         raise ReproError(f"--workers must be at least 1, got {workers}")
     if stack < 1:

@@ -3,7 +3,7 @@
 import numpy as np
 import pandas as pd
 
-from repro.analyses import (
+from repro.analysis.analyses import (
     batch_sweep_claims,
     cbs_claims,
     frontier_claims,

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from repro.cbs import (
+from repro.analysis.cbs import (
     bootstrap,
     describe_interval,
     fit_mccandlish,

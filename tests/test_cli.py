@@ -7,7 +7,7 @@ from dataclasses import fields
 import pytest
 
 from repro.cli import build_parser, main
-from repro.config import RunConfig
+from repro.runtime.config import RunConfig
 
 
 def _parsers(parser: argparse.ArgumentParser, path: tuple[str, ...] = ("repro",)):

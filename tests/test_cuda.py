@@ -6,9 +6,9 @@ import json
 import pytest
 import torch
 
-from repro.config import make_run_config
-from repro.model import Transformer, model_config
-from repro.train import train, train_stacked
+from repro.runtime.config import make_run_config
+from repro.runtime.model import Transformer, model_config
+from repro.runtime.train import train, train_stacked
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 

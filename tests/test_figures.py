@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from repro import figures, frontier, plots
-from repro.cbs import steps_to_target
+from repro.analysis import figures, frontier, plots
+from repro.analysis.cbs import steps_to_target
 
 BATCHES = (1, 2, 4, 8, 16, 32)
 

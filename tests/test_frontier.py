@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from repro.frontier import (
+from repro.analysis.frontier import (
     MeasuredStepTime,
     crossovers,
     deadline_grid,

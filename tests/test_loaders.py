@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from repro.data.pool import Split, load_pool
-from repro.loaders import EpochLoader, step_plan, validation_sequences
+from repro.runtime.loaders import EpochLoader, step_plan, validation_sequences
 
 SEQ, BATCH = 32, 4
 
@@ -84,7 +84,7 @@ def test_repeat_shuffle_repack_semantics(split):
 
 
 def _all_sequences(loader, epoch):
-    from repro.loaders import gather_sequences
+    from repro.runtime.loaders import gather_sequences
 
     loader._prepare(epoch)
     return gather_sequences(

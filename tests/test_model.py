@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from repro.model import (
+from repro.runtime.model import (
     SIZES,
     ModelConfig,
     Transformer,

@@ -1,10 +1,10 @@
-"""The gradient noise-scale estimators (repro.noise_scale) on problems with known gradient
+"""The gradient noise-scale estimators (repro.runtime.noise_scale) on problems with known gradient
 covariance."""
 
 import pytest
 import torch
 
-from repro.noise_scale import MicroBatchNorms, NoiseScaleEMA, two_batch_estimates
+from repro.runtime.noise_scale import MicroBatchNorms, NoiseScaleEMA, two_batch_estimates
 
 
 def test_b_simple_of_linear_regression_matches_the_analytic_value():

@@ -3,8 +3,8 @@ import math
 import pytest
 import torch
 
-from repro.model import ModelConfig, Transformer
-from repro.optim import Schedule, build_optimizer, lr_multiplier, param_groups
+from repro.runtime.model import ModelConfig, Transformer
+from repro.runtime.optim import Schedule, build_optimizer, lr_multiplier, param_groups
 
 
 def make_model(tie: bool) -> Transformer:

@@ -7,13 +7,13 @@ from dataclasses import asdict
 import pytest
 import torch
 
-from repro.config import make_run_config
 from repro.data.pool import load_pool
 from repro.errors import ReproError
-from repro.model import Transformer, model_config
-from repro.stacked import StackedForward, stack_parameters
+from repro.runtime.config import make_run_config
+from repro.runtime.model import Transformer, model_config
+from repro.runtime.stacked import StackedForward, stack_parameters
+from repro.runtime.train import check_config, train, train_stacked
 from repro.sweep import estimated_cost, longest_first, plan, run_sweep, stacks
-from repro.train import check_config, train, train_stacked
 
 BASE = dict(
     model="tiny",
@@ -106,7 +106,7 @@ def test_diverging_member_leaves_the_others_unchanged(synthetic_pool, tmp_path):
 def test_interrupted_stack_resumes(synthetic_pool, tmp_path, monkeypatch):
     """A kill between two members' checkpoint writes leaves them at different steps; both resume
     exactly."""
-    import repro.train
+    import repro.runtime.train
 
     configs = [make_run_config(BASE | c | {"pool": str(synthetic_pool)}) for c in CONFIGS[:2]]
     straight, killed = (
@@ -114,7 +114,7 @@ def test_interrupted_stack_resumes(synthetic_pool, tmp_path, monkeypatch):
         [tmp_path / "killed_a", tmp_path / "killed_b"],
     )
     train_stacked(configs, straight, progress=False)
-    evaluate, calls = repro.train.evaluate, []
+    evaluate, calls = repro.runtime.train.evaluate, []
 
     def evaluate_then_die(*args, **kwargs):
         calls.append(1)
@@ -122,10 +122,10 @@ def test_interrupted_stack_resumes(synthetic_pool, tmp_path, monkeypatch):
             raise KeyboardInterrupt
         return evaluate(*args, **kwargs)
 
-    monkeypatch.setattr(repro.train, "evaluate", evaluate_then_die)
+    monkeypatch.setattr(repro.runtime.train, "evaluate", evaluate_then_die)
     with pytest.raises(KeyboardInterrupt):
         train_stacked(configs, killed, progress=False)
-    monkeypatch.setattr(repro.train, "evaluate", evaluate)
+    monkeypatch.setattr(repro.runtime.train, "evaluate", evaluate)
     steps = [torch.load(k / "checkpoint.pt", weights_only=False)["step"] for k in killed]
     assert steps[0] > steps[1]
     assert [json.loads((k / "status.json").read_text())["status"] for k in killed] == [

@@ -10,8 +10,8 @@ from dataclasses import replace
 
 import pytest
 
-from repro.config import make_run_config
-from repro.results import load_results, tuned_endpoints
+from repro.analysis.results import load_results, tuned_endpoints
+from repro.runtime.config import make_run_config
 from repro.sweep import expand, plan, run_id, run_sweep, sweep_status
 
 TINY = {"model": "tiny", "seq_len": 32, "epochs": 1, "eval_every": 0.5, "threads": 1}
@@ -253,7 +253,7 @@ def test_wsd_branches_equal_standalone_runs(synthetic_pool, tmp_path):
     branches = [p for p in planned if p.after is not None]
     assert len(trunk) == 1 and trunk[0].config.epochs == 3 and len(branches) == 2
     from repro.data.pool import load_pool
-    from repro.loaders import EpochLoader
+    from repro.runtime.loaders import EpochLoader
 
     pool = load_pool(synthetic_pool)
     spe = EpochLoader(pool.train, pool.eos_id, 32, 16, "repack", 0).steps_per_epoch

@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from repro.cli import main
-from repro.config import load_run_config, make_run_config
 from repro.data.pool import PoolSpec, build_pool
 from repro.errors import ReproError
-from repro.train import train
+from repro.runtime.config import load_run_config, make_run_config
+from repro.runtime.train import train
 
 BASE = dict(
     model="tiny",
@@ -302,6 +302,6 @@ def test_trainer_logs_noise_scale_and_follows_a_batch_schedule(synthetic_pool, t
 
 def test_the_trainer_imports_neither_scipy_nor_pandas():
     """The runtime (what the trainer runs) stays apart from the analysis code."""
-    code = "import sys, repro.train; print(sorted({'scipy', 'pandas'} & set(sys.modules)))"
+    code = "import sys, repro.runtime.train; print(sorted({'scipy', 'pandas'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from repro.analysis.results import tuned_endpoints
 from repro.data.pool import load_pool
-from repro.results import tuned_endpoints
 
 CLAIM_COLUMNS = ["claim", "paper", "measured here", "agrees?"]
 

@@ -1,5 +1,5 @@
 """Critical batch size: steps-to-target curves and their fits, for the notebooks (the gradient
-noise scale that the trainer logs is computed in repro.noise_scale).
+noise scale that the trainer logs is computed in repro.runtime.noise_scale).
 
 Units: batch sizes are sequences (multiply by seq_len for tokens); S is optimizer steps; E is
 training sequences consumed (S * B), reported as tokens where a column says so.

@@ -2,10 +2,10 @@
 
 `stack_parameters` moves the parameters of K same-shaped models into one [K, ...] tensor per
 parameter name and makes each model's parameters views of its slice. A step then runs one forward
-and backward for all K through `torch.func.functional_call` with the stacked tensors (repro.model
-applies stacked matrices with batched matmuls), hands each model its slice of the gradients, and
-each model keeps its own AdamW, clipping, evaluation and checkpoint exactly as a single run does.
-On CPU the result is bit-identical to K separate runs (tests/test_stacked.py).
+and backward for all K through `torch.func.functional_call` with the stacked tensors
+(repro.runtime.model applies stacked matrices with batched matmuls), hands each model its slice of
+the gradients, and each model keeps its own AdamW, clipping, evaluation and checkpoint exactly as
+a single run does. On CPU the result is bit-identical to K separate runs (tests/test_stacked.py).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import torch
 import torch.nn as nn
 from torch.func import functional_call
 
-from repro.model import Transformer
+from repro.runtime.model import Transformer
 
 
 def stack_parameters(models: list[Transformer]) -> dict[str, torch.Tensor]:

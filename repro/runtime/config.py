@@ -1,7 +1,7 @@
 """The run config: every field of one training run with its default, meaning and unit, parsed
 from YAML / key=value text once, validated where it is defined, and identified by a hash that does
-not depend on where the checkout lives. The trainer (repro.train), the sweeps (repro.sweep) and the
-results (repro.results) all read runs through this module.
+not depend on where the checkout lives. The trainer (repro.runtime.train), the sweeps
+(repro.sweep) and the results (repro.analysis.results) all read runs through this module.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import yaml
 
 from repro.data.pool import built_meta
 from repro.errors import ReproError
-from repro.loaders import LOADERS, Loader, parse_batch_schedule
-from repro.model import SIZES
-from repro.optim import DecayShape, Schedule, ScheduleName
+from repro.runtime.loaders import LOADERS, Loader, parse_batch_schedule
+from repro.runtime.model import SIZES
+from repro.runtime.optim import DecayShape, Schedule, ScheduleName
 
 
 def _field(default, doc: str):
@@ -30,7 +30,7 @@ def _field(default, doc: str):
 @dataclass
 class RunConfig:
     pool: str = _field("", "pool directory (repro data build)")
-    model: str = _field("tiny", "model size (repro.model.SIZES)")
+    model: str = _field("tiny", "model size (repro.runtime.model.SIZES)")
     seq_len: int = _field(128, "tokens per sequence")
     batch_size: int = _field(16, "sequences per optimizer step, over all processes")
     micro_batch: int = _field(

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from repro.config import RunConfig
 from repro.errors import ReproError
+from repro.runtime.config import RunConfig
 
 TUNED = ("lr", "weight_decay", "epochs")
 BOOKKEEPING = (

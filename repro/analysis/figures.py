@@ -1,5 +1,5 @@
 """The series' figures, one function per figure: each takes the tables a notebook computed and
-returns a matplotlib Figure (the notebook saves it with study.save). Style: repro.plots.
+returns a matplotlib Figure (the notebook saves it with study.save). Style: repro.analysis.plots.
 
 Units: losses in nats/token; batch sizes in sequences; deadlines in step units (one micro-batch
 forward+backward on one GPU); tokens are training tokens.
@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
-from repro import plots
-from repro.analyses import across_pools, endpoint_curve
+from repro.analysis import plots
+from repro.analysis.analyses import across_pools, endpoint_curve
 from repro.data.pool import load_pool
 
 LOSS = "best validation loss (nats/token)"

@@ -35,7 +35,9 @@ import torch.nn.functional as F
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from tqdm.auto import tqdm
 
-from repro.config import (
+from repro.data.pool import Pool, load_pool, packed_sequences
+from repro.errors import ReproError
+from repro.runtime.config import (
     STACKABLE,
     RunConfig,
     check_fields,
@@ -45,14 +47,12 @@ from repro.config import (
     run_identity,
     stack_key,
 )
-from repro.data.pool import Pool, load_pool, packed_sequences
-from repro.errors import ReproError
-from repro.files import write_json
-from repro.loaders import EpochLoader, StepPlan, step_plan, validation_sequences
-from repro.model import Transformer, model_config
-from repro.noise_scale import MicroBatchNorms, NoiseScaleEMA
-from repro.optim import GRAD_CLIP, Schedule, build_optimizer, lr_multiplier
-from repro.stacked import StackedForward, stack_parameters
+from repro.runtime.files import write_json
+from repro.runtime.loaders import EpochLoader, StepPlan, step_plan, validation_sequences
+from repro.runtime.model import Transformer, model_config
+from repro.runtime.noise_scale import MicroBatchNorms, NoiseScaleEMA
+from repro.runtime.optim import GRAD_CLIP, Schedule, build_optimizer, lr_multiplier
+from repro.runtime.stacked import StackedForward, stack_parameters
 
 # sequences per validation forward pass, at least (no gradients, so larger than tiny micro-batches)
 EVAL_BATCH = 16
@@ -368,7 +368,8 @@ def _save_checkpoint(path: Path, member: Member, step: int, wall_s: float) -> No
 @dataclass
 class Engine:
     """How the members' forward and backward run: one model (under DDP and / or torch.compile) or a
-    stack of K models (repro.stacked); `noise_hook` collects each rank's gradient norm under DDP."""
+    stack of K models (repro.runtime.stacked); `noise_hook` collects each rank's gradient norm
+    under DDP."""
 
     forward: Callable[[torch.Tensor], torch.Tensor]  # tokens [B, T] -> logits [K, B, T, vocab]
     train_model: torch.nn.Module | None  # the single model as trained (DDP's no_sync lives here)
