@@ -24,6 +24,13 @@ def _grid(pool, **axes):
     }
 
 
+def _sweep_command(grid: dict, tmp_path) -> list[str]:
+    """`repro sweep run` of `grid` (written to tmp_path/grid.yaml) into tmp_path/s, as a process."""
+    (tmp_path / "grid.yaml").write_text(json.dumps(grid))
+    run = ["sweep", "run", str(tmp_path / "grid.yaml"), "--out", str(tmp_path / "s"), "--quiet"]
+    return [sys.executable, "-m", "repro.cli", *run]
+
+
 def test_hash_is_stable_and_ignores_defaults():
     config = make_run_config({"pool": "p", "lr": 1e-3, "batch_size": 8})
     assert run_id(config) == run_id(make_run_config({"batch_size": 8, "lr": 0.001, "pool": "p"}))
@@ -80,18 +87,7 @@ def test_several_grids_run_as_one_sweep(synthetic_pool, tmp_path):
 def test_interrupted_sweep_resumes_without_losing_or_repeating(synthetic_pool, tmp_path):
     grid = _grid(synthetic_pool, lr=[1e-3, 3e-3])
     grid["fixed"] |= {"epochs": 4, "eval_every": 0.25, "batch_size": 8}
-    (tmp_path / "grid.yaml").write_text(json.dumps(grid))
-    cmd = [
-        sys.executable,
-        "-m",
-        "repro.cli",
-        "sweep",
-        "run",
-        str(tmp_path / "grid.yaml"),
-        "--out",
-        str(tmp_path / "s"),
-        "--quiet",
-    ]
+    cmd = _sweep_command(grid, tmp_path)
     proc = subprocess.Popen(cmd)
     first = tmp_path / "s" / run_id(expand(grid)[0]) / "metrics.jsonl"
     deadline = time.time() + 120
@@ -120,18 +116,7 @@ def test_interrupted_sweep_resumes_without_losing_or_repeating(synthetic_pool, t
 def test_two_executors_on_one_directory_never_run_a_config_twice(synthetic_pool, tmp_path):
     grid = _grid(synthetic_pool, lr=[1e-3, 2e-3, 3e-3, 4e-3])
     grid["fixed"] |= {"batch_size": 8}
-    (tmp_path / "grid.yaml").write_text(json.dumps(grid))
-    cmd = [
-        sys.executable,
-        "-m",
-        "repro.cli",
-        "sweep",
-        "run",
-        str(tmp_path / "grid.yaml"),
-        "--out",
-        str(tmp_path / "s"),
-        "--quiet",
-    ]
+    cmd = _sweep_command(grid, tmp_path)
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) for _ in range(2)]
     outputs = [p.communicate()[0] for p in procs]
     assert all(p.returncode == 0 for p in procs)
