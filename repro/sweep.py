@@ -33,7 +33,7 @@ import traceback
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, replace
 from multiprocessing import get_context
 from pathlib import Path
 
@@ -42,9 +42,16 @@ from tqdm.auto import tqdm
 
 from repro.data.pool import built_meta, packed_sequences
 from repro.errors import ReproError
-from repro.runtime.config import RunConfig, make_run_config, run_identity, stack_key
+from repro.runtime.config import (
+    RunConfig,
+    batch_sizes,
+    config_record,
+    make_run_config,
+    run_identity,
+    stack_key,
+)
 from repro.runtime.files import write_json
-from repro.runtime.loaders import parse_batch_schedule, step_plan
+from repro.runtime.loaders import epoch_steps
 from repro.runtime.optim import decay_start_step
 
 FINISHED = ("done", "diverged")
@@ -71,7 +78,7 @@ def run_id(config: RunConfig) -> str:
     their defaults (so adding a new field with a default that keeps old behaviour keeps existing
     ids), with the pool and a branch's checkpoint identified independently of absolute paths
     (run_identity)."""
-    defaults = asdict(RunConfig())
+    defaults = config_record(RunConfig())
     changed = {k: v for k, v in run_identity(config).items() if v != defaults[k]}
     return hashlib.sha256(json.dumps(changed, sort_keys=True).encode()).hexdigest()[:12]
 
@@ -130,7 +137,7 @@ def expand(grid: dict) -> list[RunConfig]:
     return configs
 
 
-def plan(grid: dict, store: Path) -> list[PlannedRun]:
+def plan_grid(grid: dict, store: Path) -> list[PlannedRun]:
     """The runs of a grid; with wsd_branches, shorter WSD runs become branches of the longest."""
     configs = expand(grid)
     if not grid.get("wsd_branches"):
@@ -146,26 +153,22 @@ def plan(grid: dict, store: Path) -> list[PlannedRun]:
                 "wsd_branches does not support batch_schedule "
                 "(a branch's steps would not match its trunk's)"
             )
-        families.setdefault(run_id(_replace(c, epochs=0)), []).append(c)
+        families.setdefault(run_id(replace(c, epochs=0)), []).append(c)
     planned: list[PlannedRun] = []
     for members in families.values():
         members.sort(key=lambda c: c.epochs)
         longest = members[-1]
         steps_per_epoch = _steps_per_epoch(longest)
         starts = {c.epochs: _decay_start(c, steps_per_epoch) for c in members[:-1]}
-        trunk = _replace(longest, save_steps=",".join(str(s) for s in sorted(set(starts.values()))))
+        trunk = replace(longest, save_steps=tuple(sorted(set(starts.values()))))
         trunk_id = run_id(trunk)
         planned.append(PlannedRun(trunk, trunk_id))
         for c in members[:-1]:
-            branch = _replace(
+            branch = replace(
                 c, init_from=str(store / trunk_id / "checkpoints" / f"step-{starts[c.epochs]}.pt")
             )
             planned.append(PlannedRun(branch, run_id(branch), after=trunk_id))
     return planned
-
-
-def _replace(config: RunConfig, **changes) -> RunConfig:
-    return make_run_config(asdict(config) | changes)
 
 
 def _steps_per_epoch(config: RunConfig) -> int:
@@ -259,7 +262,7 @@ def estimated_cost(config: RunConfig) -> float:
     train = (built_meta(config.pool) or {}).get("splits", {}).get("train")
     if not train:
         return 0.0
-    plan = step_plan(
+    run_steps = epoch_steps(
         packed_sequences(train["tokens"], train["docs"], config.seq_len),
         config.epochs,
         config.batch_size,
@@ -267,9 +270,9 @@ def estimated_cost(config: RunConfig) -> float:
     )
     passes = sum(
         steps * math.ceil(batch / (min(config.micro_batch, batch) or batch))
-        for batch, steps in zip(plan.batch_by_epoch, plan.steps_by_epoch)
+        for batch, steps in zip(run_steps.batch_by_epoch, run_steps.steps_by_epoch)
     )
-    return plan.sequences_done(plan.total_steps) + passes
+    return run_steps.sequences_done(run_steps.total_steps) + passes
 
 
 def longest_first(jobs: list[list[PlannedRun]]) -> list[list[PlannedRun]]:
@@ -284,11 +287,7 @@ def stacks(planned: list[PlannedRun], size: int, max_batch: int = 0) -> list[lis
     single."""
     groups: dict[str, list[PlannedRun]] = {}
     for p in planned:
-        largest = max(
-            [p.config.batch_size, *(b for _, b in parse_batch_schedule(p.config.batch_schedule))]
-            if p.config.batch_schedule
-            else [p.config.batch_size]
-        )
+        largest = max(batch_sizes(p.config))
         stackable = size > 1 and not p.config.compile and (not max_batch or largest <= max_batch)
         groups.setdefault(stack_key(p.config) if stackable else p.run_id, []).append(p)
     return [
@@ -324,7 +323,7 @@ def run_sweep(
     store = Path(store)
     store.mkdir(parents=True, exist_ok=True)
     specs = [load_grid(one) for one in (grid if isinstance(grid, list) else [grid])]
-    plans = [plan(spec, store) for spec in specs]  # every grid checked before any is recorded
+    plans = [plan_grid(spec, store) for spec in specs]  # every grid checked before any is recorded
     for spec, runs in zip(specs, plans):
         _write_manifest(store, spec, runs)
     planned = list(
@@ -345,7 +344,7 @@ def run_sweep(
             todo = [p for p in todo if p not in waiting]
             run = _executor(executor, workers, slurm, store)
             jobs = [
-                (str(store), [(p.run_id, asdict(p.config)) for p in members], retry_failed)
+                (str(store), [(p.run_id, config_record(p.config)) for p in members], retry_failed)
                 for members in longest_first(stacks(todo, stack, max_stacked_batch))
             ]
             for job_outcomes in run(jobs):

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from repro.data.pool import Split, load_pool
-from repro.runtime.loaders import EpochLoader, step_plan, validation_sequences
+from repro.runtime.loaders import EpochLoader, epoch_steps, validation_sequences
 
 SEQ, BATCH = 32, 4
 
@@ -115,15 +115,13 @@ def test_real_pool_batches_are_slices_of_the_packed_stream(synthetic_pool):
         assert np.array_equal(row, stream[j * 65 : (j + 1) * 65])
 
 
-def test_step_plan_with_a_batch_schedule():
-    plan = step_plan(100, 4, 8, "0:4,0.5:16")
-    assert plan.batch_by_epoch == (4, 4, 16, 16) and plan.steps_by_epoch == (25, 25, 6, 6)
-    assert plan.locate(50) == (2, 0, 16) and plan.epochs_done(53) == pytest.approx(2.5)
-    assert plan.sequences_done(52) == 50 * 4 + 2 * 16
-    assert step_plan(100, 1, 8, "0:2,0.5:8").batch_by_epoch == (
-        2,
-    )  # a phase from epoch floor(0.5 + 1/2) = 1: none
-    assert step_plan(100, 3, 8, "0:2,0.5:8").batch_by_epoch == (2, 2, 8)
-    assert (
-        step_plan(100, 3, 8).epochs_done(37) == 37 / 12
-    )  # one batch size: steps / steps per epoch, exactly
+def test_epoch_steps_with_a_batch_schedule():
+    steps = epoch_steps(100, 4, 8, ((0.0, 4), (0.5, 16)))
+    assert steps.batch_by_epoch == (4, 4, 16, 16) and steps.steps_by_epoch == (25, 25, 6, 6)
+    assert steps.locate(50) == (2, 0, 16) and steps.epochs_done(53) == pytest.approx(2.5)
+    assert steps.sequences_done(52) == 50 * 4 + 2 * 16
+    # a phase from epoch floor(0.5 + 1/2) = 1: none in a one-epoch run
+    assert epoch_steps(100, 1, 8, ((0.0, 2), (0.5, 8))).batch_by_epoch == (2,)
+    assert epoch_steps(100, 3, 8, ((0.0, 2), (0.5, 8))).batch_by_epoch == (2, 2, 8)
+    # one batch size: steps / steps per epoch, exactly
+    assert epoch_steps(100, 3, 8).epochs_done(37) == 37 / 12

@@ -13,7 +13,7 @@ from repro.runtime.config import make_run_config
 from repro.runtime.model import Transformer, model_config
 from repro.runtime.stacked import StackedForward, stack_parameters
 from repro.runtime.train import check_config, train, train_stacked
-from repro.sweep import estimated_cost, longest_first, plan, run_sweep, stacks
+from repro.sweep import estimated_cost, longest_first, plan_grid, run_sweep, stacks
 
 BASE = dict(
     model="tiny",
@@ -153,7 +153,7 @@ def test_sweep_with_stacks_equals_sweep_without(synthetic_pool, tmp_path):
         "fixed": BASE | {"pool": str(synthetic_pool), "epochs": 1},
         "axes": {"batch_size": [2, 4], "lr": [1e-3, 1e-2], "weight_decay": [0.0, 1.0]},
     }
-    groups = stacks(plan(grid, tmp_path / "x"), 3)
+    groups = stacks(plan_grid(grid, tmp_path / "x"), 3)
     assert sorted(len(g) for g in groups) == [
         1,
         1,
@@ -163,7 +163,7 @@ def test_sweep_with_stacks_equals_sweep_without(synthetic_pool, tmp_path):
     assert all(len({p.config.batch_size for p in g}) == 1 for g in groups)
     run_sweep(grid, tmp_path / "plain", progress=False)
     assert run_sweep(grid, tmp_path / "stacked", progress=False, stack=3).outcomes == {"done": 8}
-    for p in plan(grid, tmp_path / "stacked"):
+    for p in plan_grid(grid, tmp_path / "stacked"):
         _assert_same_run(tmp_path / "plain" / p.run_id, tmp_path / "stacked" / p.run_id)
 
 
@@ -172,7 +172,7 @@ def test_stacks_leave_compiled_and_large_schedule_runs_single(synthetic_pool, tm
         "fixed": BASE | {"pool": str(synthetic_pool)},
         "axes": {"lr": [1e-3, 1e-2], "compile": [False, True]},
     }
-    assert sorted(len(g) for g in stacks(plan(grid, tmp_path), 6)) == [
+    assert sorted(len(g) for g in stacks(plan_grid(grid, tmp_path), 6)) == [
         1,
         1,
         2,
@@ -181,11 +181,11 @@ def test_stacks_leave_compiled_and_large_schedule_runs_single(synthetic_pool, tm
         "fixed": BASE | {"pool": str(synthetic_pool), "batch_schedule": "0:2,0.5:8"},
         "axes": {"lr": [1e-3, 1e-2]},
     }
-    assert [len(g) for g in stacks(plan(grid, tmp_path), 6, max_batch=4)] == [
+    assert [len(g) for g in stacks(plan_grid(grid, tmp_path), 6, max_batch=4)] == [
         1,
         1,
     ]  # the schedule reaches batch 8
-    assert [len(g) for g in stacks(plan(grid, tmp_path), 6, max_batch=8)] == [2]
+    assert [len(g) for g in stacks(plan_grid(grid, tmp_path), 6, max_batch=8)] == [2]
     wsd = {
         "fixed": BASE
         | {
@@ -198,7 +198,7 @@ def test_stacks_leave_compiled_and_large_schedule_runs_single(synthetic_pool, tm
         "wsd_branches": True,
     }
     with pytest.raises(ReproError, match="does not support batch_schedule"):
-        plan(wsd, tmp_path)
+        plan_grid(wsd, tmp_path)
 
 
 def test_longest_jobs_first(synthetic_pool, tmp_path):
@@ -206,7 +206,7 @@ def test_longest_jobs_first(synthetic_pool, tmp_path):
         "fixed": BASE | {"pool": str(synthetic_pool), "epochs": 2},
         "axes": {"batch_size": [8, 2], "lr": [1e-3, 1e-2, 3e-2]},
     }
-    planned = plan(grid, tmp_path)
+    planned = plan_grid(grid, tmp_path)
     small = next(p for p in planned if p.config.batch_size == 2).config
     loader = check_config(small, load_pool(small.pool))
     assert estimated_cost(small) == 2 * (

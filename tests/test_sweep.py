@@ -12,7 +12,7 @@ import pytest
 
 from repro.analysis.results import load_results, tuned_endpoints
 from repro.runtime.config import make_run_config
-from repro.sweep import expand, plan, run_id, run_sweep, sweep_status
+from repro.sweep import expand, plan_grid, run_id, run_sweep, sweep_status
 
 TINY = {"model": "tiny", "seq_len": 32, "epochs": 1, "eval_every": 0.5, "threads": 1}
 
@@ -55,7 +55,7 @@ def test_sweep_runs_skips_and_reports(synthetic_pool, tmp_path, capsys):
     grid = _grid(synthetic_pool)
     result = run_sweep(grid, tmp_path / "s", workers=2, progress=False)
     assert result.outcomes == {"done": 4}
-    assert result.run_ids == [p.run_id for p in plan(grid, tmp_path / "s")]
+    assert result.run_ids == [p.run_id for p in plan_grid(grid, tmp_path / "s")]
     assert (
         run_sweep(grid, tmp_path / "s", workers=2, progress=False).outcomes == {}
     )  # everything finished: nothing runs
@@ -233,7 +233,7 @@ def test_wsd_branches_equal_standalone_runs(synthetic_pool, tmp_path):
         "axes": {"epochs": [1, 2, 3]},
         "wsd_branches": True,
     }
-    planned = plan(grid, tmp_path / "s")
+    planned = plan_grid(grid, tmp_path / "s")
     trunk = [p for p in planned if p.after is None]
     branches = [p for p in planned if p.after is not None]
     assert len(trunk) == 1 and trunk[0].config.epochs == 3 and len(branches) == 2
@@ -242,7 +242,7 @@ def test_wsd_branches_equal_standalone_runs(synthetic_pool, tmp_path):
 
     pool = load_pool(synthetic_pool)
     spe = EpochLoader(pool.train, pool.eos_id, 32, 16, "repack", 0).steps_per_epoch
-    starts = [int(s) for s in trunk[0].config.save_steps.split(",")]
+    starts = list(trunk[0].config.save_steps)
     assert starts == [
         e * spe - -(-2 * e * spe // 10) for e in (1, 2)
     ]  # total steps minus ceil(20% of them)

@@ -215,6 +215,12 @@ def test_small_model_overfits_a_tiny_pool(tmp_path):
         ({"device": "gpu"}, "use auto, cpu, cuda"),
         ({"eval_every": 0.4}, "must be 1/k"),
         ({"batch_size": 8.5}, "is not a valid int"),
+        ({"lr": "nan"}, "lr=nan is not a finite number"),
+        ({"lr": "inf"}, "lr=inf is not a finite number"),
+        ({"weight_decay": "-inf"}, "weight_decay=-inf is not a finite number"),
+        ({"batch_schedule": "0:4,x"}, "must look like 0:4,0.5:16"),
+        ({"batch_schedule": "0.5:4"}, "must look like 0:4,0.5:16"),
+        ({"save_steps": "10,ten"}, "not a comma-separated list of steps"),
     ],
 )
 def test_bad_configs_fail_before_compute(synthetic_pool, tmp_path, overrides, message, capsys):

@@ -7,6 +7,7 @@ not depend on where the checkout lives. The trainer (repro.runtime.train), the s
 from __future__ import annotations
 
 import json
+import math
 import re
 import typing
 from dataclasses import asdict, dataclass, field, fields
@@ -17,7 +18,7 @@ import yaml
 
 from repro.data.pool import built_meta
 from repro.errors import ReproError
-from repro.runtime.loaders import LOADERS, Loader, parse_batch_schedule
+from repro.runtime.loaders import LOADERS, BatchPhases, Loader
 from repro.runtime.model import SIZES
 from repro.runtime.optim import DecayShape, Schedule, ScheduleName
 
@@ -55,10 +56,10 @@ class RunConfig:
     compile: bool = _field(False, "torch.compile the model")
     threads: int = _field(0, "CPU threads per process (0: torch's default)")
     vocab_size: int = _field(0, "0: the pool's; otherwise must equal it")
-    save_steps: str = _field("", "comma-separated steps whose checkpoints are kept (WSD trunk)")
+    save_steps: tuple[int, ...] = _field((), "steps whose checkpoints are kept (WSD trunk): 10,20")
     init_from: str = _field("", "checkpoints/step-N.pt of another run to continue (WSD branch)")
-    batch_schedule: str = _field(
-        "", "f:B,...: batch B (sequences) from fraction f of the epochs; lr * sqrt(B / batch_size)"
+    batch_schedule: BatchPhases = _field(
+        (), "f:B,...: batch B (sequences) from fraction f of the epochs; lr * sqrt(B / batch_size)"
     )
     noise_scale: bool = _field(
         False, "log the gradient noise scale (needs >= 2 micro-batches or processes per step)"
@@ -76,6 +77,8 @@ class RunConfig:
 
 
 def _coerce(name: str, kind: type, value):
+    if name in _TEXT_FIELDS:
+        return _TEXT_FIELDS[name][0](name, value)
     if kind is bool and isinstance(value, str):
         if value.lower() in ("true", "1", "yes", "on"):
             return True
@@ -87,9 +90,61 @@ def _coerce(name: str, kind: type, value):
             raise ReproError(f"{name}={value!r} is not a whole number")
         return int(value)
     try:
-        return kind(value) if not isinstance(value, kind) or kind is float else value
+        value = kind(value) if not isinstance(value, kind) or kind is float else value
     except (TypeError, ValueError):
         raise ReproError(f"{name}={value!r} is not a valid {kind.__name__}") from None
+    if kind is float and not math.isfinite(value):
+        raise ReproError(f"{name}={value} is not a finite number; give a real value")
+    return value
+
+
+def _parse_save_steps(name: str, value) -> tuple[int, ...]:
+    """ "10,20" (or [10, 20]) -> (10, 20), sorted, each step once."""
+    items = value.split(",") if isinstance(value, str) else value
+    try:
+        return tuple(sorted({int(str(x)) for x in items if str(x).strip()}))
+    except (TypeError, ValueError):
+        raise ReproError(f"{name}={value!r} is not a comma-separated list of steps") from None
+
+
+def _parse_batch_schedule(name: str, value) -> BatchPhases:
+    """ "0:4,0.5:16" (or [[0, 4], [0.5, 16]]) -> ((0.0, 4), (0.5, 16)): from each fraction of the
+    training epochs on, that batch size (sequences)."""
+    wrong = ReproError(
+        f"{name}={value!r} must look like 0:4,0.5:16 "
+        "(fraction of epochs:batch size, starting at 0, fractions increasing below 1)"
+    )
+    try:
+        if isinstance(value, str):
+            items = [item.partition(":")[::2] for item in value.split(",")] if value else []
+        else:
+            items = list(value)
+        phases = tuple((float(fraction), int(batch)) for fraction, batch in items)
+    except (TypeError, ValueError):
+        raise wrong from None
+    fractions = [f for f, _ in phases]
+    if phases and (
+        fractions[0] != 0
+        or any(b <= 0 for _, b in phases)
+        or any(not 0 <= f < 1 for f in fractions)
+        or fractions != sorted(set(fractions))
+    ):
+        raise wrong
+    return phases
+
+
+def _fraction_text(fraction: float) -> str:
+    return str(int(fraction)) if fraction.is_integer() else repr(fraction)
+
+
+_TEXT_FIELDS = {
+    "save_steps": (_parse_save_steps, lambda steps: ",".join(str(s) for s in steps)),
+    "batch_schedule": (
+        _parse_batch_schedule,
+        lambda phases: ",".join(f"{_fraction_text(f)}:{b}" for f, b in phases),
+    ),
+}
+"""Tuple fields written as text in config.json and run ids (parser, formatter)."""
 
 
 def make_run_config(values: dict) -> RunConfig:
@@ -104,6 +159,15 @@ def make_run_config(values: dict) -> RunConfig:
     if unknown:
         raise ReproError(f"unknown run field {unknown[0]!r}; valid fields: {', '.join(types)}")
     return RunConfig(**{k: _coerce(k, types[k], v) for k, v in values.items()})
+
+
+def config_record(config: RunConfig) -> dict:
+    """The config as config.json holds it: every field, tuples in their text form (0:4,0.5:16),
+    so make_run_config reads it back unchanged."""
+    record = asdict(config)
+    for name, (_, text) in _TEXT_FIELDS.items():
+        record[name] = text(record[name])
+    return record
 
 
 def load_run_config(
@@ -136,7 +200,7 @@ def run_identity(config: RunConfig) -> dict:
     """The fields that identify a run wherever the checkout lives: the pool by its content
     fingerprint (once built) and a WSD branch's start by <trunk run>/checkpoints/<file>, not by
     absolute paths."""
-    fields = asdict(config)
+    fields = config_record(config)
     meta = built_meta(config.pool) if config.pool else None
     if meta is not None:
         fields["pool"] = "fingerprint:" + meta["fingerprint"]
@@ -160,9 +224,9 @@ def stack_key(config: RunConfig) -> str:
 # --- validation before any compute ------------------------------------------------------------
 
 
-def check_fields(config: RunConfig, world_size: int = 1) -> list[tuple[float, int]]:
+def check_fields(config: RunConfig, world_size: int = 1) -> None:
     """Raise a one-line ReproError for a config that is wrong whatever the pool and the machine
-    (presets check their runs with it); returns the batch schedule's (fraction, batch) phases."""
+    (presets check their runs with it)."""
     if config.model not in SIZES:
         raise ReproError(f"unknown model size {config.model!r}; choose one of: {', '.join(SIZES)}")
     if config.loader not in LOADERS:
@@ -171,12 +235,6 @@ def check_fields(config: RunConfig, world_size: int = 1) -> list[tuple[float, in
         config.schedule_for(1)
     except ValueError as exc:
         raise ReproError(str(exc)) from None
-    try:
-        kept_steps(config)
-    except ValueError:
-        raise ReproError(
-            f"save_steps={config.save_steps!r} is not a comma-separated list of steps"
-        ) from None
     for name in ("lr", "epochs", "batch_size", "seq_len", "eval_every"):
         if getattr(config, name) <= 0:
             raise ReproError(f"{name} must be positive, got {getattr(config, name)}")
@@ -196,26 +254,18 @@ def check_fields(config: RunConfig, world_size: int = 1) -> list[tuple[float, in
             f"eval_every={config.eval_every} epochs must be 1/k for a whole number k "
             "(1, 0.5, 0.25, ...)"
         )
-    phases = _check_batches(config, world_size)
+    _check_batches(config, world_size)
     max_len = SIZES[config.model].max_seq_len
     if config.seq_len > max_len:
         raise ReproError(
             f"seq_len {config.seq_len} exceeds model {config.model}'s limit of {max_len} tokens"
         )
-    return phases
 
 
-def _check_batches(config: RunConfig, world_size: int) -> list[tuple[float, int]]:
-    """The batch schedule parses, and every batch it uses splits into micro-batches over the
-    processes (two or more of them with noise_scale); returns its (fraction, batch) phases."""
-    try:
-        phases = parse_batch_schedule(config.batch_schedule) if config.batch_schedule else []
-    except ValueError:
-        raise ReproError(
-            f"batch_schedule={config.batch_schedule!r} must look like 0:4,0.5:16 "
-            "(fraction of epochs:batch size, starting at 0, fractions increasing below 1)"
-        ) from None
-    for batch_size in {config.batch_size, *(b for _, b in phases)}:
+def _check_batches(config: RunConfig, world_size: int) -> None:
+    """Every batch a run uses splits into micro-batches over the processes (two or more of them
+    with noise_scale)."""
+    for batch_size in batch_sizes(config):
         micro, n_micro = micro_batches(config, batch_size, world_size)
         if micro == 0 or batch_size % (micro * world_size):
             raise ReproError(
@@ -227,12 +277,11 @@ def _check_batches(config: RunConfig, world_size: int) -> list[tuple[float, int]
                 "noise_scale needs at least two micro-batches or processes per step; "
                 f"set micro_batch below {batch_size // world_size}"
             )
-    return phases
 
 
-def kept_steps(config: RunConfig) -> set[int]:
-    """The steps whose checkpoints a run keeps (save_steps, a WSD trunk)."""
-    return {int(x) for x in config.save_steps.split(",") if x.strip()}
+def batch_sizes(config: RunConfig) -> set[int]:
+    """Every batch size (sequences per step) the run uses: batch_size and its schedule's."""
+    return {config.batch_size, *(batch for _, batch in config.batch_schedule)}
 
 
 def micro_batches(config: RunConfig, batch_size: int, world_size: int) -> tuple[int, int]:

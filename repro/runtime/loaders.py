@@ -27,6 +27,8 @@ import numpy as np
 from repro.data.pool import Split, packed_sequences
 
 Loader = Literal["repeat", "shuffle", "repack"]  # epoch orderings
+BatchPhases = tuple[tuple[float, int], ...]
+"""A batch-size schedule: (fraction of the epochs, batch size in sequences) from that point on."""
 LOADERS = get_args(Loader)
 
 
@@ -140,7 +142,7 @@ def validation_sequences(split: Split, eos_id: int, seq_len: int) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class StepPlan:
+class EpochSteps:
     """Where each optimizer step takes its batch. The batch size may change at epoch boundaries (a
     batch-size schedule); within an epoch, step i takes sequences [i * B, (i + 1) * B) of its
     order."""
@@ -158,7 +160,7 @@ class StepPlan:
             if step < n:
                 return epoch, step, self.batch_by_epoch[epoch]
             step -= n
-        raise ValueError("step beyond the end of the plan")
+        raise ValueError("step beyond the last epoch")
 
     def epochs_done(self, steps: int) -> float:
         """Epochs (fractional) completed after `steps` steps."""
@@ -179,32 +181,13 @@ class StepPlan:
         return done
 
 
-def parse_batch_schedule(text: str) -> list[tuple[float, int]]:
-    """ "0:4,0.5:16" -> [(0.0, 4), (0.5, 16)]: from each fraction of the training epochs on, that
-    batch size (sequences). Raises ValueError for a malformed schedule."""
-    phases = []
-    for item in text.split(","):
-        fraction, _, batch = item.partition(":")
-        phases.append((float(fraction), int(batch)))
-    if (
-        not phases
-        or phases[0][0] != 0
-        or any(b <= 0 for _, b in phases)
-        or any(not 0 <= f < 1 for f, _ in phases)
-        or [f for f, _ in phases] != sorted({f for f, _ in phases})
-    ):
-        raise ValueError(text)
-    return phases
-
-
-def step_plan(
-    sequences_per_epoch: int, epochs: int, batch_size: int, batch_schedule: str = ""
-) -> StepPlan:
-    """The steps of a run: `batch_size` every epoch, or the schedule's batch from epoch
+def epoch_steps(
+    sequences_per_epoch: int, epochs: int, batch_size: int, batch_schedule: BatchPhases = ()
+) -> EpochSteps:
+    """The steps of a run: `batch_size` sequences every epoch, or each phase's batch from epoch
     floor(f * epochs + 1/2) on."""
     batches = [batch_size] * epochs
-    if batch_schedule:
-        for fraction, batch in parse_batch_schedule(batch_schedule):
-            for epoch in range(math.floor(fraction * epochs + 0.5), epochs):
-                batches[epoch] = batch
-    return StepPlan(tuple(batches), tuple(sequences_per_epoch // b for b in batches))
+    for fraction, batch in batch_schedule:
+        for epoch in range(math.floor(fraction * epochs + 0.5), epochs):
+            batches[epoch] = batch
+    return EpochSteps(tuple(batches), tuple(sequences_per_epoch // b for b in batches))

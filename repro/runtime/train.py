@@ -25,7 +25,7 @@ import random
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -40,15 +40,16 @@ from repro.errors import ReproError
 from repro.runtime.config import (
     STACKABLE,
     RunConfig,
+    batch_sizes,
     check_fields,
-    kept_steps,
+    config_record,
     make_run_config,
     micro_batches,
     run_identity,
     stack_key,
 )
 from repro.runtime.files import write_json
-from repro.runtime.loaders import EpochLoader, StepPlan, step_plan, validation_sequences
+from repro.runtime.loaders import EpochLoader, EpochSteps, epoch_steps, validation_sequences
 from repro.runtime.model import Transformer, model_config
 from repro.runtime.noise_scale import MicroBatchNorms, NoiseScaleEMA
 from repro.runtime.optim import GRAD_CLIP, Schedule, build_optimizer, lr_multiplier
@@ -60,7 +61,7 @@ EVAL_BATCH = 16
 
 def check_config(config: RunConfig, pool: Pool, world_size: int = 1) -> EpochLoader:
     """Raise a one-line ReproError for a bad config; return the training loader."""
-    phases = check_fields(config, world_size)
+    check_fields(config, world_size)
     if config.init_from and not Path(config.init_from).is_file():
         raise ReproError(
             f"init_from checkpoint {config.init_from} does not exist; run the trunk first"
@@ -77,7 +78,7 @@ def check_config(config: RunConfig, pool: Pool, world_size: int = 1) -> EpochLoa
     loader = EpochLoader(
         pool.train, pool.eos_id, config.seq_len, config.batch_size, config.loader, config.seed
     )
-    largest = max([config.batch_size, *(b for _, b in phases)])
+    largest = max(batch_sizes(config))
     if loader.sequences_per_epoch < largest:
         raise ReproError(
             f"the pool's training split packs into {loader.sequences_per_epoch} sequences "
@@ -186,7 +187,7 @@ def train_stacked(
     if rank == 0:
         for i in todo:
             outs[i].mkdir(parents=True, exist_ok=True)
-            write_json(outs[i] / "config.json", asdict(configs[i]))
+            write_json(outs[i] / "config.json", config_record(configs[i]))
     try:
         members = [_open_member(configs[i], outs[i], pool, device, rank) for i in todo]
         by_step: dict[int, list[Member]] = {}
@@ -433,7 +434,7 @@ def attach_optimizers(members: list[Member]) -> None:
 class _Timeline:
     """When things happen in a run (steps counted from 1) and what evaluation uses."""
 
-    plan: StepPlan
+    steps: EpochSteps
     schedule: Schedule
     eval_steps: set[int]
     save_steps: set[int]  # steps whose checkpoints are kept (a WSD trunk)
@@ -442,14 +443,14 @@ class _Timeline:
 
 
 def _timeline(config: RunConfig, pool: Pool, loader: EpochLoader, world_size: int) -> _Timeline:
-    plan = step_plan(
+    steps = epoch_steps(
         loader.sequences_per_epoch, config.epochs, config.batch_size, config.batch_schedule
     )
     return _Timeline(
-        plan=plan,
-        schedule=config.schedule_for(plan.total_steps),
-        eval_steps=set(_evaluation_steps(plan.steps_by_epoch, config.eval_every)),
-        save_steps=kept_steps(config),
+        steps=steps,
+        schedule=config.schedule_for(steps.total_steps),
+        eval_steps=set(_evaluation_steps(steps.steps_by_epoch, config.eval_every)),
+        save_steps=set(config.save_steps),
         val_sequences=validation_sequences(pool.val, pool.eos_id, config.seq_len),
         eval_batch=max(micro_batches(config, config.batch_size, world_size)[0], EVAL_BATCH),
     )
@@ -537,15 +538,15 @@ def _optimizer_steps(
 
 
 def _step_record(
-    member: Member, step: int, plan: StepPlan, lr: float, batch_size: int, loss: float
+    member: Member, step: int, steps: EpochSteps, lr: float, batch_size: int, loss: float
 ) -> dict:
     """The metrics line of `member` after `step` (before any evaluation); updates its running
     training loss (the mean since the last evaluation)."""
     config = member.config
     record = {
         "step": step,
-        "epoch": plan.epochs_done(step),
-        "tokens": plan.sequences_done(step) * config.seq_len,
+        "epoch": steps.epochs_done(step),
+        "tokens": steps.sequences_done(step) * config.seq_len,
         "lr": lr,
     }
     if config.batch_schedule:
@@ -571,7 +572,7 @@ def _evaluate_member(
         record["val_loss"] = None
         return True
     if member.best["best_val_loss"] is None or val_loss < member.best["best_val_loss"]:
-        epoch = timeline.plan.epochs_done(step)
+        epoch = timeline.steps.epochs_done(step)
         member.best = {"best_val_loss": val_loss, "best_step": step, "best_epoch": epoch}
     return False
 
@@ -607,8 +608,8 @@ def _final_status(
     final = {
         "status": status,
         "step": step,
-        "total_steps": timeline.plan.total_steps,
-        "steps_per_epoch": timeline.plan.steps_by_epoch[0],
+        "total_steps": timeline.steps.total_steps,
+        "steps_per_epoch": timeline.steps.steps_by_epoch[0],
         "wall_s": member.wall_s(),
         "stacked": n_members,
         **member.best,
@@ -649,7 +650,7 @@ def _run(
     engine = build_engine(members, device, rank, world_size)
     attach_optimizers(members)
     timeline = _timeline(config, pool, loader, world_size)
-    plan, total_steps = timeline.plan, timeline.plan.total_steps
+    steps, total_steps = timeline.steps, timeline.steps.total_steps
     _mark_running(members, step, total_steps, rank)
     finals: dict[Path, dict] = {}
     active = list(members)
@@ -659,7 +660,7 @@ def _run(
         total=total_steps, initial=step, desc=name, unit="step", disable=not show, leave=False
     )
     while step < total_steps and active:
-        epoch, step_in_epoch, batch_size = plan.locate(step)
+        epoch, step_in_epoch, batch_size = steps.locate(step)
         per_rank = batch_size // world_size
         micro, n_micro = micro_batches(config, batch_size, world_size)
         multiplier = lr_multiplier(timeline.schedule, step, total_steps)
@@ -672,7 +673,7 @@ def _run(
         bar.update()
         for member, loss in zip(list(active), losses.tolist()):
             record = _step_record(
-                member, step, plan, member.config.lr * multiplier, batch_size, loss
+                member, step, steps, member.config.lr * multiplier, batch_size, loss
             )
             if _after_step(member, record, step, timeline, engine):
                 finals[member.out] = _final_status(
