@@ -130,6 +130,21 @@ class Preset:
         for run in runs:
             check_fields(make_run_config(run))
 
+    def regime(self, vocab_size: int) -> dict[str, tuple[float, float]]:
+        """Where this preset sits against the paper's ratios (PAPER_REGIME), as (min, max) over
+        its batch sizes and models: a batch's tokens as a fraction of the pool's training tokens,
+        the pool's training tokens per model parameter (untied, at `vocab_size`), and epochs."""
+        from repro.runtime.model import param_count_table
+
+        params = {row["name"]: row["params"] for row in param_count_table(vocab_size)}
+        batch = [b * self.seq_len / self.pool.tokens for b in self.batch_sizes]
+        per_param = [self.pool.tokens / params[m] for m in self.models]
+        return {
+            "batch / pool (tokens)": (min(batch), max(batch)),
+            "pool tokens per parameter": (min(per_param), max(per_param)),
+            "epochs": (float(self.epochs), float(self.epochs)),
+        }
+
     def pool_dir(self, data_dir: str | Path, seed: int) -> Path:
         """data_dir/<name>-<source>-seed<seed>; a local source by its file name only, so the folder
         does not depend on where the checkout lives."""
@@ -249,6 +264,28 @@ class Preset:
                 "lr": list(self.lrs[self.schedule_batch]),
             },
         }
+
+
+PAPER_REGIME = {
+    "batch / pool (tokens)": (3.3e-4, 1e-2),
+    "pool tokens per parameter": (0.13, 1.3),
+    "epochs": (1.0, 32.0),
+}
+"""The paper's ratios (Kim et al.'s setup: batches of 16-512 sequences of 4,096 tokens from a
+200M-token pool, 150M-1.5B-parameter models, up to 32 epochs)."""
+
+
+def describe_regime(regime: dict[str, tuple[float, float]]) -> str:
+    """One line per ratio: this study's range, the paper's, and whether it lies inside (at two
+    significant digits, the precision of the paper's figures)."""
+    lines = []
+    for name, (low, high) in regime.items():
+        paper_low, paper_high = PAPER_REGIME[name]
+        inside = paper_low <= float(f"{low:.2g}") and float(f"{high:.2g}") <= paper_high
+        where = "inside" if inside else "outside"
+        ours = f"{low:.2g}" if low == high else f"{low:.2g} to {high:.2g}"
+        lines.append(f"  {name}: {ours} (paper {paper_low:.2g} to {paper_high:.2g}: {where})")
+    return "\n".join(lines)
 
 
 ORIGINAL_RECIPE = {"loader": "shuffle", "tie_embeddings": False, "embedding_weight_decay": 0.0}

@@ -18,9 +18,9 @@ import pandas as pd
 
 from repro.analysis import plots
 from repro.analysis.results import load_results
-from repro.data.pool import build_pool
+from repro.data.pool import build_pool, built_meta
 from repro.paths import project_root
-from repro.presets import ORIGINAL_RECIPE, Preset, get_preset
+from repro.presets import ORIGINAL_RECIPE, Preset, describe_regime, get_preset
 from repro.sweep import SweepResult, run_sweep
 
 
@@ -40,10 +40,17 @@ class Study:
     def summary(self) -> str:
         """One paragraph on what this study trains (the notebooks print it first)."""
         P = self.preset
+        meta = built_meta(P.pool_dir(self.data_dir, P.pool_seeds[0]))
+        vocab = meta["vocab_size"] if meta else (None if P.pool.tokenizer else P.pool.vocab_size)
+        regime = (
+            f"\nregime (vocab {vocab:,}):\n" + describe_regime(P.regime(vocab))
+            if vocab
+            else "\nregime: build the pools to know the tokenizer's vocab"
+        )
         return (
             f"preset {P.name}: source {P.pool.source}, {P.pool.tokens:,} training tokens per pool, "
             f"models {list(P.models)}, seq_len {P.seq_len}, batch sizes {list(P.batch_sizes)}, "
-            f"{P.epochs} epochs"
+            f"{P.epochs} epochs" + regime
         )
 
     def pools(self) -> list[Path]:

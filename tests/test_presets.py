@@ -112,3 +112,41 @@ def test_example_preset_builds_a_pool_of_paragraph_documents(tmp_path):
     paragraphs = (EXAMPLES / "corpus.txt").read_text().count("\n\n") + 1
     assert pool.train.n_docs + pool.val.n_docs > 30 and pool.train.n_docs < paragraphs
     assert pool.train.n_tokens >= preset.pool.tokens
+
+
+def test_regime_states_the_presets_ratios_against_the_papers():
+    from repro.runtime.model import Transformer, model_config
+
+    preset = PRESETS["cpu"]
+    params = Transformer(model_config(preset.models[0], 512)).num_params()
+    regime = preset.regime(512)
+    tokens = preset.pool.tokens
+    assert regime["batch / pool (tokens)"] == (
+        min(preset.batch_sizes) * preset.seq_len / tokens,
+        max(preset.batch_sizes) * preset.seq_len / tokens,
+    )
+    assert regime["pool tokens per parameter"] == (tokens / params, tokens / params)
+    assert regime["epochs"] == (8.0, 8.0)
+
+
+@pytest.mark.parametrize(
+    "ratio,verdict",
+    [((1e-3, 5e-3), "inside"), ((1e-4, 5e-3), "outside"), ((1e-3, 0.1), "outside")],
+)
+def test_describe_regime_says_inside_only_when_the_whole_range_is(ratio, verdict):
+    from repro.presets import describe_regime
+
+    line = describe_regime({"batch / pool (tokens)": ratio})
+    assert line.endswith(f": {verdict})") and "paper 0.00033 to 0.01" in line
+
+
+def test_readme_states_every_built_in_presets_regime():
+    from repro.presets import describe_regime
+
+    readme = (EXAMPLES.parent / "README.md").read_text()
+    vocab = {"smoke": 300, "cpu": 512, "gpu-small": 8192, "gpu": 128256}  # gpu: Llama 3's
+    assert set(vocab) == set(PRESETS)
+    for name, preset in PRESETS.items():
+        assert preset.pool.tokenizer or preset.pool.vocab_size == vocab[name]
+        block = f"{name} (vocab {vocab[name]:,}):\n" + describe_regime(preset.regime(vocab[name]))
+        assert block in readme, f"README's regime block is stale for {name}:\n{block}"
