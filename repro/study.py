@@ -125,8 +125,9 @@ class Study:
         return load_results(self.store, self._run(grid).run_ids)
 
     def _run(self, grids: dict | list[dict]) -> SweepResult:
-        """run_sweep into this study's store with its workers and the preset's stacking."""
-        return run_sweep(
+        """run_sweep into this study's store with its workers and the preset's stacking; a failed
+        run stops the study (its results would be missing from every table)."""
+        result = run_sweep(
             grids,
             self.store,
             workers=self.workers,
@@ -134,6 +135,8 @@ class Study:
             stack=self.preset.stack,
             max_stacked_batch=self.preset.max_stacked_batch,
         )
+        result.raise_if_failed(self.store)
+        return result
 
     def save(self, fig: plt.Figure, name: str) -> None:
         plots.save(fig, self.preset.name, name, self.root / "figures" / self.preset.name)

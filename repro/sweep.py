@@ -64,6 +64,17 @@ class SweepResult:
 
     outcomes: dict[str, int]
     run_ids: list[str]
+    failed: list[str]  # run ids that failed, now or in an earlier sweep (skipped as failed)
+
+    def raise_if_failed(self, store: str | Path) -> None:
+        """A one-line ReproError naming the failed runs and where their errors are."""
+        if self.failed:
+            where = ", ".join(f"{Path(store) / rid}/status.json" for rid in self.failed[:3])
+            more = f" and {len(self.failed) - 3} more" if len(self.failed) > 3 else ""
+            raise ReproError(
+                f"{len(self.failed)} run(s) failed; the error is in {where}{more}; fix its cause, "
+                "then rerun with --retry-failed (or delete those status.json files)"
+            )
 
 
 @dataclass(frozen=True)
@@ -202,9 +213,10 @@ def run_status(run_dir: Path) -> str:
 
 def execute_stack(
     store: str, members: list[tuple[str, dict]], retry_failed: bool = False, threads: int = 0
-) -> list[str]:
+) -> dict[str, str]:
     """Claim and run configs (run_id, config) that may train as one stack (train_stacked); a member
-    that is finished or held by another process is left out. Returns what happened to each."""
+    that is finished or held by another process is left out. Returns what happened to each, by
+    run id."""
     from repro.runtime.train import train_stacked  # the runtime, loaded only where runs execute
 
     outcomes: dict[str, str] = {}
@@ -252,7 +264,7 @@ def execute_stack(
                         outcomes[rid] = "failed"
                     else:
                         outcomes[rid] = run_status(Path(store) / rid)
-    return [outcomes[rid] for rid, _ in members]
+    return {rid: outcomes[rid] for rid, _ in members}
 
 
 def estimated_cost(config: RunConfig) -> float:
@@ -324,12 +336,14 @@ def run_sweep(
     store.mkdir(parents=True, exist_ok=True)
     specs = [load_grid(one) for one in (grid if isinstance(grid, list) else [grid])]
     plans = [plan_grid(spec, store) for spec in specs]  # every grid checked before any is recorded
+    _check_pools([p for runs in plans for p in runs])
     for spec, runs in zip(specs, plans):
         _write_manifest(store, spec, runs)
     planned = list(
         {p.run_id: p for runs in plans for p in runs}.values()
     )  # a run in several grids once (same id, same config)
     outcomes: dict[str, int] = {}
+    failed: list[str] = []
     trunks = [p for p in planned if p.after is None]
     branches = [p for p in planned if p.after is not None]
     with tqdm(total=len(planned), desc="runs", unit="run", disable=not progress) as bar:
@@ -348,10 +362,25 @@ def run_sweep(
                 for members in longest_first(stacks(todo, stack, max_stacked_batch))
             ]
             for job_outcomes in run(jobs):
-                for outcome in job_outcomes:
+                for rid, outcome in job_outcomes.items():
                     outcomes[outcome] = outcomes.get(outcome, 0) + 1
+                    failed += [rid] if outcome in ("failed", "skipped (failed)") else []
                 bar.update(len(job_outcomes))
-    return SweepResult(outcomes, [p.run_id for p in planned])
+    return SweepResult(outcomes, [p.run_id for p in planned], failed)
+
+
+def _check_pools(planned: list[PlannedRun]) -> None:
+    """Every pool the runs train on is built (before anything is recorded or trained)."""
+    pools = {p.config.pool for p in planned}
+    if "" in pools:
+        raise ReproError("a run of the grid names no pool; set pool: DIR under fixed or axes")
+    missing = sorted(pool for pool in pools if built_meta(pool) is None)
+    if missing:
+        raise ReproError(
+            f"pool {missing[0]} is not built"
+            + (f" (nor {len(missing) - 1} other(s))" if len(missing) > 1 else "")
+            + f"; build it first: repro data build SOURCE --out {missing[0]}"
+        )
 
 
 def _executor(kind: str, workers: int, slurm: dict | None, store: Path) -> Callable:

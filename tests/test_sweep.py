@@ -11,6 +11,7 @@ from dataclasses import replace
 import pytest
 
 from repro.analysis.results import load_results, tuned_endpoints
+from repro.errors import ReproError
 from repro.runtime.config import make_run_config
 from repro.sweep import expand, plan_grid, run_id, run_sweep, sweep_status
 
@@ -139,20 +140,30 @@ def test_two_executors_on_one_directory_never_run_a_config_twice(synthetic_pool,
 def test_failures_are_recorded_and_isolated(synthetic_pool, tmp_path):
     grid = _grid(synthetic_pool, batch_size=[8, 10], lr=[1e-3])
     grid["fixed"] |= {"micro_batch": 4}
-    assert run_sweep(grid, tmp_path / "s", progress=False).outcomes == {"done": 1, "failed": 1}
-    failed = (
-        tmp_path
-        / "s"
-        / run_id(make_run_config(grid["fixed"] | {"batch_size": 10, "lr": 1e-3}))
-        / "status.json"
-    )
+    result = run_sweep(grid, tmp_path / "s", progress=False)
+    bad = run_id(make_run_config(grid["fixed"] | {"batch_size": 10, "lr": 1e-3}))
+    assert result.outcomes == {"done": 1, "failed": 1} and result.failed == [bad]
+    failed = tmp_path / "s" / bad / "status.json"
+    with pytest.raises(ReproError, match=rf"1 run\(s\) failed; the error is in .*{bad}/status"):
+        result.raise_if_failed(tmp_path / "s")
     status = json.loads(failed.read_text())
     assert (
         status["status"] == "failed"
         and "not divisible" in status["error"]
         and "Traceback" in status["traceback"]
     )
-    assert run_sweep(grid, tmp_path / "s", progress=False).outcomes == {"skipped (failed)": 1}
+    again = run_sweep(grid, tmp_path / "s", progress=False)
+    assert again.outcomes == {"skipped (failed)": 1} and again.failed == [bad]
+
+
+def test_a_missing_pool_stops_the_sweep_before_anything_is_recorded(tmp_path):
+    grid = _grid(tmp_path / "no-pool", lr=[1e-3])
+    with pytest.raises(ReproError, match="no-pool is not built; build it first: repro data build"):
+        run_sweep(grid, tmp_path / "s", progress=False)
+    assert not (tmp_path / "s" / "sweep.json").exists()
+    grid["fixed"].pop("pool")
+    with pytest.raises(ReproError, match="names no pool"):
+        run_sweep(grid, tmp_path / "s", progress=False)
 
 
 def test_submitit_local_executor(synthetic_pool, tmp_path):
