@@ -25,6 +25,8 @@ def _data_build(args: argparse.Namespace) -> None:
         text_field=args.text_field,
         text_unit=args.text_unit,
         dtype=args.dtype,
+        skip_bad_records=args.skip_bad_records,
+        exact_tokens=args.exact_tokens,
     )
     started = time.perf_counter()
     out = build_pool(spec, args.out, force=args.force, progress=not args.quiet)
@@ -36,6 +38,12 @@ def _data_info(args: argparse.Namespace) -> None:
     from repro.data.pool import load_pool, pool_summary
 
     print(pool_summary(load_pool(args.pool)))
+
+
+def _data_verify(args: argparse.Namespace) -> None:
+    from repro.data.pool import verify_pool
+
+    print(verify_pool(args.pool, progress=not args.quiet))
 
 
 def _train(args: argparse.Namespace) -> None:
@@ -354,12 +362,21 @@ def _add_group(commands, name: str, help: str, dest: str):
 
 
 def _add_data_commands(commands) -> None:
-    """`repro data build` and `repro data info`."""
+    """`repro data build`, `repro data info` and `repro data verify`."""
     data = _add_group(commands, "data", "build and inspect pools", "data_command")
     _add_data_build(data)
     info = _add_command(data, "info", "counts of a built pool")
     info.add_argument("pool", help="pool directory")
     info.set_defaults(func=_data_info)
+    verify = _add_command(
+        data,
+        "verify",
+        "read every byte of a pool against the checksums and fingerprint in its meta.json "
+        "(exit status 2 on a mismatch)",
+    )
+    verify.add_argument("pool", help="pool directory")
+    verify.add_argument("--quiet", action="store_true", help="no progress bars")
+    verify.set_defaults(func=_data_verify)
 
 
 def _add_data_build(data) -> None:
@@ -387,7 +404,11 @@ def _add_data_build(data) -> None:
     build.add_argument(
         "--tokenizer",
         default=None,
-        help="use this tokenizer.json, pool directory or hub name instead of training one",
+        help=(
+            "use this tokenizer instead of training one: a tokenizer.json file or pool folder (a "
+            "path: it exists, ends with .json, starts with / . or ~, has more than one /, or its "
+            "part before / is an existing folder) or else a hub name, NAME or ORG/NAME"
+        ),
     )
     build.add_argument(
         "--text-field", default="text", help="field holding the text in .jsonl/.parquet/hub records"
@@ -399,10 +420,31 @@ def _add_data_build(data) -> None:
         help=".txt files: one document per file, blank-line paragraph or line",
     )
     build.add_argument("--dtype", default="auto", help="auto | uint16 | uint32")
-    build.add_argument("--out", required=True, help="pool directory, e.g. data/pools/stdlib-1m")
-    build.add_argument("--force", action="store_true", help="replace a different pool at --out")
-    build.add_argument("--quiet", action="store_true", help="no progress bars")
+    _add_data_build_output(build)
     build.set_defaults(func=_data_build)
+
+
+def _add_data_build_output(build: argparse.ArgumentParser) -> None:
+    """`repro data build`: bad records, the exact budget, and where the pool goes."""
+    build.add_argument(
+        "--skip-bad-records",
+        action="store_true",
+        help=".jsonl/.json/.parquet/hub records without a string text: skip and count them "
+        "(default: an error naming the file and record)",
+    )
+    build.add_argument(
+        "--exact-tokens",
+        action="store_true",
+        help="cut the last training document so the training split holds exactly --tokens "
+        "(default: whole documents, up to one document over)",
+    )
+    build.add_argument("--out", required=True, help="pool directory, e.g. data/pools/stdlib-1m")
+    build.add_argument(
+        "--force",
+        action="store_true",
+        help="replace a different or damaged pool at --out (never a file or another folder)",
+    )
+    build.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
 def _add_train_command(commands) -> None:

@@ -1,6 +1,7 @@
 """Pools: determinism, seeds, document-level split, budgets, dedup, local files, errors."""
 
 import json
+import os
 import subprocess
 import sys
 from collections import Counter
@@ -10,9 +11,10 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from repro.data.pool import PoolSpec, build_pool, load_pool
+from repro.data.pool import PoolSpec, build_pool, load_pool, pool_summary
 from repro.data.sources import open_source
 from repro.data.synthetic import Grammar, SyntheticLanguage, synthetic_documents
+from repro.data.tokenizer import MIN_BPE_VOCAB
 from repro.errors import ReproError
 from repro.units import parse_count
 
@@ -108,7 +110,10 @@ def test_duplicates_are_dropped(tmp_path):
     pool = load_pool(
         build_pool(
             PoolSpec(
-                source=str(tmp_path / "docs.jsonl"), tokens=2_000, val_tokens=300, vocab_size=300
+                source=str(tmp_path / "docs.jsonl"),
+                tokens=2_000,
+                val_tokens=300,
+                vocab_size=MIN_BPE_VOCAB,
             ),
             tmp_path / "pool",
             progress=False,
@@ -133,7 +138,7 @@ def test_local_txt_text_units(tmp_path, unit, expected_docs):
                 source=str(tmp_path / "*.txt"),
                 tokens=1,
                 val_tokens=1,
-                vocab_size=300,
+                vocab_size=MIN_BPE_VOCAB,
                 text_unit=unit,
             ),
             tmp_path / "pool",
@@ -157,7 +162,7 @@ def test_local_parquet_and_hub_style_directory(tmp_path):
                 source=str(tmp_path / "docs.parquet"),
                 tokens=1_000,
                 val_tokens=200,
-                vocab_size=300,
+                vocab_size=MIN_BPE_VOCAB,
                 text_field="body",
             ),
             tmp_path / "pq",
@@ -171,7 +176,9 @@ def test_local_parquet_and_hub_style_directory(tmp_path):
     (hub_dir / "train.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
     hub = load_pool(
         build_pool(
-            PoolSpec(source=f"hf:{hub_dir}", tokens=1_000, val_tokens=200, vocab_size=300),
+            PoolSpec(
+                source=f"hf:{hub_dir}", tokens=1_000, val_tokens=200, vocab_size=MIN_BPE_VOCAB
+            ),
             tmp_path / "hub",
             progress=False,
         )
@@ -357,3 +364,354 @@ def test_cli_build_and_info(tmp_path):
     assert info.returncode == 0 and "Bayes floor" in info.stdout
     train_line = next(line for line in info.stdout.splitlines() if line.startswith("train"))
     assert int(train_line.split()[2].replace(",", "")) == load_pool(out).train.n_tokens
+
+
+# --- compatibility: pools built before the integrity records keep their identity ------------------
+
+SMOKE_FINGERPRINT = "b17b6f9edf6db9a4b388a9e01a1a79f50633e9e630014c9b5073e8762c2e19fc"
+
+
+def test_default_build_keeps_the_fingerprint_and_build_args_of_older_pools(tmp_path):
+    """The smoke preset's main pool: stored runs are identified by this fingerprint, and a pool
+    built before the new options must still match the same request (a no-op rebuild)."""
+    spec = PoolSpec(source="synthetic", tokens=8_000, val_tokens=2_000, vocab_size=300)
+    assert set(spec.build_args()) == {
+        "source",
+        "tokens",
+        "val_tokens",
+        "seed",
+        "val_seed",
+        "vocab_size",
+        "tokenizer",
+        "text_field",
+        "text_unit",
+        "dtype",
+        "format",
+    }
+    pool = load_pool(build_pool(spec, tmp_path / "pool", progress=False))
+    assert pool.meta["fingerprint"] == SMOKE_FINGERPRINT
+
+
+def _as_old_pool(path):
+    """Strip what older builds did not write from a pool's meta.json."""
+    meta = json.loads((path / "meta.json").read_text())
+    for key in ("files", "overshoot_tokens", "skipped_records"):
+        del meta[key]
+    (path / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+
+
+def test_old_pool_loads_rebuilds_as_a_noop_and_verifies_without_checksums(tmp_path):
+    spec = PoolSpec(source="synthetic", tokens=3_000, val_tokens=1_000, vocab_size=300)
+    out = build_pool(spec, tmp_path / "pool", progress=False)
+    _as_old_pool(out)
+    before = (out / "meta.json").read_bytes()
+    assert (
+        build_pool(spec, out, progress=False) == out and (out / "meta.json").read_bytes() == before
+    )
+    assert load_pool(out).train.n_tokens >= 3_000
+    info = _cli("data", "info", str(out))
+    assert info.returncode == 0 and "overshoot" in info.stdout
+    verified = _cli("data", "verify", str(out), "--quiet")
+    assert verified.returncode == 0 and "checksums are not recorded" in verified.stdout
+
+
+# --- --out: only a pool is ever replaced ---------------------------------------------------------
+
+
+SYNTHETIC_1K = ["data", "build", "--source", "synthetic", "--tokens", "1k", "--val-tokens", "500"]
+SYNTHETIC_1K += ["--vocab-size", "300", "--quiet"]
+
+
+def _no_source(monkeypatch):
+    """Fail if the build gets as far as opening its source."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the source was opened")
+
+    monkeypatch.setattr("repro.data.pool.open_source", refuse)
+
+
+def _tree(path):
+    return sorted(
+        (str(p.relative_to(path)), p.is_file() and p.read_bytes()) for p in path.rglob("*")
+    )
+
+
+@pytest.mark.parametrize(
+    "make,message",
+    [
+        (lambda out: out.write_text("precious"), "is a file"),
+        (lambda out: out.mkdir(), "has no meta.json"),
+        (lambda out: (out.mkdir(), (out / "notes.txt").write_text("precious")), "'notes.txt'"),
+        (
+            lambda out: (out.mkdir(), (out / "meta.json").write_text("{}"), (out / "x").mkdir()),
+            "holds 'x'",
+        ),
+    ],
+    ids=["file", "empty-folder", "folder", "meta-json-and-more"],
+)
+def test_out_that_is_not_a_pool_is_refused_untouched_before_any_work(
+    tmp_path, monkeypatch, make, message
+):
+    out = tmp_path / "pool"
+    make(out)
+    before = _tree(tmp_path)
+    _no_source(monkeypatch)
+    spec = PoolSpec(source="synthetic", tokens=1_000, val_tokens=500, vocab_size=300)
+    with pytest.raises(ReproError, match=message) as error:
+        build_pool(spec, out, force=True, progress=False)
+    assert "--force" not in str(error.value) and "\n" not in str(error.value)
+    assert _tree(tmp_path) == before
+
+
+def test_out_below_a_file_is_refused(tmp_path, monkeypatch):
+    (tmp_path / "afile").write_text("x")
+    _no_source(monkeypatch)
+    spec = PoolSpec(source="synthetic", tokens=1_000, val_tokens=500, vocab_size=300)
+    with pytest.raises(ReproError, match="which is a file"):
+        build_pool(spec, tmp_path / "afile" / "pool", progress=False)
+
+
+def test_cli_file_at_out_is_one_line_and_leaves_nothing(tmp_path):
+    out = tmp_path / "pool"
+    out.write_text("precious")
+    result = _cli(*SYNTHETIC_1K, "--out", str(out), "--force")
+    assert (
+        result.returncode == 2 and result.stderr.count("\n") == 1 and "is a file" in result.stderr
+    )
+    assert out.read_text() == "precious" and sorted(p.name for p in tmp_path.iterdir()) == ["pool"]
+
+
+def test_damaged_pool_needs_force_and_force_rebuilds_it(small_synthetic_spec, tmp_path):
+    out = build_pool(small_synthetic_spec, tmp_path / "pool", progress=False)
+    good = _array_bytes(out)
+    (out / "meta.json").write_text('{"format": 1, "splits": ')
+    with pytest.raises(ReproError, match="damaged.*not valid JSON.*--force"):
+        build_pool(small_synthetic_spec, out, progress=False)
+    build_pool(small_synthetic_spec, out, force=True, progress=False)
+    assert _array_bytes(out) == good and load_pool(out).meta["fingerprint"]
+    tokens = out / "train" / "tokens.npy"  # same request, damaged arrays: --force rebuilds too
+    tokens.write_bytes(tokens.read_bytes()[:-10])
+    with pytest.raises(ReproError, match="damaged"):
+        build_pool(small_synthetic_spec, out, progress=False)
+    build_pool(small_synthetic_spec, out, force=True, progress=False)
+    assert _array_bytes(out) == good
+
+
+# --- stale temporary folders of killed builds ----------------------------------------------------
+
+
+def test_stale_temp_folders_of_dead_builds_are_removed_live_ones_kept(tmp_path):
+    finished = subprocess.Popen([sys.executable, "-c", "pass"])
+    finished.wait()
+    dead, alive = finished.pid, os.getppid()
+    for name in (
+        f".pool.tmp-{dead}",
+        f".pool.old-{dead}",
+        f".pool.tmp-{alive}",
+        f".other.tmp-{dead}",
+    ):
+        (tmp_path / name / "train").mkdir(parents=True)
+    spec = PoolSpec(source="synthetic", tokens=1_000, val_tokens=500, vocab_size=300)
+    build_pool(spec, tmp_path / "pool", progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        f".other.tmp-{dead}",
+        f".pool.tmp-{alive}",
+        "pool",
+    ]
+
+
+# --- records of local files: every one is checked ------------------------------------------------
+
+GOOD = [f"good document number {i} " * 12 for i in range(30)]
+
+
+def _write_records(path, records):
+    if path.suffix == ".jsonl":
+        path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    elif path.suffix == ".json":
+        path.write_text(json.dumps(records))
+    else:
+        import pandas as pd
+
+        pd.DataFrame({"text": [r.get("text") for r in records]}).to_parquet(path)
+
+
+@pytest.mark.parametrize(
+    "name,bad,found",
+    [
+        ("docs.jsonl", {"body": "no text field"}, "missing or null"),
+        ("docs.jsonl", {"text": 5}, "found int"),
+        ("docs.json", {"text": None}, "missing or null"),
+        ("docs.parquet", {"text": None}, "missing or null"),
+    ],
+    ids=["jsonl-missing", "jsonl-int", "json-null", "parquet-null"],
+)
+def test_bad_record_is_an_error_naming_file_and_record_or_is_skipped(tmp_path, name, bad, found):
+    """A bad record after the first: an error naming the file and its number; skipped and counted
+    (meta.json, data info) with skip_bad_records."""
+    (tmp_path / "corpus").mkdir()
+    _write_records(tmp_path / "corpus" / f"a{name}", [{"text": t} for t in GOOD[:15]])
+    records = [{"text": t} for t in GOOD[15:]]
+    records[6:6] = [bad]
+    records[10:10] = [bad]
+    second = tmp_path / "corpus" / f"b{name}"
+    _write_records(second, records)
+    spec = PoolSpec(source=str(tmp_path / "corpus"), tokens=300, val_tokens=100, vocab_size=257)
+    with pytest.raises(ReproError, match=rf"{second}: record 7 has .*{found}.*--skip-bad-records"):
+        build_pool(spec, tmp_path / "pool", progress=False)
+    assert not (tmp_path / "pool").exists()
+    out = build_pool(replace(spec, skip_bad_records=True), tmp_path / "pool", progress=False)
+    pool = load_pool(out)
+    assert pool.meta["skipped_records"] == 2 and pool.meta["build_args"]["skip_bad_records"]
+    assert set(_decoded_docs(pool, "train")) <= set(GOOD)
+    assert "2 bad records skipped" in pool_summary(pool)
+
+
+def test_files_are_read_one_by_one_empty_ones_included(tmp_path):
+    """An empty file holds no records; one file's schema is not forced on the next (datasets would
+    JSON-quote the texts of a file read after one whose `text` column had another type)."""
+    (tmp_path / "a.jsonl").write_text("")
+    _write_records(tmp_path / "b.jsonl", [{"text": t} for t in GOOD[:20]])
+    _write_records(tmp_path / "c.jsonl", [{"text": 7}] + [{"text": t} for t in GOOD[20:]])
+    source = open_source(str(tmp_path / "*.jsonl"), skip_bad_records=True)
+    assert [d.text for d in source.documents(0)] == GOOD and len(source.skipped) == 1
+
+
+def test_file_without_the_text_field_is_an_error_even_when_skipping(tmp_path):
+    _write_records(tmp_path / "a.jsonl", [{"body": t} for t in GOOD])
+    spec = PoolSpec(source=str(tmp_path / "a.jsonl"), tokens=300, val_tokens=100, vocab_size=257)
+    with pytest.raises(ReproError, match="no field 'text'.*--text-field"):
+        build_pool(replace(spec, skip_bad_records=True), tmp_path / "pool", progress=False)
+
+
+def test_cli_skip_bad_records_flag(tmp_path):
+    _write_records(tmp_path / "a.jsonl", [{"text": t} for t in GOOD] + [{"text": ["a", "b"]}])
+    source = str(tmp_path / "a.jsonl")
+    args = ["data", "build", "--source", source, "--tokens", "300", "--val-tokens", "100"]
+    args += ["--vocab-size", "257", "--quiet"]
+    failed = _cli(*args, "--out", str(tmp_path / "p1"))
+    assert failed.returncode == 2 and failed.stderr.count("\n") == 1
+    assert f"{tmp_path / 'a.jsonl'}: record 31 has no string in field 'text' (found list)" in (
+        failed.stderr
+    )
+    built = _cli(*args, "--skip-bad-records", "--out", str(tmp_path / "p2"))
+    assert built.returncode == 0 and "1 bad records skipped" in built.stdout
+
+
+# --- vocab size the BPE cannot reach -------------------------------------------------------------
+
+
+def test_unreachable_vocab_size_is_an_error_that_names_the_reachable_one(tmp_path):
+    spec = PoolSpec(source="stdlib", tokens=8_000, val_tokens=2_000, vocab_size=100_000_000)
+    with pytest.raises(ReproError, match=r"reaches only ([\d,]+) of the 100,000,000") as error:
+        build_pool(spec, tmp_path / "pool", progress=False)
+    reached = int(str(error.value).split("--vocab-size ")[1].split()[0])
+    assert MIN_BPE_VOCAB < reached < 100_000 and not (tmp_path / "pool").exists()
+    pool = load_pool(
+        build_pool(replace(spec, vocab_size=reached), tmp_path / "pool", progress=False)
+    )
+    assert pool.vocab_size == reached
+
+
+# --- tokenizer: a local path or a hub name -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "arg,local",
+    [
+        ("gpt2", False),
+        ("meta-llama/Llama-3.2-1B", False),
+        ("data/pools/no-such-pool", True),  # data/ exists: a mistyped local path
+        ("no-such-org/tokenizer.json", True),
+        ("./tok", True),
+        ("../tok", True),
+        ("~/no-such-dir/tok", True),
+        ("/abs/path", True),
+        ("a/b/c", True),
+    ],
+)
+def test_tokenizer_argument_is_a_local_path_or_a_hub_name(tmp_path, monkeypatch, arg, local):
+    from repro.data import tokenizer
+
+    (tmp_path / "data").mkdir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    asked = []
+    monkeypatch.setattr(tokenizer, "_from_hub", lambda name: asked.append(name) or "hub tokenizer")
+    assert tokenizer.is_local_tokenizer(arg) == local
+    if local:
+        with pytest.raises(ReproError, match="does not exist"):
+            tokenizer.load_tokenizer(arg)
+        assert asked == []
+    else:
+        assert tokenizer.load_tokenizer(arg) == "hub tokenizer" and asked == [arg]
+
+
+def test_mistyped_local_tokenizer_fails_before_reading_the_source(tmp_path, monkeypatch):
+    (tmp_path / "data" / "pools").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("repro.data.tokenizer._from_hub", lambda name: pytest.fail("hub asked"))
+    spec = PoolSpec(source="synthetic", tokens=1_000, tokenizer="data/pools/smoke-seed0")
+    with pytest.raises(ReproError, match="does not exist"):
+        build_pool(spec, tmp_path / "pool", progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]
+
+
+# --- budgets: overshoot recorded, exact budget on request ----------------------------------------
+
+
+@pytest.mark.parametrize("source", ["stdlib", "synthetic"])
+def test_overshoot_is_recorded_and_exact_tokens_cuts_the_last_document(tmp_path, source):
+    spec = PoolSpec(source=source, tokens=8_000, val_tokens=2_000, vocab_size=300)
+    whole = load_pool(build_pool(spec, tmp_path / "whole", progress=False))
+    over = whole.meta["overshoot_tokens"]
+    assert over == {"train": whole.train.n_tokens - 8_000, "val": whole.val.n_tokens - 2_000}
+    assert 0 <= over["train"] < whole.train.doc_lengths()[-1]
+    exact = load_pool(
+        build_pool(replace(spec, exact_tokens=True), tmp_path / "exact", progress=False)
+    )
+    assert exact.train.n_tokens == 8_000 == len(exact.train.tokens)
+    assert exact.meta["overshoot_tokens"]["train"] == 0
+    # the same documents, the last one cut; validation untouched
+    assert np.array_equal(exact.train.tokens, whole.train.tokens[:8_000])
+    assert np.array_equal(exact.train.doc_offsets[:-1], whole.train.doc_offsets[:-1])
+    assert np.array_equal(exact.val.tokens, whole.val.tokens)
+    assert exact.meta["fingerprint"] != whole.meta["fingerprint"]
+    assert "bayes_floor_nats_per_token" not in exact.meta["splits"]["train"]
+    assert f"train +0 over 8,000, val +{over['val']:,} over 2,000 tokens" in pool_summary(exact)
+
+
+def test_cli_exact_tokens_flag(tmp_path):
+    built = _cli(*SYNTHETIC_1K, "--exact-tokens", "--out", str(tmp_path / "p"))
+    assert built.returncode == 0, built.stderr
+    assert load_pool(tmp_path / "p").train.n_tokens == 1_000
+
+
+# --- integrity: sizes checked on load, checksums by verify --------------------------------------
+
+
+def test_meta_records_sizes_and_checksums_and_verify_catches_a_flipped_byte(tmp_path):
+    spec = PoolSpec(source="synthetic", tokens=3_000, val_tokens=1_000, vocab_size=300)
+    out = build_pool(spec, tmp_path / "pool", progress=False)
+    files = load_pool(out).meta["files"]
+    assert set(files) == {
+        "train/tokens.npy",
+        "train/doc_offsets.npy",
+        "val/tokens.npy",
+        "val/doc_offsets.npy",
+        "tokenizer.json",
+    }
+    for rel, record in files.items():
+        assert record["bytes"] == (out / rel).stat().st_size and len(record["sha256"]) == 64
+    assert files["train/tokens.npy"]["shape"] == [load_pool(out).train.n_tokens]
+    ok = _cli("data", "verify", str(out))
+    assert ok.returncode == 0 and "5 files match" in ok.stdout
+    tokens = out / "val" / "tokens.npy"
+    data = bytearray(tokens.read_bytes())
+    data[-1] ^= 0xFF  # same size: only the checksum can tell
+    tokens.write_bytes(bytes(data))
+    load_pool(out)
+    bad = _cli("data", "verify", str(out))
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+    assert "val/tokens.npy does not match the sha256" in bad.stderr and "--force" in bad.stderr

@@ -1,6 +1,15 @@
 """Data: document sources, tokenizers and pools (see pool.py for the on-disk format)."""
 
-from repro.data.pool import Pool, PoolSpec, Split, build_pool, load_pool
+from repro.data.pool import Pool, PoolSpec, Split, build_pool, load_pool, verify_pool
 from repro.data.sources import Document, open_source
 
-__all__ = ["Document", "Pool", "PoolSpec", "Split", "build_pool", "load_pool", "open_source"]
+__all__ = [
+    "Document",
+    "Pool",
+    "PoolSpec",
+    "Split",
+    "build_pool",
+    "load_pool",
+    "open_source",
+    "verify_pool",
+]

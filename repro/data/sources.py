@@ -4,6 +4,10 @@ A source is either *finite* (the Python standard library, local files: read in a
 pool builder draws a seeded random subset of it) or *unbounded* (the synthetic generator, a Hugging
 Face hub dataset: the stream itself is seeded, `documents(seed)` yields documents in a seeded
 random order and the builder takes a prefix).
+
+Records of .jsonl / .json / .parquet files and hub datasets must hold a string in the text field;
+one that does not is an error naming the file (or dataset) and the record's number, or, with
+`skip_bad_records`, is skipped and counted in `Source.skipped`.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import hashlib
 import os
 import sys
 import sysconfig
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,9 +43,33 @@ class Source:
     spec: str
     finite: bool
     info: dict = field(default_factory=dict)
+    skip_bad_records: bool = False  # skip records without a string text instead of failing
+    # (file or dataset, record number) of each bad record skipped so far, over every pass
+    skipped: set[tuple[str, int]] = field(default_factory=set)
 
     def documents(self, seed: int) -> Iterator[Document]:
         raise NotImplementedError
+
+    def _text_documents(
+        self, records: Iterable[dict], text_field: str, where: str
+    ) -> Iterator[Document]:
+        """Documents of the records of file or dataset `where`; a record without a string in
+        `text_field` is an error naming its number (from 1) unless bad records are skipped. A
+        `where` that lacks the field altogether is an error either way (a wrong --text-field)."""
+        for number, record in enumerate(records, 1):
+            if number == 1:
+                _check_text_field(record, text_field, where)
+            text = record.get(text_field)
+            if isinstance(text, str):
+                yield Document(str(record.get("id", f"{where}:{number}")), text)
+            elif self.skip_bad_records:
+                self.skipped.add((where, number))
+            else:
+                found = "missing or null" if text is None else f"found {type(text).__name__}"
+                raise ReproError(
+                    f"{where}: record {number} has no string in field {text_field!r} "
+                    f"({found}); fix it or pass --skip-bad-records to skip such records"
+                )
 
 
 # --- the Python standard library -------------------------------------------------------------
@@ -119,22 +147,13 @@ def _check_text_field(record: dict, text_field: str, where: str) -> None:
         )
 
 
-def _stream_records(dataset, text_field: str, where: str, prefix: str) -> Iterator[Document]:
-    first = True
-    for index, record in enumerate(dataset):
-        if first:
-            _check_text_field(record, text_field, where)
-            first = False
-        text = record[text_field]
-        if isinstance(text, str):
-            yield Document(str(record.get("id", f"{prefix}{index}")), text)
-
-
 class HubSource(Source):
     """`hf:NAME[:CONFIG]`, streamed (train split) and shuffled with datasets' seeded shuffle
     buffer."""
 
-    def __init__(self, name: str, config: str | None, text_field: str) -> None:
+    def __init__(
+        self, name: str, config: str | None, text_field: str, skip_bad_records: bool = False
+    ) -> None:
         super().__init__(
             f"hf:{name}" + (f":{config}" if config else ""),
             finite=False,
@@ -145,6 +164,7 @@ class HubSource(Source):
                 "text_field": text_field,
                 "shuffle_buffer_docs": HUB_SHUFFLE_BUFFER,
             },
+            skip_bad_records=skip_bad_records,
         )
         self.name, self.config, self.text_field = name, config, text_field
 
@@ -160,13 +180,18 @@ class HubSource(Source):
                 "(check the name, the network, or HF_HUB_OFFLINE)"
             ) from exc
         stream = stream.shuffle(seed=seed, buffer_size=HUB_SHUFFLE_BUFFER)
-        yield from _stream_records(stream, self.text_field, self.spec, prefix="")
+        where = f"{self.spec} (shuffled with seed {seed})"
+        yield from self._text_documents(stream, self.text_field, where)
 
 
 class LocalFilesSource(Source):
-    """.txt / .jsonl / .parquet files (a path, a directory or a glob) through datasets' builders."""
+    """.txt / .jsonl / .json / .parquet files (a path, a directory or a glob) through datasets'
+    builders, one file at a time (so a record's number and file are known, and one file's schema
+    is never forced on another's)."""
 
-    def __init__(self, pattern: str, text_field: str, text_unit: str) -> None:
+    def __init__(
+        self, pattern: str, text_field: str, text_unit: str, skip_bad_records: bool = False
+    ) -> None:
         if text_unit not in TEXT_UNITS:
             raise ReproError(
                 f"unknown --text-unit {text_unit!r}; choose one of: {', '.join(TEXT_UNITS)}"
@@ -212,28 +237,36 @@ class LocalFilesSource(Source):
                 "text_unit": text_unit if self.builder == "text" else None,
                 "paths_sizes_mtimes_sha256": digest.hexdigest(),
             },
+            skip_bad_records=skip_bad_records,
         )
 
     def documents(self, seed: int) -> Iterator[Document]:
         import datasets
 
         kwargs = {"sample_by": TEXT_UNITS[self.text_unit]} if self.builder == "text" else {}
-        try:
-            stream = datasets.load_dataset(
-                self.builder, data_files=self.files, split="train", streaming=True, **kwargs
-            )
-            yield from _stream_records(stream, self.text_field, self.spec, prefix="")
-        except ReproError:
-            raise
-        except Exception as exc:
-            raise ReproError(
-                f"cannot read {self.spec!r}: {type(exc).__name__}: "
-                f"{str(exc).splitlines()[0] if str(exc) else ''}"
-            ) from exc
+        for file in self.files:
+            try:
+                stream = datasets.load_dataset(
+                    self.builder, data_files=[file], split="train", streaming=True, **kwargs
+                )
+                yield from self._text_documents(stream, self.text_field, file)
+            except StopIteration:  # datasets' json builder on a file without records
+                continue
+            except ReproError:
+                raise
+            except Exception as exc:
+                raise ReproError(
+                    f"cannot read {file!r}: {type(exc).__name__}: "
+                    f"{str(exc).splitlines()[0] if str(exc) else ''}"
+                ) from exc
 
 
-def open_source(spec: str, text_field: str = "text", text_unit: str = "file") -> Source:
-    """`stdlib` | `synthetic` | `hf:NAME[:CONFIG]` | a path, directory or glob of local files."""
+def open_source(
+    spec: str, text_field: str = "text", text_unit: str = "file", skip_bad_records: bool = False
+) -> Source:
+    """`stdlib` | `synthetic` | `hf:NAME[:CONFIG]` | a path, directory or glob of local files;
+    `skip_bad_records` (files and hub datasets): skip records without a string text, counting
+    them in `Source.skipped`, instead of failing."""
     if spec == "stdlib":
         return StdlibSource()
     if spec == "synthetic":
@@ -242,5 +275,5 @@ def open_source(spec: str, text_field: str = "text", text_unit: str = "file") ->
         name, _, config = spec[3:].partition(":")
         if not name:
             raise ReproError("empty dataset name in 'hf:'; write hf:NAME or hf:NAME:CONFIG")
-        return HubSource(name, config or None, text_field)
-    return LocalFilesSource(spec, text_field, text_unit)
+        return HubSource(name, config or None, text_field, skip_bad_records)
+    return LocalFilesSource(spec, text_field, text_unit, skip_bad_records)

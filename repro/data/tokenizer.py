@@ -30,27 +30,49 @@ def train_bpe(texts: Iterable[str], vocab_size: int) -> Tokenizer:
     return tokenizer
 
 
+def is_local_tokenizer(file_or_name: str) -> bool:
+    """Whether `file_or_name` means a local tokenizer (a tokenizer.json file or a pool folder)
+    rather than a Hugging Face hub name (NAME or ORG/NAME). It is local when it exists, ends with
+    .json, starts with / . or ~, holds a backslash or more than one /, or when the part before its
+    / is an existing folder (data/pools/x where data/ exists); anything else is a hub name."""
+    if Path(file_or_name).expanduser().exists() or file_or_name.endswith(".json"):
+        return True
+    if file_or_name.startswith(("/", ".", "~")) or "\\" in file_or_name:
+        return True
+    head, slash, _ = file_or_name.partition("/")
+    return file_or_name.count("/") > 1 or (bool(slash) and Path(head).is_dir())
+
+
 def load_tokenizer(file_or_name: str) -> Tokenizer:
-    """A tokenizer.json path, a pool directory holding one, or a hub name
-    (e.g. meta-llama/Meta-Llama-3-8B)."""
-    path = Path(file_or_name)
-    if path.is_dir() and (path / "tokenizer.json").exists():
+    """A tokenizer.json file, a pool folder holding one, or a hub name (e.g.
+    meta-llama/Meta-Llama-3-8B); is_local_tokenizer tells which. A local path that does not exist
+    is an error, never a hub request."""
+    if not is_local_tokenizer(file_or_name):
+        return _from_hub(file_or_name)
+    path = Path(file_or_name).expanduser()
+    if path.is_dir():
         path = path / "tokenizer.json"
-    if path.is_file():
-        try:
-            return Tokenizer.from_file(str(path))
-        except Exception as exc:
-            raise ReproError(
-                f"{path} is not a valid tokenizer.json ({type(exc).__name__}); "
-                "give an HF tokenizers file"
-            ) from exc
-    if path.suffix == ".json" or file_or_name.startswith((".", "/")):
-        raise ReproError(f"tokenizer file {file_or_name!r} does not exist")
+    if not path.is_file():
+        raise ReproError(
+            f"tokenizer file {str(path)!r} does not exist; give an existing tokenizer.json or pool "
+            "folder, or a hub name as NAME or ORG/NAME"
+        )
     try:
-        return Tokenizer.from_pretrained(file_or_name)
+        return Tokenizer.from_file(str(path))
     except Exception as exc:
         raise ReproError(
-            f"cannot load tokenizer {file_or_name!r} from the hub "
+            f"{path} is not a valid tokenizer.json ({type(exc).__name__}); "
+            "give an HF tokenizers file"
+        ) from exc
+
+
+def _from_hub(name: str) -> Tokenizer:
+    """The tokenizer of hub model `name` (needs the network unless it is cached)."""
+    try:
+        return Tokenizer.from_pretrained(name)
+    except Exception as exc:
+        raise ReproError(
+            f"cannot load tokenizer {name!r} from the hub "
             f"({str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__}); "
             "check the name and the network, or pass a tokenizer.json path"
         ) from exc
