@@ -73,7 +73,7 @@ def _sweep_run(args: argparse.Namespace) -> None:
             {"slurm_partition": args.partition} if args.partition else {}
         )
     started = time.perf_counter()
-    outcomes = run_sweep(
+    result = run_sweep(
         args.grid,
         args.out,
         workers=args.workers,
@@ -83,12 +83,13 @@ def _sweep_run(args: argparse.Namespace) -> None:
         progress=not args.quiet,
         stack=args.stack,
         max_stacked_batch=args.max_stacked_batch,
-    ).outcomes
+    )
     print(
         f"{args.out}: "
-        + (", ".join(f"{n} {k}" for k, n in sorted(outcomes.items())) or "nothing to run")
+        + (", ".join(f"{n} {k}" for k, n in sorted(result.outcomes.items())) or "nothing to run")
         + f" in {time.perf_counter() - started:.0f} s"
     )
+    result.raise_if_failed(args.out)
 
 
 def _sweep_status(args: argparse.Namespace) -> None:
@@ -107,11 +108,23 @@ def _sweep_table(args: argparse.Namespace) -> None:
     import pandas as pd
 
     from repro.analysis.results import load_results, tuned_endpoints
+    from repro.sweep import failed_runs
 
     runs, evals = load_results(args.dir)
+    failed = failed_runs(args.dir)
+    errors = (
+        f"{len(failed)} run(s) failed; their errors: "
+        + ", ".join(f"{args.dir}/{rid}/status.json" for rid in failed[:3])
+        + (" ..." if len(failed) > 3 else "")
+    )
     if evals.empty:
         raise ReproError(
-            f"{args.dir} has no evaluated runs yet; run: repro sweep run GRID.yaml --out {args.dir}"
+            f"{args.dir} has no evaluated runs"
+            + (
+                f"; {errors}"
+                if failed
+                else f" yet; run: repro sweep run GRID.yaml --out {args.dir}"
+            )
         )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -121,6 +134,8 @@ def _sweep_table(args: argparse.Namespace) -> None:
         print(table[columns].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     for w in caught:
         print(f"warning: {w.message}", file=sys.stderr)
+    if failed:
+        print(f"warning: not in the table: {errors}", file=sys.stderr)
     if args.parquet:
         table.to_parquet(args.parquet)
 

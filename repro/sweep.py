@@ -449,6 +449,13 @@ def _write_manifest(store: Path, spec: dict, planned: list[PlannedRun]) -> None:
         os.replace(tmp, path)
 
 
+def failed_runs(store: str | Path) -> list[str]:
+    """Run ids in a store whose status.json says failed."""
+    return sorted(
+        p.parent.name for p in Path(store).glob("*/status.json") if run_status(p.parent) == "failed"
+    )
+
+
 def sweep_status(store: str | Path) -> dict[str, int]:
     """Counts of run states in a store (from its manifest, so pending runs count too)."""
     store = Path(store)

@@ -312,3 +312,23 @@ def test_moving_the_checkout_keeps_pools_and_runs(tmp_path):
     assert (
         run_sweep(grid, tmp_path / "b" / "store", progress=False).outcomes == {}
     )  # same runs: nothing retrained
+
+
+def test_cli_sweep_exits_non_zero_naming_failed_runs_and_table_says_so(
+    synthetic_pool, tmp_path, capsys
+):
+    from repro.cli import main
+
+    grid = _grid(synthetic_pool, batch_size=[8, 10], lr=[1e-3])
+    grid["fixed"] |= {"micro_batch": 4}
+    (tmp_path / "grid.yaml").write_text(json.dumps(grid))
+    store = tmp_path / "s"
+    for _ in range(2):  # failing now, then skipped as failed
+        with pytest.raises(SystemExit) as exit_info:
+            main(["sweep", "run", str(tmp_path / "grid.yaml"), "--out", str(store), "--quiet"])
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2 and err.count("\n") == 1 and "1 run(s) failed" in err
+    main(["sweep", "table", str(store)])
+    captured = capsys.readouterr()
+    assert "not in the table: 1 run(s) failed; their errors:" in captured.err
+    assert "status.json" in captured.err and "8" in captured.out
