@@ -358,11 +358,12 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 def _run_fields_help() -> str:
     """Every run field of `repro train` with its default and meaning."""
-    from repro.runtime.config import RunConfig
+    from repro.runtime.config import RunConfig, config_record
 
+    defaults = config_record(RunConfig())  # tuple fields in their text form
     lines = ["run fields (key=value; default; meaning):"]
     for f in fields(RunConfig):
-        lines.append(f"  {f.name + '=' + repr(f.default):<28} {f.metadata['doc']}")
+        lines.append(f"  {f.name + '=' + repr(defaults[f.name]):<28} {f.metadata['doc']}")
     return "\n".join(lines)
 
 
