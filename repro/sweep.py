@@ -444,9 +444,7 @@ def _write_manifest(store: Path, spec: dict, planned: list[PlannedRun]) -> None:
         manifest["runs"] += [
             {"run_id": p.run_id, "after": p.after} for p in planned if p.run_id not in known
         ]
-        tmp = store / f"sweep.json.tmp-{os.getpid()}"
-        tmp.write_text(json.dumps(manifest, indent=2, default=str) + "\n")
-        os.replace(tmp, path)
+        write_json(path, json.loads(json.dumps(manifest, default=str)))  # Paths as strings
 
 
 def failed_runs(store: str | Path) -> list[str]:

@@ -7,7 +7,7 @@ from dataclasses import fields
 import pytest
 
 from repro.cli import build_parser, main
-from repro.runtime.config import RunConfig
+from repro.runtime.config import RunConfig, config_record
 
 
 def _parsers(parser: argparse.ArgumentParser, path: tuple[str, ...] = ("repro",)):
@@ -33,5 +33,6 @@ def test_train_help_lists_every_run_field(capsys):
     with pytest.raises(SystemExit):
         main(["train", "--help"])
     text = capsys.readouterr().out
+    defaults = config_record(RunConfig())  # tuple fields as text, the form key=value takes
     for field in fields(RunConfig):
-        assert f"{field.name}={field.default!r}" in text and field.metadata["doc"] in text
+        assert f"{field.name}={defaults[field.name]!r}" in text and field.metadata["doc"] in text

@@ -2,6 +2,8 @@
 names the notebook and cell and exits non-zero."""
 
 import os
+import shutil
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -103,3 +105,21 @@ def test_preset_file_runs_under_its_own_name_and_outputs_can_be_stored(tmp_path,
             tmp_path / "runs" / "mine" / "notebooks" / "01_only.ipynb",
             tmp_path / "notebooks" / "01_only.ipynb",
         )
+
+
+def test_two_smoke_reproductions_with_different_worker_counts_agree(tmp_path, monkeypatch):
+    """From scratch (pools, runs, notebooks) with 1 worker and with 2: byte-identical claim
+    tables (stacks, worker processes and thread counts differ between the two)."""
+    notebooks = Path(__file__).resolve().parents[1] / "notebooks"
+    tables = {}
+    for workers in ("1", "2"):
+        root = tmp_path / f"workers{workers}"
+        (root / "repro").mkdir(parents=True)
+        (root / "pyproject.toml").write_text("")
+        shutil.copytree(notebooks, root / "notebooks")
+        monkeypatch.chdir(root)
+        main(["reproduce", "--preset", "smoke", "--workers", workers])
+        tables[workers] = {
+            path.name: path.read_bytes() for path in (root / "figures" / "smoke").glob("*_claims.*")
+        }
+    assert len(tables["1"]) == 10 and tables["1"] == tables["2"]

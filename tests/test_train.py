@@ -1,8 +1,11 @@
-"""The trainer: resume bit-identity, divergence, DDP equivalence, overfitting, bad configs."""
+"""The trainer: resume bit-identity, divergence, DDP equivalence, overfitting, bad configs,
+checkpoints that must not load, status.json while running (kills and corrupt checkpoints:
+test_train_faults.py)."""
 
 import json
 import math
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -12,11 +15,12 @@ import time
 import pytest
 import torch
 
+import repro.runtime.train
 from repro.cli import main
-from repro.data.pool import PoolSpec, build_pool
+from repro.data.pool import PoolSpec, build_pool, load_pool
 from repro.errors import ReproError
 from repro.runtime.config import load_run_config, make_run_config
-from repro.runtime.train import train
+from repro.runtime.train import LATEST, check_config, train
 
 BASE = dict(
     model="tiny",
@@ -104,8 +108,8 @@ def test_killed_run_resumes_bit_identically(synthetic_pool, tmp_path):
     assert json.loads((tmp_path / "killed" / "status.json").read_text())["status"] == "running"
     subprocess.run(cmd, check=True)
     assert _metrics(tmp_path / "killed") == _metrics(tmp_path / "straight")
-    a = torch.load(tmp_path / "straight" / "checkpoint.pt", weights_only=False)["model"]
-    b = torch.load(tmp_path / "killed" / "checkpoint.pt", weights_only=False)["model"]
+    a = torch.load(tmp_path / "straight" / "checkpoint.pt", weights_only=True)["model"]
+    b = torch.load(tmp_path / "killed" / "checkpoint.pt", weights_only=True)["model"]
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
@@ -311,3 +315,108 @@ def test_the_trainer_imports_neither_scipy_nor_pandas():
     code = "import sys, repro.runtime.train; print(sorted({'scipy', 'pandas'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+class _TouchOnLoad:
+    """Unpickled by a plain pickle load, it creates a file (as arbitrary code could)."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __setstate__(self, state):
+        open(state["marker"], "w").close()
+
+
+class _ShellOnLoad:
+    """Unpickled by a plain pickle load, it runs a shell command."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+@pytest.mark.parametrize("payload", [_TouchOnLoad, _ShellOnLoad])
+@pytest.mark.parametrize("where", ["checkpoint", "init_from"])
+def test_a_checkpoint_that_would_run_code_is_refused(synthetic_pool, tmp_path, payload, where):
+    marker, evil = tmp_path / "ran", tmp_path / "evil.pt"
+    torch.save({"model": payload(marker), "step": 0}, evil)
+    fields = BASE | {"pool": str(synthetic_pool)}
+    if where == "checkpoint":
+        (tmp_path / "run").mkdir()
+        evil.rename(tmp_path / "run" / LATEST)
+        message = (
+            f"{re.escape(str(tmp_path / 'run' / LATEST))} is unusable: .* to start this run over"
+        )
+    else:
+        fields |= {"init_from": str(evil)}
+        message = f"init_from: {re.escape(str(evil))} is unusable: .*tensors and plain values"
+    with pytest.raises(ReproError, match=message) as error:
+        train(make_run_config(fields), tmp_path / "run", progress=False)
+    assert "\n" not in str(error.value) and not marker.exists()
+    status = json.loads((tmp_path / "run" / "status.json").read_text())
+    assert status["status"] == "failed"
+
+
+def test_status_shows_progress_while_running(synthetic_pool, tmp_path, monkeypatch):
+    written, write_json = [], repro.runtime.train.write_json
+
+    def recorded(path, obj):
+        if path.name == "status.json":
+            written.append(obj)
+        write_json(path, obj)
+
+    monkeypatch.setattr(repro.runtime.train, "write_json", recorded)
+    final = train(make_run_config(BASE | {"pool": str(synthetic_pool)}), tmp_path, progress=False)
+    evaluations = _metrics(tmp_path)
+    start, *running, done = written
+    assert start == {"status": "running", "step": 0, "total_steps": final["total_steps"]} | {
+        "epoch": 0.0,
+        "tokens": 0,
+    }
+    assert running == [
+        {"status": "running", "total_steps": final["total_steps"]}
+        | {k: line[k] for k in ("step", "epoch", "tokens", "val_loss")}
+        for line in evaluations
+    ]
+    assert done == final and set(final) == {
+        "status",
+        "step",
+        "total_steps",
+        "steps_per_epoch",
+        "wall_s",
+        "stacked",
+        "best_val_loss",
+        "best_step",
+        "best_epoch",
+    }
+
+
+def test_a_kill_while_keeping_a_trunk_step_writes_it_on_resume(
+    synthetic_pool, tmp_path, monkeypatch
+):
+    """A WSD trunk's kept step (here an evaluation) is written before checkpoint.pt moves past it:
+    a kill while writing it resumes before it, and the rerun writes it."""
+    fields = BASE | {"pool": str(synthetic_pool), "schedule": "wsd", "warmup_steps": 1}
+    kept = check_config(make_run_config(fields), load_pool(synthetic_pool)).steps_per_epoch
+    config = make_run_config(fields | {"save_steps": str(kept)})
+    train(config, tmp_path / "straight", progress=False)
+    save = repro.runtime.train._save_checkpoint
+
+    def save_or_die(path, *args, **kwargs):
+        if path.name == f"step-{kept}.pt":
+            raise KeyboardInterrupt
+        save(path, *args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(repro.runtime.train, "_save_checkpoint", save_or_die)
+        with pytest.raises(KeyboardInterrupt):
+            train(config, tmp_path / "killed", progress=False)
+    train(config, tmp_path / "killed", progress=False)
+    a, b = (
+        torch.load(run / "checkpoints" / f"step-{kept}.pt", weights_only=True)["model"]
+        for run in (tmp_path / "straight", tmp_path / "killed")
+    )
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert _metrics(tmp_path / "killed") == _metrics(tmp_path / "straight")

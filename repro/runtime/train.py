@@ -9,11 +9,16 @@ Run directory (docs/CONTRACT.md):
     RUN/config.json     the resolved RunConfig
     RUN/metrics.jsonl   one object per line: step, epoch, tokens, lr, train_loss,
                         wall_s [, val_loss]
-    RUN/status.json     {"status": "running" | "done" | "diverged" | "failed", ...}
+    RUN/status.json     {"status": "running" | "done" | "diverged" | "failed", ...}; while
+                        running: step, total_steps, epoch, tokens [, val_loss] at the last
+                        evaluation
     RUN/checkpoint.pt   model, optimizer, RNG and progress at the last evaluation point
+    RUN/checkpoint.prev.pt  the one before, kept until the run ends
 
 Starting a run whose directory holds a checkpoint resumes it; on CPU the continued run is
 bit-identical to an uninterrupted one (the loader is a pure function of (seed, epoch, step)).
+Checkpoints load with weights_only (tensors and plain values: a checkpoint cannot run code); an
+unusable checkpoint.pt (truncated, of another model) falls back to checkpoint.prev.pt.
 """
 
 from __future__ import annotations
@@ -22,7 +27,9 @@ import json
 import math
 import os
 import random
+import sys
 import time
+import warnings
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
@@ -48,7 +55,7 @@ from repro.runtime.config import (
     run_identity,
     stack_key,
 )
-from repro.runtime.files import write_json
+from repro.runtime.files import atomic_write, write_json
 from repro.runtime.loaders import EpochLoader, EpochSteps, epoch_steps, validation_sequences
 from repro.runtime.model import Transformer, model_config
 from repro.runtime.noise_scale import MicroBatchNorms, NoiseScaleEMA
@@ -57,6 +64,12 @@ from repro.runtime.stacked import StackedForward, stack_parameters
 
 # sequences per validation forward pass, at least (no gradients, so larger than tiny micro-batches)
 EVAL_BATCH = 16
+# a run's resume point and the one before it (in RUN/); what every checkpoint holds
+LATEST, PREVIOUS = "checkpoint.pt", "checkpoint.prev.pt"
+CHECKPOINT_KEYS = set(
+    "model optimizer torch_rng python_rng step wall_s best loss_sum loss_steps".split()
+)
+FINISHED = ("done", "diverged")
 
 
 def check_config(config: RunConfig, pool: Pool, world_size: int = 1) -> EpochLoader:
@@ -189,7 +202,8 @@ def train_stacked(
             outs[i].mkdir(parents=True, exist_ok=True)
             write_json(outs[i] / "config.json", config_record(configs[i]))
     try:
-        members = [_open_member(configs[i], outs[i], pool, device, rank) for i in todo]
+        opened = [_open_member(configs[i], outs[i], pool, device, rank) for i in todo]
+        members = _rejoin(opened, pool, device, rank)
         by_step: dict[int, list[Member]] = {}
         # members resumed from different checkpoints train as separate stacks
         for member in members:
@@ -200,13 +214,26 @@ def train_stacked(
     except Exception as exc:
         if rank == 0:
             for i in todo:
-                if not _is_finished(outs[i]):
+                if _status(outs[i]).get("status") not in FINISHED:
                     write_json(
                         outs[i] / "status.json",
                         {"status": "failed", "error": f"{type(exc).__name__}: {exc}"},
                     )
         raise
     return [finished[i] or finals[outs[i]] for i in range(len(configs))]
+
+
+def _rejoin(members: list[Member], pool: Pool, device: torch.device, rank: int) -> list[Member]:
+    """Members a kill left one evaluation ahead of the others (it fell between their checkpoint
+    writes) go back to their previous checkpoint, or their start, if that is at the others' step:
+    the stack then trains as one, exactly as uninterrupted."""
+    lowest = min(m.step for m in members)
+    return [
+        m
+        if m.step == lowest
+        else _open_member(m.config, m.out, pool, device, rank, at_step=lowest) or m
+        for m in members
+    ]
 
 
 def _device(config: RunConfig, world_size: int) -> torch.device:
@@ -228,17 +255,19 @@ def _device(config: RunConfig, world_size: int) -> torch.device:
     return device
 
 
-def _is_finished(out: Path) -> bool:
+def _status(out: Path) -> dict:
+    """The run's status.json; {} if it is missing or unreadable (the run then trains)."""
     try:
-        return json.loads((out / "status.json").read_text())["status"] in ("done", "diverged")
-    except (OSError, ValueError, KeyError):
-        return False
+        status = json.loads((out / "status.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return status if isinstance(status, dict) else {}
 
 
 def _finished_status(config: RunConfig, out: Path) -> dict | None:
     """The final status of a done or diverged run in `out`; None if it still has to train.
     Raises if `out` holds a different run."""
-    config_path, status_path = out / "config.json", out / "status.json"
+    config_path = out / "config.json"
     if not config_path.exists():
         return None
     existing = run_identity(
@@ -250,11 +279,8 @@ def _finished_status(config: RunConfig, out: Path) -> dict | None:
         raise ReproError(
             f"{out} holds a different run (differs in {', '.join(diff)}); choose another --out"
         )
-    if status_path.exists():
-        status = json.loads(status_path.read_text())
-        if status["status"] in ("done", "diverged"):
-            return status
-    return None
+    status = _status(out)
+    return status if status.get("status") in FINISHED else None
 
 
 @dataclass
@@ -275,6 +301,7 @@ class Member:
     )
     noise: NoiseScaleEMA = field(default_factory=NoiseScaleEMA)
     started: float = 0.0  # perf_counter() at the run's start, less the wall time before a resume
+    latest_good: bool = False  # RUN/checkpoint.pt is good: the next save keeps it as the previous
 
     def wall_s(self) -> float:
         """Seconds this run has trained, resumed pieces included."""
@@ -286,23 +313,31 @@ class Member:
 
 
 def _open_member(
-    config: RunConfig, out: Path, pool: Pool, device: torch.device, rank: int
-) -> Member:
-    """Build the run's model (seeded) and load its checkpoint, or the trunk's for a WSD branch."""
+    config: RunConfig,
+    out: Path,
+    pool: Pool,
+    device: torch.device,
+    rank: int,
+    at_step: int | None = None,
+) -> Member | None:
+    """Build the run's model (seeded) and load its checkpoint, or the trunk's for a WSD branch.
+    With `at_step`, only a start at that step (its own checkpoint, the trunk's, or at 0 none);
+    None if it has none."""
     torch.manual_seed(config.seed)
     model = Transformer(model_config(config.model, pool.vocab_size, config.tie_embeddings)).to(
         device
     )
-    metrics_path, ckpt_path = out / "metrics.jsonl", out / "checkpoint.pt"
-    start_from = (
-        ckpt_path if ckpt_path.exists() else (Path(config.init_from) if config.init_from else None)
-    )
     member = Member(config, out, model, None)
-    if start_from is None:
+    found = _own_checkpoint(out, model, device, rank, at_step)
+    if found is None and config.init_from:
+        found = _trunk_checkpoint(Path(config.init_from), model, device)
+    if at_step is not None and at_step != (found[1]["step"] if found else 0):
+        return None
+    if found is None:
         if rank == 0:
-            metrics_path.write_text("")
+            (out / "metrics.jsonl").write_text("")
         return member
-    ckpt = torch.load(start_from, map_location=device, weights_only=False)
+    path, ckpt = found
     model.load_state_dict(ckpt["model"])
     torch.set_rng_state(ckpt["torch_rng"].cpu())
     random.setstate(ckpt["python_rng"])
@@ -314,18 +349,82 @@ def _open_member(
     )
     member.loss_sum, member.loss_steps = ckpt["loss_sum"], ckpt["loss_steps"]
     member.noise = NoiseScaleEMA(**ckpt.get("noise", {}))
+    member.latest_good = path == out / LATEST
     # keep the metric lines up to the checkpoint (of this run, or of the trunk for a branch)
     if rank == 0:
-        source = (
-            metrics_path if start_from == ckpt_path else start_from.parent.parent / "metrics.jsonl"
-        )
-        lines = [
-            line for line in source.read_text().splitlines() if _parsed_step(line) <= member.step
-        ]
-        tmp = metrics_path.with_name("metrics.jsonl.tmp")
-        tmp.write_text("".join(line + "\n" for line in lines))
-        os.replace(tmp, metrics_path)
+        source = out if path.parent == out else path.parent.parent
+        _keep_metrics(source / "metrics.jsonl", out / "metrics.jsonl", member.step)
     return member
+
+
+def _keep_metrics(source: Path, dest: Path, step: int) -> None:
+    """Write the lines of `source` up to `step` to `dest` (which may be `source`)."""
+    lines = [line for line in source.read_text().splitlines() if _parsed_step(line) <= step]
+    with atomic_write(dest) as f:
+        f.write("".join(line + "\n" for line in lines))
+
+
+def _read_checkpoint(path: Path, model: Transformer, device: torch.device) -> dict:
+    """The checkpoint at `path`, checked to fit `model`. Only tensors and plain values load
+    (weights_only: a checkpoint cannot run code); a one-line ReproError says what is wrong."""
+    try:
+        with warnings.catch_warnings():  # torch warns about pickles it then refuses
+            warnings.simplefilter("ignore")
+            ckpt = torch.load(path, map_location=device, weights_only=True)
+    except Exception as exc:  # every failure means the same: this file is not usable
+        raise ReproError(
+            f"{path} is unusable: it does not load as tensors and plain values "
+            f"({type(exc).__name__}: truncated, not a checkpoint, or holding objects that could "
+            "run code)"
+        ) from None
+    weights = ckpt.get("model") if isinstance(ckpt, dict) else None
+    if not isinstance(weights, dict) or not CHECKPOINT_KEYS <= ckpt.keys():
+        raise ReproError(f"{path} is unusable: it is not a checkpoint of this trainer")
+    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    found = {k: tuple(v.shape) for k, v in weights.items() if isinstance(v, torch.Tensor)}
+    if found != expected:
+        name = next(
+            k for k in sorted(expected.keys() | found.keys()) if found.get(k) != expected.get(k)
+        )
+        raise ReproError(
+            f"{path} is unusable: it is a checkpoint of another model "
+            f"({name}: shape {found.get(name)}, this run's model: {expected.get(name)})"
+        )
+    return ckpt
+
+
+def _own_checkpoint(
+    out: Path, model: Transformer, device: torch.device, rank: int, at_step: int | None = None
+) -> tuple[Path, dict] | None:
+    """The run's checkpoint to resume from: checkpoint.pt, else the previous one (saying so); with
+    `at_step`, the one at that step. None if there is none; a one-line ReproError naming the files
+    to remove if none is usable."""
+    paths = [p for p in (out / LATEST, out / PREVIOUS) if p.exists()]
+    problems = []
+    for path in paths:
+        try:
+            ckpt = _read_checkpoint(path, model, device)
+        except ReproError as exc:
+            problems.append(str(exc))
+            continue
+        if at_step is None or ckpt["step"] == at_step:
+            if problems and rank == 0:
+                print(f"repro: {problems[0]}; resuming from {path}", file=sys.stderr)
+            return path, ckpt
+    if paths and len(problems) == len(paths):
+        remove = " and ".join(str(p) for p in paths)
+        raise ReproError(f"{'; '.join(problems)}; remove {remove} to start this run over")
+    return None
+
+
+def _trunk_checkpoint(path: Path, model: Transformer, device: torch.device) -> tuple[Path, dict]:
+    """The init_from checkpoint; a one-line ReproError if it is unusable."""
+    try:
+        return path, _read_checkpoint(path, model, device)
+    except ReproError as exc:
+        raise ReproError(
+            f"init_from: {exc}; point init_from at a good checkpoint, or train its run again"
+        ) from None
 
 
 def _local_norm_hook(
@@ -337,33 +436,49 @@ def _local_norm_hook(
     return allreduce_hook(None, bucket)
 
 
-def _save_checkpoint(path: Path, member: Member, step: int, wall_s: float) -> None:
+def _save_checkpoint(
+    path: Path, member: Member, step: int, wall_s: float, keep_previous: Path | None = None
+) -> None:
     """Everything needed to continue exactly: weights, AdamW state, RNG, progress, the open loss
-    window."""
+    window; written atomically, the file it replaces moved to `keep_previous` if given."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
     weights = {
         k: v.clone()
         if v.untyped_storage().nbytes() > v.nbytes
         else v  # a stacked slice: save only the slice
         for k, v in member.model.state_dict().items()
     }
-    torch.save(
-        {
-            "model": weights,
-            "optimizer": member.optimizer.state_dict(),
-            "torch_rng": torch.get_rng_state(),
-            "python_rng": random.getstate(),
-            "step": step,
-            "wall_s": wall_s,
-            "best": member.best,
-            "loss_sum": member.loss_sum,
-            "loss_steps": member.loss_steps,
-            "noise": member.noise.state(),
-        },
-        tmp,
-    )
-    os.replace(tmp, path)
+    checkpoint = {
+        "model": weights,
+        "optimizer": member.optimizer.state_dict(),
+        "torch_rng": torch.get_rng_state(),
+        "python_rng": random.getstate(),
+        "step": step,
+        "wall_s": wall_s,
+        "best": member.best,
+        "loss_sum": member.loss_sum,
+        "loss_steps": member.loss_steps,
+        "noise": member.noise.state(),
+    }
+    with atomic_write(path, "wb", keep_previous) as f:
+        torch.save(checkpoint, f)
+
+
+def _save_progress(member: Member, record: dict, total_steps: int) -> None:
+    """At an evaluation (rank 0): the resume checkpoint (the last good one kept as the previous),
+    then status.json with the progress."""
+    out = member.out
+    keep = out / PREVIOUS if member.latest_good else None
+    _save_checkpoint(out / LATEST, member, record["step"], record["wall_s"], keep)
+    member.latest_good = True
+    write_json(out / "status.json", _running_status(record, total_steps))
+
+
+def _running_status(progress: dict, total_steps: int) -> dict:
+    """status.json while training: step, total_steps, epoch, tokens [, val_loss] of `progress`
+    (a metrics line, or the starting point)."""
+    shown = {k: progress[k] for k in ("epoch", "tokens", "val_loss") if k in progress}
+    return {"status": "running", "step": progress["step"], "total_steps": total_steps} | shown
 
 
 @dataclass
@@ -516,12 +631,12 @@ def training_step(
 
 
 def _member_losses(logits: torch.Tensor, targets: torch.Tensor, k: int) -> torch.Tensor:
-    """Mean cross-entropy per member: logits [K, B, T, vocab], targets [B, T] -> [K]."""
-    flat = logits.float().reshape(-1, logits.shape[-1])
-    targets = targets.reshape(-1).repeat(k)
-    if k == 1:
-        return F.cross_entropy(flat, targets)[None]
-    return F.cross_entropy(flat, targets, reduction="none").view(k, -1).mean(1)
+    """Mean cross-entropy per member: logits [K, B, T, vocab], targets [B, T] -> [K]. Each member's
+    loss is reduced on its own, exactly as a run alone reduces it, so that a run's bits do not
+    depend on the stack it trains in."""
+    flat = logits.float().reshape(k, -1, logits.shape[-1])
+    targets = targets.reshape(-1)
+    return torch.stack([F.cross_entropy(flat[j], targets) for j in range(k)])
 
 
 def _optimizer_steps(
@@ -537,18 +652,22 @@ def _optimizer_steps(
         member.optimizer.zero_grad(set_to_none=True)
 
 
+def _progress(config: RunConfig, step: int, steps: EpochSteps) -> dict:
+    """Where a run is after `step` steps: step, epoch (fractional) and training tokens."""
+    return {
+        "step": step,
+        "epoch": steps.epochs_done(step),
+        "tokens": steps.sequences_done(step) * config.seq_len,
+    }
+
+
 def _step_record(
     member: Member, step: int, steps: EpochSteps, lr: float, batch_size: int, loss: float
 ) -> dict:
     """The metrics line of `member` after `step` (before any evaluation); updates its running
     training loss (the mean since the last evaluation)."""
     config = member.config
-    record = {
-        "step": step,
-        "epoch": steps.epochs_done(step),
-        "tokens": steps.sequences_done(step) * config.seq_len,
-        "lr": lr,
-    }
+    record = _progress(config, step, steps) | {"lr": lr}
     if config.batch_schedule:
         record["step_batch"] = batch_size
     if config.noise_scale:
@@ -589,15 +708,18 @@ def _after_step(
         member.log(record | {"wall_s": record.get("wall_s", member.wall_s())})
     if diverged:
         return True
-    if "val_loss" in record:
+    evaluated = "val_loss" in record
+    if evaluated:
         member.loss_sum, member.loss_steps = 0.0, 0
-        if rank == 0:
-            _save_checkpoint(member.out / "checkpoint.pt", member, step, record["wall_s"])
-        if engine.world_size > 1:
-            dist.barrier()
+    # a kept step first: a kill before checkpoint.pt moves on retrains to it, so it is written
     if step in timeline.save_steps and rank == 0:
         path = member.out / "checkpoints" / f"step-{step}.pt"
         _save_checkpoint(path, member, step, member.wall_s())
+    if evaluated:
+        if rank == 0:
+            _save_progress(member, record, timeline.steps.total_steps)
+        if engine.world_size > 1:
+            dist.barrier()
     return False
 
 
@@ -615,15 +737,16 @@ def _final_status(
         **member.best,
     }
     if rank == 0:
+        (member.out / PREVIOUS).unlink(missing_ok=True)  # needed only to resume
         write_json(member.out / "status.json", final)
     return final
 
 
-def _mark_running(members: list[Member], step: int, total_steps: int, rank: int) -> None:
+def _mark_running(members: list[Member], step: int, steps: EpochSteps, rank: int) -> None:
     """status.json says running (rank 0); each member's wall clock starts (resumed time kept)."""
     for member in members:
         if rank == 0:
-            running = {"status": "running", "step": step, "total_steps": total_steps}
+            running = _running_status(_progress(member.config, step, steps), steps.total_steps)
             write_json(member.out / "status.json", running)
         member.started = time.perf_counter() - member.wall_offset
 
@@ -651,7 +774,7 @@ def _run(
     attach_optimizers(members)
     timeline = _timeline(config, pool, loader, world_size)
     steps, total_steps = timeline.steps, timeline.steps.total_steps
-    _mark_running(members, step, total_steps, rank)
+    _mark_running(members, step, steps, rank)
     finals: dict[Path, dict] = {}
     active = list(members)
     name = members[0].out.name + (f" +{len(members) - 1}" if len(members) > 1 else "")

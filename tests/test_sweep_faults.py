@@ -1,0 +1,78 @@
+"""Fault injection: a sweep (two workers, stacked runs) SIGKILLed at seeded random points (after a
+random number of its metrics lines), then run again, ends identical to an uninterrupted sweep, with
+no temporary files left."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from repro.sweep import sweep_status
+
+GRID = {
+    "fixed": {"model": "tiny", "seq_len": 32, "epochs": 1, "eval_every": 0.5, "threads": 1},
+    "axes": {"batch_size": [4, 16], "lr": [1e-3, 3e-3], "weight_decay": [0.1]},
+}
+TRIALS = 3
+
+
+def _sweep(pool, store) -> list[str]:
+    """`repro sweep run` of GRID on `pool` into `store`, with two workers and stacks of two."""
+    grid = store.parent / f"{store.name}.yaml"
+    grid.write_text(json.dumps(GRID | {"fixed": GRID["fixed"] | {"pool": str(pool)}}))
+    command = [sys.executable, "-m", "repro.cli", "sweep", "run", str(grid), "--out", str(store)]
+    return command + ["--workers", "2", "--stack", "2", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def straight(synthetic_pool, tmp_path_factory):
+    """The uninterrupted sweep's store."""
+    store = tmp_path_factory.mktemp("straight") / "store"
+    subprocess.run(_sweep(synthetic_pool, store), check=True)
+    return store
+
+
+def _lines_written(store) -> int:
+    return sum(len(m.read_text().splitlines()) for m in store.glob("*/metrics.jsonl"))
+
+
+def _store_contents(store) -> dict[str, list[dict]]:
+    """Each run's metrics lines without wall time, by run id."""
+    return {
+        run.name: [
+            {k: v for k, v in json.loads(line).items() if k != "wall_s"}
+            for line in (run / "metrics.jsonl").read_text().splitlines()
+        ]
+        for run in sorted(store.iterdir())
+        if (run / "metrics.jsonl").exists()
+    }
+
+
+@pytest.mark.parametrize("trial", range(TRIALS))
+def test_killed_sweep_resumes_to_the_uninterrupted_result(
+    synthetic_pool, straight, tmp_path, trial
+):
+    store = tmp_path / "store"
+    kill_after = random.Random(trial).randrange(1, _lines_written(straight))  # metrics lines
+    proc = subprocess.Popen(_sweep(synthetic_pool, store), start_new_session=True)
+    while _lines_written(store) < kill_after and proc.poll() is None:
+        time.sleep(0.005)
+    os.killpg(proc.pid, signal.SIGKILL)  # the sweep and its worker processes
+    proc.wait()
+    interrupted = sweep_status(store) if (store / "sweep.json").exists() else {}
+    assert interrupted.get("done", 0) < 4  # the kill came before the end
+    subprocess.run(_sweep(synthetic_pool, store), check=True)
+    assert sweep_status(store) == {"done": 4}
+    resumed, reference = _store_contents(store), _store_contents(straight)
+    assert resumed.keys() == reference.keys()
+    for rid, lines in reference.items():
+        for got, expected in zip(resumed[rid], lines, strict=True):
+            differ = {k: (got.get(k), v) for k, v in expected.items() if got.get(k) != v}
+            assert got == expected, f"run {rid} step {expected['step']}: {differ}"
+    leftovers = [p for p in store.rglob("*") if ".tmp" in p.name or ".old-" in p.name]
+    assert not leftovers, leftovers

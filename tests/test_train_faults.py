@@ -1,0 +1,259 @@
+"""Fault injection: `repro train` and a stacked run SIGKILLed at random points (seeded), and
+corrupt checkpoints. Re-running the same command ends exactly as an uninterrupted run (metrics,
+status and weights, wall time aside) and leaves no temporary files; an unusable checkpoint falls
+back to the previous one, or stops with one line naming the file to remove."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+import repro.runtime.train
+from repro.cli import main
+from repro.data.pool import PoolSpec, build_pool
+from repro.runtime.config import make_run_config
+from repro.runtime.model import Transformer, model_config
+from repro.runtime.train import LATEST, PREVIOUS, train, train_stacked
+
+# seeds whose kill plans include the windows that matter: a kill between keeping the previous
+# checkpoint and installing the new one, and between two stack members' checkpoints
+SEED, STACK_SEED = 20261131, 20261145
+FIELDS = dict(
+    model="tiny",
+    seq_len=32,
+    batch_size=4,
+    micro_batch=2,
+    lr=3e-3,
+    epochs=2,
+    eval_every=0.25,
+    threads=1,
+    loader="repack",
+)
+STACK = [dict(lr=1e-3, weight_decay=0.1), dict(lr=1e-2, weight_decay=0.0)]
+# the child dies (SIGKILL) just before its N-th rename: a complete temporary file, not yet in place
+KILL_HOOK = """
+import os, signal, sys
+die_at, renames, replace = int(sys.argv[1]), [], os.replace
+def replace_or_die(*args, **kwargs):
+    renames.append(args)
+    if len(renames) == die_at:
+        os.kill(os.getpid(), signal.SIGKILL)
+    replace(*args, **kwargs)
+if die_at:
+    os.replace = replace_or_die
+"""
+TRAIN = "from repro.cli import main; main(sys.argv[2:])"
+TRAIN_STACK = """
+import json
+from repro.runtime.config import make_run_config
+from repro.runtime.train import train_stacked
+configs, outs = json.loads(sys.argv[2]), json.loads(sys.argv[3])
+train_stacked([make_run_config(c) for c in configs], outs, progress=False)
+"""
+
+
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory):
+    """A 6k-token synthetic pool: 2 epochs of batch 4 are 92 steps, 8 evaluations."""
+    spec = PoolSpec(source="synthetic", tokens=6_000, val_tokens=1_000, vocab_size=300)
+    return build_pool(spec, tmp_path_factory.mktemp("faults") / "pool", progress=False)
+
+
+def _counting_renames(run):
+    """Run `run()` in this process; returns the number of renames (os.replace) it made."""
+    calls, replace = [], os.replace
+
+    def counted(*args, **kwargs):
+        calls.append(args)
+        replace(*args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(os, "replace", counted)
+        run()
+    return len(calls)
+
+
+@pytest.fixture(scope="module")
+def straight(pool, tmp_path_factory):
+    """Uninterrupted runs: a single one and a stack of two, each with its renames counted."""
+    root = tmp_path_factory.mktemp("straight")
+    config = make_run_config(FIELDS | {"pool": str(pool)})
+    stack = [make_run_config(FIELDS | c | {"pool": str(pool)}) for c in STACK]
+    outs = [root / f"stacked{k}" for k in range(len(STACK))]
+    single = {
+        "out": root / "single",
+        "renames": _counting_renames(lambda: train(config, root / "single", progress=False)),
+    }
+    stacked = {
+        "outs": outs,
+        "renames": _counting_renames(lambda: train_stacked(stack, outs, progress=False)),
+    }
+    for run, out in ((single, single["out"]), (stacked, outs[0])):
+        run["wall_s"] = json.loads((out / "status.json").read_text())["wall_s"]
+    return {"single": single, "stack": stacked}
+
+
+def _metrics(run):
+    return [
+        {k: v for k, v in json.loads(line).items() if k != "wall_s"}
+        for line in (run / "metrics.jsonl").read_text().splitlines()
+    ]
+
+
+def _assert_same_run(run, reference):
+    """Identical metrics, final status and weights; no temporary files left. Wall time and the
+    stack size of the last process (1 for a member that a kill left alone to finish) describe how
+    the run was executed, not its result."""
+    assert _metrics(run) == _metrics(reference)
+    status, expected = (json.loads((r / "status.json").read_text()) for r in (run, reference))
+    for key in ("wall_s", "stacked"):
+        assert status.pop(key) > 0 and expected.pop(key) > 0
+    assert status == expected
+    weights, want = (torch.load(r / LATEST, weights_only=True)["model"] for r in (run, reference))
+    assert weights.keys() == want.keys() and all(torch.equal(weights[k], want[k]) for k in want)
+    assert not list(run.rglob("*.tmp")) and not (run / PREVIOUS).exists()
+
+
+def _start(script, die_at, *args):
+    return subprocess.Popen(
+        [sys.executable, "-c", KILL_HOOK + script, str(die_at), *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+
+
+def _mtime(path):
+    return path.stat().st_mtime_ns if path.exists() else None
+
+
+def _kill_somewhere(rng, reference, script, status, *args):
+    """Start the command and SIGKILL it before a random one of its renames (as many as in the
+    uninterrupted `reference` run), or at a random time within the reference's training time once
+    training started (status.json rewritten). Returns whether the kill landed."""
+    if rng.random() < 0.6:
+        proc = _start(script, rng.randint(3, reference["renames"]), *args)  # after config, status
+    else:
+        before, proc, deadline = _mtime(status), _start(script, 0, *args), time.time() + 60
+        while _mtime(status) == before and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.01)
+        time.sleep(rng.uniform(0, reference["wall_s"]))
+        proc.send_signal(signal.SIGKILL)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode in (0, -signal.SIGKILL), stderr.decode()[-2000:]
+    return proc.returncode == -signal.SIGKILL
+
+
+def test_killed_run_reruns_to_the_same_end(pool, straight, tmp_path):
+    """Seeded trials of one or two SIGKILLs each (at renames: between a checkpoint's write and
+    its rename, between keeping the previous checkpoint and installing the new one, mid status
+    or metrics rewrite; or at a random time), then the same command to the end."""
+    rng, killed, trials = random.Random(SEED), 0, 4
+    argv = ["train", "--pool", str(pool), "--quiet"] + [f"{k}={v}" for k, v in FIELDS.items()]
+    for trial in range(trials):
+        out = tmp_path / f"trial{trial}"
+        args = [*argv, "--out", str(out)]
+        for _ in range(rng.randint(1, 2)):
+            killed += _kill_somewhere(rng, straight["single"], TRAIN, out / "status.json", *args)
+        main(args)
+        _assert_same_run(out, straight["single"]["out"])
+    assert killed >= trials, f"only {killed} kills landed mid-run in {trials} trials"
+
+
+def test_killed_stack_reruns_to_the_same_end(pool, straight, tmp_path):
+    """A stack of two killed the same way: its members (maybe one evaluation apart) end exactly
+    as in the uninterrupted stack."""
+    rng, killed, trials = random.Random(STACK_SEED), 0, 3
+    configs = [FIELDS | c | {"pool": str(pool)} for c in STACK]
+    for trial in range(trials):
+        outs = [tmp_path / f"trial{trial}" / f"m{k}" for k in range(len(configs))]
+        args = [json.dumps(configs), json.dumps([str(out) for out in outs])]
+        killed += _kill_somewhere(
+            rng, straight["stack"], TRAIN_STACK, outs[-1] / "status.json", *args
+        )
+        train_stacked([make_run_config(c) for c in configs], outs, progress=False)
+        for out, reference in zip(outs, straight["stack"]["outs"]):
+            _assert_same_run(out, reference)
+    assert killed >= trials - 1, f"only {killed} kills landed mid-run in {trials} trials"
+
+
+def _interrupted(pool, out, evaluations, monkeypatch):
+    """The run started (or resumed) and stopped in its `evaluations`-th evaluation from there;
+    returns the command line that continues it."""
+    evaluate, calls = repro.runtime.train.evaluate, []
+
+    def evaluate_then_stop(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == evaluations:
+            raise KeyboardInterrupt
+        return evaluate(*args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(repro.runtime.train, "evaluate", evaluate_then_stop)
+        with pytest.raises(KeyboardInterrupt):
+            train(make_run_config(FIELDS | {"pool": str(pool)}), out, progress=False)
+    assert (out / LATEST).exists() and (out / PREVIOUS).exists()
+    return ["train", "--pool", str(pool), "--out", str(out), "--quiet"] + [
+        f"{k}={v}" for k, v in FIELDS.items()
+    ]
+
+
+def _corrupt(path, how):
+    """Make the checkpoint at `path` empty, truncated, or one of another model size."""
+    if how == "empty":
+        path.write_bytes(b"")
+    elif how == "truncated":
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    else:
+        other = Transformer(model_config("cpu-s", 300, tie_embeddings=False)).state_dict()
+        torch.save(torch.load(path, weights_only=True) | {"model": other}, path)
+
+
+@pytest.mark.parametrize("how", ["empty", "truncated", "other model"])
+def test_unusable_checkpoint_falls_back_to_the_previous(
+    pool, straight, tmp_path, how, monkeypatch, capsys
+):
+    """Twice: the second time right after the first fallback's next checkpoint, which must have
+    kept the good previous one, not the unusable one."""
+    run = tmp_path / "run"
+    argv = _interrupted(pool, run, 4, monkeypatch)  # checkpoints of evaluations 3 and 2
+    _corrupt(run / LATEST, how)
+    _interrupted(pool, run, 2, monkeypatch)  # from 2: checkpoint of 3 again, the previous is 2
+    _corrupt(run / LATEST, how)
+    main(argv)
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and all(f"resuming from {run / PREVIOUS}" in line for line in err), err
+    assert ("another model" in err[0]) == (how == "other model")
+    _assert_same_run(run, straight["single"]["out"])
+
+
+def test_no_usable_checkpoint_is_one_line_naming_the_files(pool, straight, tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    argv = _interrupted(pool, run, 3, monkeypatch)
+    _corrupt(run / LATEST, "truncated")
+    _corrupt(run / PREVIOUS, "empty")
+    done = subprocess.run(
+        [sys.executable, "-m", "repro.cli", *argv], capture_output=True, text=True
+    )
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert f"remove {run / LATEST} and {run / PREVIOUS} to start this run over" in done.stderr
+    (run / LATEST).unlink()
+    (run / PREVIOUS).unlink()
+    main(argv)  # as the message says: the run starts over
+    _assert_same_run(run, straight["single"]["out"])
+
+
+def test_unusable_init_from_is_one_line(pool, straight, tmp_path, capsys):
+    trunk = tmp_path / "trunk.pt"
+    trunk.write_bytes((straight["single"]["out"] / LATEST).read_bytes()[:1000])
+    argv = ["train", "--pool", str(pool), "--out", str(tmp_path / "run"), "--quiet"]
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv + [f"{k}={v}" for k, v in FIELDS.items()] + [f"init_from={trunk}"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1, err
+    assert f"init_from: {trunk} is unusable" in err and "good checkpoint" in err
