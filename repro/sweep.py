@@ -379,7 +379,7 @@ def _check_pools(planned: list[PlannedRun]) -> None:
         raise ReproError(
             f"pool {missing[0]} is not built"
             + (f" (nor {len(missing) - 1} other(s))" if len(missing) > 1 else "")
-            + f"; build it first: repro data build SOURCE --out {missing[0]}"
+            + f"; build it first: repro data build --source SOURCE --out {missing[0]}"
         )
 
 

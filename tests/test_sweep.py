@@ -158,7 +158,9 @@ def test_failures_are_recorded_and_isolated(synthetic_pool, tmp_path):
 
 def test_a_missing_pool_stops_the_sweep_before_anything_is_recorded(tmp_path):
     grid = _grid(tmp_path / "no-pool", lr=[1e-3])
-    with pytest.raises(ReproError, match="no-pool is not built; build it first: repro data build"):
+    with pytest.raises(
+        ReproError, match="no-pool is not built; build it first: repro data build --source"
+    ):
         run_sweep(grid, tmp_path / "s", progress=False)
     assert not (tmp_path / "s" / "sweep.json").exists()
     grid["fixed"].pop("pool")
