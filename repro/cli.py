@@ -12,7 +12,8 @@ from repro.units import parse_count
 
 
 def _data_build(args: argparse.Namespace) -> None:
-    from repro.data.pool import PoolSpec, build_pool, load_pool, pool_summary
+    from repro.data.build import PoolSpec, build_pool
+    from repro.data.pool import load_pool, pool_summary
 
     spec = PoolSpec(
         source=args.source,

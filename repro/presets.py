@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from repro.data.pool import PoolSpec
+from repro.data.build import PoolSpec
 from repro.errors import ReproError
 from repro.paths import project_root
 from repro.units import parse_count

@@ -18,7 +18,8 @@ import pandas as pd
 
 from repro.analysis import plots
 from repro.analysis.results import load_results
-from repro.data.pool import build_pool, built_meta
+from repro.data.build import build_pool
+from repro.data.pool import built_meta
 from repro.paths import project_root
 from repro.presets import ORIGINAL_RECIPE, Preset, describe_regime, get_preset
 from repro.sweep import SweepResult, run_sweep

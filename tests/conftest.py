@@ -2,7 +2,7 @@
 
 import pytest
 
-from repro.data.pool import PoolSpec, build_pool
+from repro.data.build import PoolSpec, build_pool
 
 SMALL_SYNTHETIC = PoolSpec(source="synthetic", tokens=30_000, val_tokens=5_000, vocab_size=300)
 

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from repro.data.pool import PoolSpec, build_pool, load_pool, pool_summary
+from repro.data.build import PoolSpec, build_pool
+from repro.data.pool import load_pool, pool_summary
 from repro.data.sources import open_source
 from repro.data.synthetic import Grammar, SyntheticLanguage, synthetic_documents
 from repro.data.tokenizer import MIN_BPE_VOCAB
@@ -428,7 +429,7 @@ def _no_source(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("the source was opened")
 
-    monkeypatch.setattr("repro.data.pool.open_source", refuse)
+    monkeypatch.setattr("repro.data.build.open_source", refuse)
 
 
 def _tree(path):

@@ -13,7 +13,8 @@ from dataclasses import asdict
 
 import pytest
 
-from repro.data.pool import PoolSpec, build_pool, load_pool
+from repro.data.build import PoolSpec, build_pool
+from repro.data.pool import load_pool
 from repro.errors import ReproError
 
 SPEC = PoolSpec(source="synthetic", tokens=2_000, val_tokens=500, vocab_size=300)
@@ -28,7 +29,7 @@ PARALLEL = 4  # subprocesses at a time
 # file-system write (argv[3]; an audit event); with N = 0 it finishes and prints its writes.
 KILL_AT_WRITE = """
 import json, os, signal, sys
-from repro.data.pool import PoolSpec, build_pool
+from repro.data.build import PoolSpec, build_pool
 spec, out, kill_at = PoolSpec(**json.loads(sys.argv[1])), sys.argv[2], int(sys.argv[3])
 WRITES = {"os.rename", "os.replace", "os.mkdir", "os.rmdir", "os.remove", "shutil.rmtree"}
 writes = []

@@ -105,7 +105,8 @@ def test_example_grid_is_a_valid_grid():
 
 
 def test_example_preset_builds_a_pool_of_paragraph_documents(tmp_path):
-    from repro.data.pool import build_pool, load_pool
+    from repro.data.build import build_pool
+    from repro.data.pool import load_pool
 
     preset = get_preset(str(EXAMPLES / "own_corpus.yaml"))
     pool = load_pool(build_pool(preset.pool_spec(0, None), tmp_path / "pool", progress=False))

@@ -283,7 +283,7 @@ def test_wsd_branches_equal_standalone_runs(synthetic_pool, tmp_path):
 def test_moving_the_checkout_keeps_pools_and_runs(tmp_path):
     import shutil
 
-    from repro.data.pool import PoolSpec, build_pool
+    from repro.data.build import PoolSpec, build_pool
 
     first = build_pool(
         PoolSpec(source="synthetic", tokens=6_000, val_tokens=2_000, vocab_size=300),

@@ -17,7 +17,8 @@ import torch
 
 import repro.runtime.train
 from repro.cli import main
-from repro.data.pool import PoolSpec, build_pool, load_pool
+from repro.data.build import PoolSpec, build_pool
+from repro.data.pool import load_pool
 from repro.errors import ReproError
 from repro.runtime.config import load_run_config, make_run_config
 from repro.runtime.train import LATEST, check_config, train

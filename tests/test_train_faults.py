@@ -16,7 +16,7 @@ import torch
 
 import repro.runtime.train
 from repro.cli import main
-from repro.data.pool import PoolSpec, build_pool
+from repro.data.build import PoolSpec, build_pool
 from repro.runtime.config import make_run_config
 from repro.runtime.model import Transformer, model_config
 from repro.runtime.train import LATEST, PREVIOUS, train, train_stacked
