@@ -123,7 +123,8 @@ class Study:
 
     def sweep(self, grid: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
         """Run what is missing of `grid`, then return (runs, evals) of exactly its runs."""
-        return load_results(self.store, self._run(grid).run_ids)
+        result = self._run(grid)
+        return load_results(self.store, result.run_ids, result.pools)
 
     def _run(self, grids: dict | list[dict]) -> SweepResult:
         """run_sweep into this study's store with its workers and the preset's stacking; a failed

@@ -65,6 +65,7 @@ class SweepResult:
     outcomes: dict[str, int]
     run_ids: list[str]
     failed: list[str]  # run ids that failed, now or in an earlier sweep (skipped as failed)
+    pools: dict[str, str]  # run id -> its pool's path as the grid names it (maybe moved since)
 
     def raise_if_failed(self, store: str | Path) -> None:
         """A one-line ReproError naming the failed runs and where their errors are."""
@@ -366,7 +367,8 @@ def run_sweep(
                     outcomes[outcome] = outcomes.get(outcome, 0) + 1
                     failed += [rid] if outcome in ("failed", "skipped (failed)") else []
                 bar.update(len(job_outcomes))
-    return SweepResult(outcomes, [p.run_id for p in planned], failed)
+    pools = {p.run_id: p.config.pool for p in planned}
+    return SweepResult(outcomes, [p.run_id for p in planned], failed, pools)
 
 
 def _check_pools(planned: list[PlannedRun]) -> None:

@@ -311,9 +311,10 @@ def test_moving_the_checkout_keeps_pools_and_runs(tmp_path):
     )
     assert (moved / "meta.json").stat().st_mtime_ns == stamp  # same pool: nothing rebuilt
     grid["fixed"]["pool"] = str(moved)
-    assert (
-        run_sweep(grid, tmp_path / "b" / "store", progress=False).outcomes == {}
-    )  # same runs: nothing retrained
+    result = run_sweep(grid, tmp_path / "b" / "store", progress=False)
+    assert result.outcomes == {}  # same runs: nothing retrained
+    runs, _ = load_results(tmp_path / "b" / "store", result.run_ids, result.pools)
+    assert runs["pool"].tolist() == [str(moved)]  # where the pool is now, for the analyses
 
 
 def test_cli_sweep_exits_non_zero_naming_failed_runs_and_table_says_so(

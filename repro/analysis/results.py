@@ -37,9 +37,11 @@ CONFIG_FIELDS = [f.name for f in fields(RunConfig)]
 
 
 def load_results(
-    store: str | Path, run_ids: list[str] | None = None
+    store: str | Path, run_ids: list[str] | None = None, pools: dict[str, str] | None = None
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Runs and evaluation points of every run directory under `store` (or only of `run_ids`)."""
+    """Runs and evaluation points of every run directory under `store` (or only of `run_ids`).
+    `pools` (run id -> pool path as the grid names it now) replaces the path a run trained at, so
+    a moved checkout or a store trained elsewhere still matches its grid's pools."""
     store = Path(store)
     if not store.is_dir():
         raise ReproError(f"{store} is not a directory of runs")
@@ -56,6 +58,7 @@ def load_results(
             {
                 "run_id": rid,
                 **config,
+                **({"pool": pools[rid]} if pools and rid in pools else {}),
                 "status": status.get("status"),
                 "best_val_loss": status.get("best_val_loss"),
                 "best_epoch": status.get("best_epoch"),
