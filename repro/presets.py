@@ -145,6 +145,30 @@ class Preset:
             "epochs": (float(self.epochs), float(self.epochs)),
         }
 
+    def deviations(self) -> list[str]:
+        """How this preset's study differs from Kim et al.'s (docs/REFERENCE_RECIPE.md). Shared
+        with it: AdamW (0.9, 0.95), eps 1e-8, clipping at 1.0, cosine to 0 after 1% warmup,
+        Levanter's decay mask, untied embeddings, rope theta 10,000."""
+        notes = []
+        others = [m for m in self.models if m not in ("150m", "300m", "600m", "1.4b", "1.5b")]
+        if others:
+            notes.append(f"models {', '.join(others)}: not in the reference ladder (150m-1.5b)")
+        if self.seq_len != 4096:
+            notes.append(f"seq_len {self.seq_len} (reference 4,096)")
+        if not self.pool.source.startswith("hf:mlfoundations/dclm"):
+            notes.append(
+                f"pool: {self.pool.source}, {self.pool.tokens:,} tokens "
+                "(reference: DCLM-Baseline, 200M tokens)"
+            )
+        notes.append(
+            f"epochs: one budget of {self.epochs} per run, the stopping point chosen among its "
+            f"evaluations every {self.eval_every:g} epochs (reference: each epoch count is its "
+            "own run, annealed to its end)"
+        )
+        if self.extra.get("device") != "cuda":
+            notes.append("float32 on CPU (reference: bfloat16 compute)")
+        return notes
+
     def pool_dir(self, data_dir: str | Path, seed: int) -> Path:
         """data_dir/<name>-<source>-seed<seed>; a local source by its file name only, so the folder
         does not depend on where the checkout lives."""

@@ -48,10 +48,14 @@ class Study:
             if vocab
             else "\nregime: build the pools to know the tokenizer's vocab"
         )
+        deviations = "\n".join(f"  {note}" for note in P.deviations())
         return (
             f"preset {P.name}: source {P.pool.source}, {P.pool.tokens:,} training tokens per pool, "
             f"models {list(P.models)}, seq_len {P.seq_len}, batch sizes {list(P.batch_sizes)}, "
-            f"{P.epochs} epochs" + regime
+            f"{P.epochs} epochs"
+            + regime
+            + "\nrecipe as Kim et al. (docs/REFERENCE_RECIPE.md), except:\n"
+            + deviations
         )
 
     def pools(self) -> list[Path]:

@@ -88,10 +88,10 @@ class PlannedRun:
 def run_id(config: RunConfig) -> str:
     """Stable 12-hex-digit identity of a resolved config: a hash of the fields that differ from
     their defaults (so adding a new field with a default that keeps old behaviour keeps existing
-    ids), with the pool and a branch's checkpoint identified independently of absolute paths
-    (run_identity)."""
-    defaults = config_record(RunConfig())
-    changed = {k: v for k, v in run_identity(config).items() if v != defaults[k]}
+    ids) and of the NUMERICS version, with the pool and a branch's checkpoint identified
+    independently of absolute paths (run_identity)."""
+    defaults = config_record(RunConfig())  # has no "numerics": the version always counts
+    changed = {k: v for k, v in run_identity(config).items() if v != defaults.get(k)}
     return hashlib.sha256(json.dumps(changed, sort_keys=True).encode()).hexdigest()[:12]
 
 

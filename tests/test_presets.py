@@ -151,3 +151,10 @@ def test_readme_states_every_built_in_presets_regime():
         assert preset.pool.tokenizer or preset.pool.vocab_size == vocab[name]
         block = f"{name} (vocab {vocab[name]:,}):\n" + describe_regime(preset.regime(vocab[name]))
         assert block in readme, f"README's regime block is stale for {name}:\n{block}"
+
+
+def test_deviations_from_the_reference_recipe_are_listed():
+    cpu, gpu = PRESETS["cpu"].deviations(), PRESETS["gpu"].deviations()
+    assert any(n.startswith("models cpu-s: not in the reference ladder") for n in cpu)
+    assert any(n.startswith("seq_len 128") for n in cpu) and any("float32" in n for n in cpu)
+    assert len(gpu) == 1 and gpu[0].startswith("epochs: one budget of 32 per run")

@@ -38,14 +38,16 @@ class RunConfig:
         0, "sequences per forward/backward in one process (0: its whole share of the batch)"
     )
     lr: float = _field(3e-3, "peak learning rate")
-    weight_decay: float = _field(0.1, "AdamW decay of the hidden matrices")
-    embedding_weight_decay: float = _field(0.0, "AdamW decay of token embedding and output head")
+    weight_decay: float = _field(0.1, "AdamW decay of the linear layers (untied head included)")
+    embedding_weight_decay: float = _field(
+        0.0, "AdamW decay of the token embedding (and of the head when tied)"
+    )
     tie_embeddings: bool = _field(False, "share the token embedding with the output head")
     loader: Loader = _field("repack", "epoch order: repeat | shuffle | repack")
     schedule: ScheduleName = _field("cosine", "lr schedule: cosine | wsd | constant")
     warmup: float = _field(0.01, "warmup, fraction of all steps")
     warmup_steps: int = _field(0, "warmup in steps if > 0 (overrides warmup; WSD branches)")
-    min_lr_ratio: float = _field(0.1, "final lr as a fraction of the peak")
+    min_lr_ratio: float = _field(0.0, "final lr as a fraction of the peak (0: to zero)")
     decay_fraction: float = _field(0.2, "wsd: the decay's fraction of all steps")
     decay_shape: DecayShape = _field("linear", "wsd: linear | 1-sqrt")
     epochs: int = _field(8, "passes over the pool's training split")
@@ -196,11 +198,17 @@ def load_run_config(
     return make_run_config(values)
 
 
+NUMERICS = 2
+"""Raised whenever the same run fields start to train differently (a default, the decay groups,
+the model): part of every run's identity, so that a run store never mixes runs of different
+numerics. 1: until 2026-11; 2: cosine to 0, Levanter's decay mask, rope theta 10,000."""
+
+
 def run_identity(config: RunConfig) -> dict:
     """The fields that identify a run wherever the checkout lives: the pool by its content
     fingerprint (once built) and a WSD branch's start by <trunk run>/checkpoints/<file>, not by
-    absolute paths."""
-    fields = config_record(config)
+    absolute paths; plus the NUMERICS version."""
+    fields = config_record(config) | {"numerics": NUMERICS}
     meta = built_meta(config.pool) if config.pool else None
     if meta is not None:
         fields["pool"] = "fingerprint:" + meta["fingerprint"]

@@ -33,7 +33,7 @@ class ModelConfig:
     d_ff: int  # hidden width of the SwiGLU MLP
     max_seq_len: int  # tokens; rotary tables are built for this length
     tie_embeddings: bool = False  # output head shares the token-embedding matrix
-    rope_theta: float = 500000.0
+    rope_theta: float = 10000.0  # Kim et al.'s ladder (Levanter's default)
     norm_eps: float = 1e-5
     init_std: float = 0.02
 

@@ -15,13 +15,14 @@ import torch.nn as nn
 
 GRAD_CLIP = 1.0  # max global gradient L2 norm (torch.nn.utils.clip_grad_norm_)
 
-# Parameter names (minus any wrapper prefix such as "_orig_mod.") of the embedding-like matrices.
-EMBEDDING_NAMES = ("tok_embeddings.weight", "output.weight")
+# The token embedding's parameter name (minus any wrapper prefix such as "_orig_mod.").
+EMBEDDING_NAME = "tok_embeddings.weight"
 
 
 def param_groups(model: nn.Module) -> dict[str, list[nn.Parameter]]:
-    """Split trainable parameters into "matrices" (hidden 2-D weights of attention and MLP),
-    "embeddings" (token embedding and output head; a tied matrix once) and "vectors"
+    """Split trainable parameters as Levanter's default decay mask does (docs/REFERENCE_RECIPE.md):
+    "matrices" (every linear layer's weight: attention, MLP and an untied output head),
+    "embeddings" (the token embedding; a tied output head is this same matrix) and "vectors"
     (1-D parameters: norm weights). Each parameter lands in exactly one group."""
     groups: dict[str, list[nn.Parameter]] = {"matrices": [], "embeddings": [], "vectors": []}
     for name, p in model.named_parameters():  # yields each Parameter object once, even if tied
@@ -29,7 +30,7 @@ def param_groups(model: nn.Module) -> dict[str, list[nn.Parameter]]:
             continue
         if p.ndim < 2:
             groups["vectors"].append(p)
-        elif any(name == e or name.endswith("." + e) for e in EMBEDDING_NAMES):
+        elif name == EMBEDDING_NAME or name.endswith("." + EMBEDDING_NAME):
             groups["embeddings"].append(p)
         else:
             groups["matrices"].append(p)
@@ -69,7 +70,7 @@ class Schedule:
 
     name: ScheduleName = "cosine"
     warmup_fraction: float = 0.01  # linear warmup over ceil(warmup_fraction * total_steps) steps
-    min_lr_ratio: float = 0.1  # final multiplier of cosine and wsd
+    min_lr_ratio: float = 0.0  # final multiplier of cosine and wsd (0: to zero, as Kim et al.)
     decay_fraction: float = 0.2  # wsd: the last ceil(decay_fraction * total_steps) steps decay
     decay_shape: DecayShape = "linear"  # wsd decay
 
