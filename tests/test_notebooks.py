@@ -7,7 +7,8 @@ import jupytext
 import nbformat
 import pytest
 
-NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = ROOT / "notebooks"
 
 
 def _cells(path: Path) -> list[tuple[str, str, tuple[str, ...]]]:
@@ -54,3 +55,12 @@ def test_committed_notebook_shows_the_cpu_preset_without_running(notebook):
     assert any("image/png" in output.get("data", {}) for output in outputs)
     assert "claims" in cells[-1].source and cells[-1].outputs
     assert not any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in outputs)
+
+
+def test_readme_shows_the_committed_cpu_claim_tables():
+    """The README's results tables are the notebooks' claim tables, verbatim."""
+    readme = (ROOT / "README.md").read_text()
+    tables = sorted((ROOT / "figures" / "cpu").glob("0*_claims.md"))
+    assert len(tables) == 5
+    for table in tables:
+        assert table.read_text().strip() in readme, f"README's copy of {table.name} is stale"
