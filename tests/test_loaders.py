@@ -4,7 +4,12 @@ import numpy as np
 import pytest
 
 from repro.data.pool import Split, load_pool
-from repro.runtime.loaders import EpochLoader, epoch_steps, validation_sequences
+from repro.runtime.loaders import (
+    EpochLoader,
+    epoch_steps,
+    validation_documents,
+    validation_sequences,
+)
 
 SEQ, BATCH = 32, 4
 
@@ -125,3 +130,11 @@ def test_epoch_steps_with_a_batch_schedule():
     assert epoch_steps(100, 3, 8, ((0.0, 2), (0.5, 8))).batch_by_epoch == (2, 2, 8)
     # one batch size: steps / steps per epoch, exactly
     assert epoch_steps(100, 3, 8).epochs_done(37) == 37 / 12
+
+
+def test_validation_documents_name_each_target_tokens_document():
+    # documents of 3, 1 and 4 tokens, each followed by EOS in the packed stream:
+    # stream d0 d0 d0 E | d1 E | d2 d2 d2 d2 E; sequences of 3 tokens, targets at offsets 1 and 2
+    split = Split(np.arange(8, dtype=np.uint16), np.array([0, 3, 4, 8], dtype=np.int64))
+    assert validation_documents(split, 2).tolist() == [[0, 0], [1, 1], [2, 2]]
+    assert validation_documents(split, 2).shape == validation_sequences(split, 99, 2)[:, 1:].shape

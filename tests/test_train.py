@@ -12,13 +12,14 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 import torch
 
 import repro.runtime.train
 from repro.cli import main
 from repro.data.build import PoolSpec, build_pool
-from repro.data.pool import load_pool
+from repro.data.pool import load_pool, packed_sequences
 from repro.errors import ReproError
 from repro.runtime.config import load_run_config, make_run_config
 from repro.runtime.train import LATEST, check_config, train
@@ -69,6 +70,7 @@ def test_metrics_and_status(synthetic_pool, tmp_path):
         make_run_config(BASE | {"pool": str(synthetic_pool)}), tmp_path / "run", progress=False
     )
     lines = _metrics(tmp_path / "run", drop=())
+    pool = load_pool(synthetic_pool)
     assert status["status"] == "done" and len(lines) == 4
     assert [line["epoch"] for line in lines] == [0.5, 1.0, 1.5, 2.0]
     assert all(
@@ -78,6 +80,14 @@ def test_metrics_and_status(synthetic_pool, tmp_path):
     assert lines[-1]["tokens"] == lines[-1]["step"] * 8 * 32
     assert status["best_val_loss"] == min(line["val_loss"] for line in lines)
     assert json.loads((tmp_path / "run" / "config.json").read_text())["model"] == "tiny"
+    # each evaluation's summed loss per validation document, and each document's scored tokens
+    docs = tmp_path / "run" / "val_docs"
+    tokens = np.load(docs / "tokens.npy")
+    assert tokens.sum() == packed_sequences(pool.val.n_tokens, pool.val.n_docs, 32) * 32
+    for line in lines:
+        per_doc = np.load(docs / f"step-{line['step']}.npy")
+        assert per_doc.shape == tokens.shape == (pool.val.n_docs,)
+        assert per_doc.sum() / tokens.sum() == pytest.approx(line["val_loss"], rel=1e-6)
     # starting a finished run again is a no-op
     assert (
         train(

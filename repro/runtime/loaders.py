@@ -141,6 +141,16 @@ def validation_sequences(split: Split, eos_id: int, seq_len: int) -> np.ndarray:
     return gather_sequences(split, packing, eos_id, np.arange(n), seq_len)
 
 
+def validation_documents(split: Split, seq_len: int) -> np.ndarray:
+    """The document of every target token of validation_sequences, [n, seq_len] (indices into the
+    split's documents; a document's EOS counts as its own)."""
+    packing = pack(split, np.arange(split.n_docs))
+    n = packed_sequences(split.n_tokens, split.n_docs, seq_len)
+    width = seq_len + 1
+    targets = np.arange(n, dtype=np.int64)[:, None] * width + np.arange(1, width)
+    return np.searchsorted(packing.stream_starts, targets, side="right") - 1
+
+
 @dataclass(frozen=True)
 class EpochSteps:
     """Where each optimizer step takes its batch. The batch size may change at epoch boundaries (a

@@ -56,7 +56,13 @@ from repro.runtime.config import (
     stack_key,
 )
 from repro.runtime.files import atomic_write, write_json
-from repro.runtime.loaders import EpochLoader, EpochSteps, epoch_steps, validation_sequences
+from repro.runtime.loaders import (
+    EpochLoader,
+    EpochSteps,
+    epoch_steps,
+    validation_documents,
+    validation_sequences,
+)
 from repro.runtime.model import Transformer, model_config
 from repro.runtime.noise_scale import MicroBatchNorms, NoiseScaleEMA
 from repro.runtime.optim import GRAD_CLIP, Schedule, build_optimizer, lr_multiplier
@@ -140,25 +146,36 @@ def evaluate(
     autocast,
     rank: int = 0,
     world_size: int = 1,
-) -> float:
-    """Mean validation loss (nats/token) over all sequences; ranks split the sequences."""
+    documents: np.ndarray | None = None,
+) -> tuple[float, np.ndarray | None]:
+    """Mean validation loss (nats/token) over all sequences, and with `documents` (the document of
+    each target token, validation_documents) the summed loss per document (nats, float64); ranks
+    split the sequences."""
     model.eval()
     total = torch.zeros(2, dtype=torch.float64, device=device)
     mine = sequences[rank::world_size]
+    my_docs = documents[rank::world_size] if documents is not None else None
+    per_doc = torch.zeros(
+        int(documents.max()) + 1 if documents is not None else 0, dtype=torch.float64, device=device
+    )
     for start in range(0, len(mine), micro_batch):
         batch = torch.from_numpy(mine[start : start + micro_batch]).to(device)
         with autocast:
             logits = model(batch[:, :-1])
-        loss = F.cross_entropy(
-            logits.float().reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1), reduction="sum"
-        )
+        flat, targets = logits.float().reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1)
+        loss = F.cross_entropy(flat, targets, reduction="sum")
         total += torch.stack(
-            [loss.double(), torch.tensor(batch[:, 1:].numel(), dtype=torch.float64, device=device)]
+            [loss.double(), torch.tensor(targets.numel(), dtype=torch.float64, device=device)]
         )
+        if my_docs is not None:  # a second reduction, so that the mean keeps its bits
+            ids = torch.from_numpy(my_docs[start : start + micro_batch].reshape(-1)).to(device)
+            per_doc.index_add_(0, ids, F.cross_entropy(flat, targets, reduction="none").double())
     if world_size > 1:
         dist.all_reduce(total)
+        if my_docs is not None:
+            dist.all_reduce(per_doc)
     model.train()
-    return (total[0] / total[1]).item()
+    return (total[0] / total[1]).item(), (per_doc.cpu().numpy() if my_docs is not None else None)
 
 
 def train(config: RunConfig, out: str | Path, progress: bool = True) -> dict:
@@ -554,6 +571,8 @@ class _Timeline:
     eval_steps: set[int]
     save_steps: set[int]  # steps whose checkpoints are kept (a WSD trunk)
     val_sequences: np.ndarray
+    val_documents: np.ndarray  # the document of each target token of val_sequences
+    val_docs: int  # documents in the validation split (the tail's may have no scored token)
     eval_batch: int  # sequences per validation forward, the same in every schedule phase
 
 
@@ -567,6 +586,8 @@ def _timeline(config: RunConfig, pool: Pool, loader: EpochLoader, world_size: in
         eval_steps=set(_evaluation_steps(steps.steps_by_epoch, config.eval_every)),
         save_steps=set(config.save_steps),
         val_sequences=validation_sequences(pool.val, pool.eos_id, config.seq_len),
+        val_documents=validation_documents(pool.val, config.seq_len),
+        val_docs=pool.val.n_docs,
         eval_batch=max(micro_batches(config, config.batch_size, world_size)[0], EVAL_BATCH),
     )
 
@@ -685,7 +706,11 @@ def _evaluate_member(
     """Validation loss into `record` and the member's best; returns whether it diverged."""
     e, model = engine, member.model
     val = timeline.val_sequences, timeline.eval_batch
-    val_loss = evaluate(model, *val, e.device, e.autocast, e.rank, e.world_size)
+    val_loss, per_doc = evaluate(
+        model, *val, e.device, e.autocast, e.rank, e.world_size, timeline.val_documents
+    )
+    if e.rank == 0:
+        _save_document_losses(member.out, step, per_doc, timeline)
     record |= {"wall_s": member.wall_s(), "val_loss": val_loss}
     if not math.isfinite(val_loss):
         record["val_loss"] = None
@@ -694,6 +719,19 @@ def _evaluate_member(
         epoch = timeline.steps.epochs_done(step)
         member.best = {"best_val_loss": val_loss, "best_step": step, "best_epoch": epoch}
     return False
+
+
+def _save_document_losses(out: Path, step: int, per_doc: np.ndarray, timeline: _Timeline) -> None:
+    """RUN/val_docs/step-N.npy: each validation document's summed loss (nats, float64) at
+    evaluation step N; RUN/val_docs/tokens.npy: each document's scored tokens (the same at every
+    evaluation). Paired comparisons of runs bootstrap over these documents."""
+    folder, n = out / "val_docs", timeline.val_docs
+    folder.mkdir(exist_ok=True)
+    if not (folder / "tokens.npy").exists():
+        with atomic_write(folder / "tokens.npy", "wb") as f:
+            np.save(f, np.bincount(timeline.val_documents.reshape(-1), minlength=n))
+    with atomic_write(folder / f"step-{step}.npy", "wb") as f:
+        np.save(f, np.pad(per_doc, (0, n - len(per_doc))))
 
 
 def _after_step(
