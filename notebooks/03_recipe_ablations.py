@@ -103,6 +103,6 @@ print(
 # ## Claims vs measurement
 
 # %%
-claims = analyses.recipe_claims(loaders, embeddings, original, combined)
+claims = analyses.recipe_claims(loader_ends, embeddings, original, combined, study.store)
 study.save_table(claims, "03_claims")
 claims

@@ -69,13 +69,31 @@ def test_monotone_curve_disagrees_plainly():
     assert claims.loc[2, "agrees?"] == "no"
 
 
-def test_recipe_claims_both_ways():
-    loaders = pd.DataFrame(
+def _loader_ends(store, means: dict[int, dict[str, float]]) -> pd.DataFrame:
+    """Endpoints of hand-made runs whose 30 validation documents (100 tokens each) have mean loss
+    means[batch][loader] plus document effects shared by every run (what pairing removes) and a
+    little run noise."""
+    rows, doc_effect = [], 0.3 * np.random.default_rng(0).standard_normal(30)
+    for batch, by_loader in means.items():
+        for loader, mean in by_loader.items():
+            rid = f"b{batch}-{loader}"
+            (store / rid / "val_docs").mkdir(parents=True)
+            noise = 0.002 * np.random.default_rng(len(rows) + 1).standard_normal(30)
+            np.save(store / rid / "val_docs" / "tokens.npy", np.full(30, 100))
+            np.save(store / rid / "val_docs" / "step-8.npy", (mean + doc_effect + noise) * 100)
+            row = {"pool": "p0", "batch_size": batch, "loader": loader, "run_id": rid}
+            rows.append(row | {"stop_step": 8, "best_val_loss": mean})
+    return pd.DataFrame(rows)
+
+
+def test_recipe_claims_in_all_three_directions(tmp_path):
+    loader_ends = _loader_ends(
+        tmp_path,
         {
-            "batch_size": [2] * 3 + [8] * 3,
-            "loader": ["repeat", "shuffle", "repack"] * 2,
-            "best_val_loss": [3.3, 3.2, 3.1, 3.1, 3.2, 3.3],
-        }
+            2: {"repeat": 3.3, "shuffle": 3.2, "repack": 3.1},  # as the paper: agrees
+            4: {"repeat": 3.2, "shuffle": 3.2005, "repack": 3.1},  # within noise: undetermined
+            8: {"repeat": 3.1, "shuffle": 3.2, "repack": 3.3},  # reversed: disagrees
+        },
     )
     embeddings = pd.DataFrame(
         {
@@ -90,8 +108,10 @@ def test_recipe_claims_both_ways():
     combined = pd.DataFrame(
         {"batch_size": [2, 8], "best_val_loss": [3.1, 3.0], "stop_epoch": [6.0, 7.0]}
     )
-    claims = recipe_claims(loaders, embeddings, original, combined)["agrees?"].tolist()
-    assert claims == ["yes", "no", "yes", "yes", "yes", "yes", "yes", "n/a"]
+    claims = recipe_claims(loader_ends, embeddings, original, combined, tmp_path)
+    assert claims["agrees?"].tolist()[:3] == ["agrees", "undetermined", "disagrees"]
+    assert claims["agrees?"].tolist()[3:] == ["yes", "yes", "yes", "yes", "yes", "n/a"]
+    assert claims.loc[0, "measured here"].startswith("repack - shuffle -0.100 [")
 
 
 def test_pool_claims_yes_for_clean_pools_and_no_for_a_leak():

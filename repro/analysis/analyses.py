@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from repro.analysis.intervals import describe, document_losses, lower_verdict, paired_difference
 from repro.analysis.results import tuned_endpoints
 from repro.data.pool import load_pool
 
@@ -261,18 +262,27 @@ def best_per(endpoints: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     )
 
 
-def _loader_claims(loaders: pd.DataFrame) -> list[list[str]]:
-    """One row per batch size: is best val loss ordered REPACK < SHUFFLE < REPEAT?"""
+def _loader_claims(loader_ends: pd.DataFrame, store: Path) -> list[list[str]]:
+    """One row per batch size (first pool): REPACK < SHUFFLE < REPEAT, as two paired differences
+    of the tuned endpoints over validation documents, each with its interval."""
     rows = []
-    for batch, group in loaders.groupby("batch_size"):
-        loss = group.set_index("loader")["best_val_loss"]
-        order = " < ".join(loss.sort_values().index)
+    first_pool = loader_ends[loader_ends["pool"] == sorted(loader_ends["pool"])[0]]
+    for batch, group in first_pool.groupby("batch_size"):
+        ends = group.set_index("loader")
+        docs = {
+            k: document_losses(store / ends.loc[k, "run_id"], int(ends.loc[k, "stop_step"]))
+            for k in ("repack", "shuffle", "repeat")
+        }
+        tokens = docs["repack"][1]
+        pairs = [("repack", "shuffle"), ("shuffle", "repeat")]
+        diffs = [paired_difference(docs[a][0], docs[b][0], tokens) for a, b in pairs]
+        measured = "; ".join(describe(f"{a} - {b}", d) for (a, b), d in zip(pairs, diffs))
         rows.append(
             [
                 f"REPACK < SHUFFLE < REPEAT in best val loss (batch {batch})",
                 "REPACK < SHUFFLE < REPEAT",
-                f"{order} ({', '.join(f'{k} {v:.3f}' for k, v in loss.items())})",
-                _verdict(loss["repack"] < loss["shuffle"] < loss["repeat"]),
+                f"{measured} (nats/token, 90% paired interval over validation documents)",
+                lower_verdict(diffs),
             ]
         )
     return rows
@@ -336,13 +346,17 @@ def _combined_recipe_claims(original: pd.DataFrame, combined: pd.DataFrame) -> l
 
 
 def recipe_claims(
-    loaders: pd.DataFrame, embeddings: pd.DataFrame, original: pd.DataFrame, combined: pd.DataFrame
+    loader_ends: pd.DataFrame,
+    embeddings: pd.DataFrame,
+    original: pd.DataFrame,
+    combined: pd.DataFrame,
+    store: str | Path,
 ) -> pd.DataFrame:
-    """Claims of the recipe section. `loaders`: best_per(.., [batch_size, loader]); `embeddings`:
-    best_per(.., [tie_embeddings, embedding_weight_decay]); `original` / `combined`:
-    best_per(.., [batch_size])."""
+    """Claims of the recipe section. `loader_ends`: batch_endpoints(.., [loader]) of runs in
+    `store`; `embeddings`: best_per(.., [tie_embeddings, embedding_weight_decay]); `original` /
+    `combined`: best_per(.., [batch_size])."""
     rows = [
-        *_loader_claims(loaders),
+        *_loader_claims(loader_ends, Path(store)),
         *_embedding_claims(embeddings),
         *_combined_recipe_claims(original, combined),
     ]

@@ -1,0 +1,70 @@
+"""Paired comparisons of two evaluations over the same validation documents, and three-way
+verdicts.
+
+Every run evaluates the same validation documents (pools share them), and each evaluation stores
+each document's summed loss (RUN/val_docs/step-N.npy, nats) and scored tokens
+(RUN/val_docs/tokens.npy). The difference of two evaluations' mean losses (nats/token) gets a
+percentile bootstrap interval that resamples documents, the same documents for both (paired).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from repro.errors import ReproError
+
+LEVEL = 0.9  # two-sided interval level
+RESAMPLES = 2000
+MIN_DOCUMENTS = 10  # fewer scored documents give no interval (a bootstrap over 2 means nothing)
+
+
+def document_losses(run_dir: str | Path, step: int) -> tuple[np.ndarray, np.ndarray]:
+    """(summed loss per validation document, nats; scored tokens per document) of the evaluation
+    at `step` of the run in `run_dir`."""
+    folder = Path(run_dir) / "val_docs"
+    if not (folder / f"step-{step}.npy").is_file():
+        raise ReproError(
+            f"{folder}/step-{step}.npy is missing: the run was trained before per-document losses "
+            "were stored; train it again (remove its directory) to get intervals"
+        )
+    return np.load(folder / f"step-{step}.npy"), np.load(folder / "tokens.npy")
+
+
+def paired_difference(
+    a: np.ndarray, b: np.ndarray, tokens: np.ndarray, seed: int = 0
+) -> tuple[float, float, float]:
+    """Mean loss of `a` minus that of `b` (nats/token; per-document summed losses over the same
+    documents with `tokens` scored tokens each) and its LEVEL bootstrap interval over documents;
+    (-inf, inf) with fewer than MIN_DOCUMENTS scored documents."""
+    if not (a.shape == b.shape == tokens.shape):
+        raise ReproError("paired losses must cover the same validation documents")
+    scored = tokens > 0
+    a, b, tokens = a[scored], b[scored], tokens[scored]
+    difference = float((a.sum() - b.sum()) / tokens.sum())
+    if len(tokens) < MIN_DOCUMENTS:
+        return difference, -np.inf, np.inf
+    picks = np.random.default_rng(seed).integers(0, len(tokens), (RESAMPLES, len(tokens)))
+    resampled = (a[picks].sum(1) - b[picks].sum(1)) / tokens[picks].sum(1)
+    tail = (1 - LEVEL) / 2 * 100
+    low, high = np.percentile(resampled, [tail, 100 - tail])
+    return difference, float(low), float(high)
+
+
+def lower_verdict(intervals: list[tuple[float, float, float]]) -> str:
+    """For a claim that each difference is negative (the first arm has the lower loss): "agrees"
+    when every interval lies below 0, "disagrees" when one lies above 0, else "undetermined"."""
+    if any(low > 0 for _, low, _ in intervals):
+        return "disagrees"
+    if all(high < 0 for _, _, high in intervals):
+        return "agrees"
+    return "undetermined"
+
+
+def describe(name: str, difference: tuple[float, float, float]) -> str:
+    """ "repack - shuffle -0.012 [-0.020, -0.004]" (nats/token, LEVEL interval; "no interval"
+    with too few documents)."""
+    value, low, high = difference
+    interval = "no interval" if np.isinf(low) else f"{low:+.3f}, {high:+.3f}"
+    return f"{name} {value:+.3f} [{interval}]"

@@ -1,0 +1,48 @@
+"""Paired document bootstrap and three-way verdicts, on hand-made losses."""
+
+import numpy as np
+import pytest
+
+from repro.analysis.intervals import describe, document_losses, lower_verdict, paired_difference
+from repro.errors import ReproError
+
+TOKENS = np.full(40, 100)
+
+
+def _losses(mean: float, spread: float, seed: int) -> np.ndarray:
+    return (mean + spread * np.random.default_rng(seed).standard_normal(40)) * TOKENS
+
+
+@pytest.mark.parametrize(
+    "shift,verdict",
+    [(-0.05, "agrees"), (+0.05, "disagrees"), (-0.0005, "undetermined")],
+)
+def test_paired_difference_and_verdict_in_all_three_directions(shift, verdict):
+    base = _losses(3.0, 0.3, 0)  # documents differ a lot; the paired shift is what counts
+    noise = 0.01 * np.random.default_rng(1).standard_normal(40) * TOKENS
+    other = base + shift * TOKENS + noise
+    diff = paired_difference(other, base, TOKENS)
+    assert diff[1] <= diff[0] <= diff[2] and diff[0] == pytest.approx(shift, abs=0.005)
+    assert lower_verdict([diff]) == verdict
+
+
+def test_one_contradicting_comparison_disagrees_and_one_open_one_is_undetermined():
+    below, above, open_ = (-0.1, -0.2, -0.05), (0.1, 0.05, 0.2), (-0.01, -0.05, 0.03)
+    assert lower_verdict([below, above]) == "disagrees"
+    assert lower_verdict([below, open_]) == "undetermined"
+    assert lower_verdict([below, below]) == "agrees"
+    assert describe("a - b", below) == "a - b -0.100 [-0.200, -0.050]"
+
+
+def test_unpaired_inputs_and_missing_files_are_one_line_errors(tmp_path):
+    with pytest.raises(ReproError, match="same validation documents"):
+        paired_difference(TOKENS[:3] * 1.0, TOKENS * 1.0, TOKENS)
+    with pytest.raises(ReproError, match="trained before per-document losses"):
+        document_losses(tmp_path, 10)
+
+
+def test_too_few_documents_give_no_interval_and_no_verdict():
+    few = np.full(3, 100)
+    diff = paired_difference(few * 3.0, few * 3.5, few)
+    assert diff == (-0.5, -np.inf, np.inf) and lower_verdict([diff]) == "undetermined"
+    assert describe("a - b", diff) == "a - b -0.500 [no interval]"
