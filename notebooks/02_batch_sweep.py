@@ -1,18 +1,24 @@
 # %% [markdown]
-# # 02 — Batch size with per-batch tuned learning rate, weight decay and stopping point
+# # 02 — Batch size with per-batch tuned learning rate, weight decay and epoch count
 #
 # **Question.** When the data are repeated for many epochs, which batch size gives the lowest
 # validation loss? The study finds a U-shape: smaller batches than usual win (gradient noise
 # regularises), but the smallest batch overfits (lower training loss, worse validation loss).
 #
-# **Method.** For every batch size (in sequences of `seq_len` tokens) we sweep the learning rate (a
-# grid that moves with √batch) and the weight decay, evaluate validation loss every `eval_every`
-# epochs (a preset setting), and keep the best (lr, weight decay, evaluation point) — the *tuned
-# endpoint*. The recipe is the one-pass recipe of Kim et al. (docs/REFERENCE_RECIPE.md): sequences
-# packed once and reshuffled each epoch (SHUFFLE), untied embeddings, weight decay on every linear
-# layer (the output head included) but not on the token embedding, AdamW (0.9, 0.95), cosine to
-# zero after 1% warmup. Every sweep runs on two independently sampled pools. The summary below
-# lists where this preset departs from that recipe.
+# **Method.** For every model size and batch size (in sequences of `seq_len` tokens) we sweep the
+# learning rate (a grid that moves with √batch), the weight decay and the epoch budget. As in Kim
+# et al., each epoch budget is its own run whose cosine schedule ends at that budget, and each run
+# is judged at its end. The *tuned endpoint* of a batch size is chosen without a selection bonus
+# (`repro.analysis.selection`): the validation documents are split in two halves, the (lr, weight
+# decay, budget) best on one half is scored on the other, and the two halves together give the
+# reported loss. Every comparison below is a paired difference over validation documents with a 90%
+# bootstrap interval, on each of two independently sampled pools; a verdict "agrees" only when the
+# interval and every pool support the claim. The best evaluation *inside* the chosen run
+# (within-run early stopping) is shown separately. The recipe is the one-pass recipe of Kim et al.
+# (docs/REFERENCE_RECIPE.md): sequences packed once and reshuffled each epoch (SHUFFLE), untied
+# embeddings, weight decay on every linear layer (the output head included) but not on the token
+# embedding, AdamW (0.9, 0.95), cosine to zero after 1% warmup. The summary below lists where
+# this preset departs from that recipe.
 
 # %% tags=["parameters"]
 import os
@@ -32,61 +38,61 @@ print(study.summary())
 
 # %%
 pools = study.pools()
-runs, evals = study.sweep(
-    study.batch_sweep_grid()
-)  # every batch size x lr x weight decay, on every pool
-print(f"{len(runs)} runs: {runs['status'].value_counts().to_dict()}")
-
-# %%
-print(
-    f"{len(runs)} runs, {runs['batch_size'].nunique()} batch sizes, {runs['pool'].nunique()} pools"
-)
+runs, evals = study.sweep(study.batch_sweep_grid())  # model x batch x lr x wd x budget, per pool
+counts = {f: runs[f].nunique() for f in ("pool", "model", "batch_size", "epochs")}
+print(f"{len(runs)} runs over {counts}: {runs['status'].value_counts().to_dict()}")
 
 # %% [markdown]
 # ## Tuned endpoints
 #
-# One row per pool × model × batch size. A warning names any group whose chosen lr or weight decay
-# sits on the edge of its grid. `train_loss_at_best` is the training loss logged at the chosen
-# evaluation: the mean over the steps since the previous evaluation.
+# One row per pool × model × batch size: the (lr, weight decay, epoch budget) chosen on all
+# validation documents, the cross-fitted loss `val_loss`, the final training loss of the chosen run
+# (mean over the steps since the previous evaluation), and within that run the epoch of its best
+# evaluation. `censored`: the chosen budget is the largest tried, so the best budget may lie
+# beyond. A line names every group whose choice sits on the edge of its grid.
 
 # %%
-endpoints = analyses.batch_endpoints(runs, evals)
+endpoints = analyses.batch_endpoints(runs, evals, study.store)
 endpoints["pool"] = endpoints["pool"].map(lambda p: Path(p).name)
 for _, row in endpoints[endpoints["edge"] != ""].iterrows():
-    print(f"grid edge: {row['pool']}, batch {row['batch_size']}: {row['edge']}")
-endpoints[
-    [
-        "pool",
-        "model",
-        "batch_size",
-        "lr",
-        "weight_decay",
-        "stop_epoch",
-        "best_val_loss",
-        "train_loss_at_best",
-    ]
-]
+    print(f"grid edge: {row['pool']}, {row['model']}, batch {row['batch_size']}: {row['edge']}")
+columns = ["pool", "model", "batch_size", "lr", "weight_decay", "epochs", "censored"]
+endpoints[[*columns, "val_loss", "train_loss", "early_stop_epoch"]]
 
 # %% [markdown]
-# ## Best validation loss vs batch size
+# ## Tuned validation loss vs batch size
 #
-# Mean over pools with the min–max range; the training loss at the same tuned endpoints shows the
-# over-fitting signature the paper reads (a batch whose training loss falls while its validation
-# loss rises). The dotted line is the validation split's Bayes floor, where the source knows it.
+# Mean over pools with its 90% interval over validation documents; the training loss at the end of
+# the same runs shows the over-fitting signature the paper reads (a batch whose training loss falls
+# while its validation loss rises). The dotted line is the validation split's Bayes floor, where
+# the source knows it.
 
 # %%
 fig = figures.best_loss_vs_batch(endpoints, P.batch_sizes, analyses.bayes_floor(pools[0]))
 study.save(fig, "02_best_loss_vs_batch")
-analyses.across_pools(endpoints)
+analyses.across_pools(endpoints).round(4)
+
+# %% [markdown]
+# ## The tuned optimum per model size
+#
+# In the form of Kim et al.'s table: the batch with the lowest loss over pools, its lr, weight decay
+# and epoch budget on each pool, and its loss with the 90% interval over validation documents.
+
+# %%
+vocab = analyses.pool_vocab_size(pools[0])
+models = analyses.models_by_size(list(P.models), vocab)
+optimum = analyses.optimum_table(endpoints, models)
+study.save_table(optimum, "02_optimum_per_size")
+optimum
 
 # %% [markdown]
 # ## Training and validation curves
 #
-# The tuned run at the smallest, an intermediate and the largest batch (pool 0). Does the smallest
-# batch reach a lower training loss but a worse validation loss?
+# The tuned run at the smallest, an intermediate and the largest batch (pool 0, the largest model).
+# Does the smallest batch reach a lower training loss but a worse validation loss?
 
 # %%
-model = P.models[0]
+model = models[0]
 pool0 = endpoints[
     (endpoints["pool"] == endpoints["pool"].iloc[0]) & (endpoints["model"] == model)
 ].sort_values("batch_size")
@@ -97,8 +103,16 @@ study.save(
 
 # %% [markdown]
 # ## Claims vs measurement
+#
+# At each model size, largest first. "The usual batch" is the one-pass batch of this preset
+# (`P.usual_batch_source()`). In each comparison the arm that spans several batch sizes (the
+# interior batches; those below the usual batch; all but the smallest) has its batch size chosen
+# on the selection half too.
 
 # %%
-claims = analyses.batch_sweep_claims(runs, evals, endpoints, P.one_pass_batch_size)
+usual = analyses.usual_batch(runs, evals, study.store, P)
+claims = analyses.batch_sweep_claims(
+    runs, evals, study.store, models, usual, P.usual_batch_source()
+)
 study.save_table(claims, "02_claims")
 claims

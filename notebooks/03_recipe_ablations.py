@@ -6,9 +6,15 @@
 # beats REPEAT (same sequences, same batches); positive weight decay on the embeddings helps, tying
 # alone does little, both together are best; and the best stopping point moves later.
 #
-# **Method.** Each ablation reuses the learning rate and weight decay tuned per batch size in
-# notebook 02 (pool 0), so only the ablated field changes (`P.tuned_grid`: the preset's first model,
-# the original recipe with the ablated fields replaced); identical configurations are not retrained.
+# **Method.** Every arm of every ablation is tuned over the same grid as notebook 02 (lr, weight
+# decay and epoch budget, each budget its own run), with the choice made on one half of the
+# validation documents and scored on the other (`repro.analysis.selection`), so no arm inherits
+# another's selection; identical configurations are trained once. All ablations use the preset's
+# first model size (printed below). Epoch orderings: at the preset's two ablation batch sizes, pool
+# 0. Tying × embedding decay: four arms (untied / tied × no / positive embedding decay, the positive
+# decays tuned inside the arm) at the batch size notebook 02 found best, pool 0. Combined recipe vs
+# the original: every batch size on every pool, the batch size tuned inside each recipe. Each claim
+# is a paired difference over validation documents with its 90% interval.
 
 # %% tags=["parameters"]
 import os
@@ -22,87 +28,70 @@ from repro.study import open_study
 
 study = open_study(preset, workers=workers)
 P = study.preset
+model = P.models[0]
 print(study.summary())
+print(f"ablations at model {model}")
 
 # %% [markdown]
-# The lr and weight decay tuned per batch size in notebook 02, on pool 0:
+# The original recipe's tuned endpoints at this model (notebook 02's runs):
 
 # %%
 pools = study.pools()
 runs02, evals02 = study.sweep(study.batch_sweep_grid())
-tuned = analyses.batch_endpoints(runs02, evals02)
-model = P.models[0]
-tuned0 = tuned[(tuned["pool"] == str(pools[0])) & (tuned["model"] == model)].set_index("batch_size")
-tuned0[["lr", "weight_decay", "stop_epoch", "best_val_loss"]]
+original = runs02[runs02["model"] == model], evals02
+original_ends = analyses.batch_endpoints(*original, study.store)
+b_best = int(original_ends.groupby("batch_size")["val_loss"].mean().idxmin())
+original_ends[["pool", "batch_size", "lr", "weight_decay", "epochs", "val_loss"]]
 
 # %% [markdown]
 # ## Epoch orderings: REPEAT vs SHUFFLE vs REPACK
 #
-# At the preset's two ablation batch sizes, on pool 0 (one pool: the figure says n=1).
+# At the preset's two ablation batch sizes, on pool 0 (one pool: the figure says so).
 
 # %%
-loader_grid = P.tuned_grid(
-    tuned0, P.ablation_batch_sizes, pools[:1], {"loader": ["repeat", "shuffle", "repack"]}
-)
-loader_ends = analyses.batch_endpoints(*study.sweep(loader_grid), ["loader"])
-loaders = analyses.best_per(loader_ends, ["batch_size", "loader"])
+loader = study.sweep(study.loader_grid())
+loader_ends = analyses.batch_endpoints(*loader, study.store, ["loader"])
 study.save(figures.loaders(loader_ends), "03_loaders")
-loaders
+loader_ends[["batch_size", "loader", "lr", "weight_decay", "epochs", "censored", "val_loss"]]
 
 # %% [markdown]
 # ## Weight tying × embedding weight decay
 #
-# At the batch size that notebook 02 found best on pool 0.
+# At the batch size that notebook 02 found best (mean over pools).
 
 # %%
-b_best = int(tuned0["best_val_loss"].idxmin())
-embedding_axes = {
-    "tie_embeddings": [False, True],
-    "embedding_weight_decay": list(P.embedding_weight_decays),
-}
 embedding_fields = ["tie_embeddings", "embedding_weight_decay"]
-embedding_ends = analyses.batch_endpoints(
-    *study.sweep(P.tuned_grid(tuned0, [b_best], pools[:1], embedding_axes)), embedding_fields
-)
-embeddings = analyses.best_per(embedding_ends, embedding_fields)
+embedding = study.sweep(study.embedding_grid(b_best))
+embedding_ends = analyses.batch_endpoints(*embedding, study.store, embedding_fields)
 study.save(figures.tying_embedding_decay(embedding_ends, b_best), "03_tying_embedding_decay")
-embeddings
+embedding_ends[[*embedding_fields, "lr", "weight_decay", "epochs", "censored", "val_loss"]]
 
 # %% [markdown]
 # ## The combined recipe vs the original
 #
-# Combined: REPACK + tied embeddings + the best positive embedding decay found above, at every batch
-# size and on every pool (lr and weight decay as tuned for the original recipe).
+# Combined: REPACK + tied embeddings + positive embedding decay (each positive value of the preset
+# tuned like lr), at every batch size and on every pool.
 
 # %%
-tied_pos = embeddings[(embeddings["tie_embeddings"]) & (embeddings["embedding_weight_decay"] > 0)]
-emb_wd = float(tied_pos.loc[tied_pos["best_val_loss"].idxmin(), "embedding_weight_decay"])
-combined_recipe = {"loader": "repack", "tie_embeddings": True, "embedding_weight_decay": emb_wd}
+combined = study.sweep(study.combined_grid())
 combined_ends = analyses.batch_endpoints(
-    *study.sweep(P.tuned_grid(tuned0, P.batch_sizes, pools, {}, **combined_recipe))
+    *combined, study.store, also_tuned=("embedding_weight_decay",)
 )
-original_ends = analyses.batch_endpoints(
-    *study.sweep(P.tuned_grid(tuned0, P.batch_sizes, pools, {}))
-)
-combined = analyses.best_per(combined_ends, ["batch_size"])
-original = analyses.best_per(original_ends, ["batch_size"])
 recipes = {
     "original (SHUFFLE, untied, no emb. decay)": original_ends,
-    f"combined (REPACK, tied, emb. decay {emb_wd:g})": combined_ends,
+    "combined (REPACK, tied, emb. decay)": combined_ends,
 }
 study.save(figures.combined_vs_original(recipes, P.batch_sizes), "03_combined_vs_original")
-original.merge(combined, on="batch_size", suffixes=(" original", " combined"))
-
-# %%
-print(
-    f"{len(loaders)} loader endpoints, {len(embeddings)} tying x embedding-decay endpoints, "
-    f"{len(combined)} batch sizes compared"
-)
+analyses.across_pools(original_ends, ["batch_size"]).merge(
+    analyses.across_pools(combined_ends, ["batch_size"]),
+    on="batch_size",
+    suffixes=(" original", " combined"),
+).round(4)
 
 # %% [markdown]
 # ## Claims vs measurement
 
 # %%
-claims = analyses.recipe_claims(loader_ends, embeddings, original, combined, study.store)
+claims = analyses.recipe_claims(loader, embedding, original, combined, study.store)
 study.save_table(claims, "03_claims")
 claims

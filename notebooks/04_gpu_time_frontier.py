@@ -7,13 +7,16 @@
 # and that under a fixed deadline a smaller batch on fewer GPUs can still beat a larger batch on
 # more GPUs.
 #
-# **Method.** We reuse the runs of notebook 02 (pool 0, every lr / weight decay, every evaluation
-# point) and price each evaluation point by the time of the steps before it. Main frontier: the
-# idealised model in *step units* (one GPU processes `frontier_micro_batch` sequences per unit; a
-# step of batch B on G GPUs costs max(1, ceil(B / (G m))) units; `frontier.unit_step_time`).
-# Deadlines are log-spaced from the earliest evaluation on the most GPUs to the last one on one GPU
-# (`frontier.deadline_grid`). The frontier is computed from the observed curves, never from fitted
-# ones. Latency-oriented parallelism is a *projection* and drawn dashed.
+# **Method.** We reuse the runs of notebook 02 at one model size, the preset's first
+# (`P.models[0]`), on pool 0: every lr, weight decay and epoch budget (each budget is its own run,
+# its schedule ending at its budget) and every evaluation point. We price each evaluation point by
+# the time of the steps before it; a deadline's best loss is the best over all those runs. Main
+# frontier: the idealised model in *step units* (one GPU processes `frontier_micro_batch`
+# sequences per unit; a step of batch B on G GPUs costs max(1, ceil(B / (G m))) units;
+# `frontier.unit_step_time`). Deadlines are log-spaced from the earliest evaluation on the most
+# GPUs to the last one on one GPU (`frontier.deadline_grid`). The frontier is computed from the
+# observed curves, never from fitted ones. Latency-oriented parallelism is a *projection* and drawn
+# dashed.
 
 # %% tags=["parameters"]
 import os
@@ -22,7 +25,7 @@ preset = os.environ.get("REPRO_PRESET", "cpu")  # smoke | cpu | gpu-small | gpu 
 workers = None  # parallel runs; default: the preset's
 
 # %%
-from repro.analysis import analyses, figures
+from repro.analysis import figures
 from repro.study import open_study
 
 study = open_study(preset, workers=workers)
@@ -40,9 +43,10 @@ m = P.frontier_micro_batch
 step = frontier.unit_step_time(m)
 deadlines = frontier.deadline_grid(evals0, runs0, P.gpu_counts, step)
 table = frontier.frontier(evals0, runs0, P.gpu_counts, deadlines, step)
+budgets = sorted(runs0["epochs"].unique().tolist())
 print(
-    f"{len(runs0)} runs, {len(evals0)} evaluation points; "
-    f"deadlines {deadlines[0]:g} .. {deadlines[-1]:g} step units"
+    f"model {P.models[0]}: {len(runs0)} runs (epoch budgets {budgets}), {len(evals0)} evaluation "
+    f"points; deadlines {deadlines[0]:g} .. {deadlines[-1]:g} step units"
 )
 
 # %%
@@ -69,7 +73,10 @@ table.pivot(index="gpus", columns="deadline", values="batch_size")
 #
 # Each batch size runs on the GPUs it fills (B / m of them). Where does the smaller batch on fewer
 # GPUs reach the lower loss under the same deadline? One panel per larger batch; one colour per
-# smaller batch.
+# smaller batch. Only deadlines at which both batch sizes are still training count (solid): once a
+# batch size's longest run has ended its loss is frozen, and beating it then says nothing about
+# the deadline. Each counted comparison gets a paired interval over validation documents, all of
+# them together at 90% (Bonferroni over the distinct pairs of evaluations compared).
 
 # %%
 cross = frontier.crossovers(evals0, runs0, deadlines, step, m)
@@ -78,8 +85,8 @@ study.save_table(
     table.pivot(index="deadline", columns="gpus", values="best_val_loss").round(3).reset_index(),
     "04_frontier_table",
 )
-wins = cross[cross["smaller_wins"]] if len(cross) else cross
-wins.sort_values("deadline").head(20)
+judged = frontier.judged_crossovers(cross, study.store)
+judged.sort_values("high").head(20)
 
 # %% [markdown]
 # ## Projection: latency-oriented parallelism
@@ -142,10 +149,16 @@ policies
 # %% [markdown]
 # ## Claims vs measurement
 #
-# `analyses.frontier_claims`: the optimal batch at the tightest and loosest reachable deadline on
-# the most GPUs, and the (deadline, pair) comparisons above.
+# `frontier.frontier_claims`, model `P.models[0]` only; differences in nats/token with 90% paired
+# intervals over validation documents. Tight deadlines favour larger batches: on the most GPUs, at
+# the tightest deadline that reaches two batch sizes, the largest batch there minus the best smaller
+# one, and at the loosest deadline the best smaller batch minus that largest one; "agrees" when
+# both are below 0 (the optimal batch falls as the deadline loosens), "disagrees" when either is
+# above 0. A smaller batch on fewer GPUs: the comparisons above made while both train; "agrees"
+# when one simultaneous interval is below 0, "disagrees" when all are above 0. The latency row is
+# a projection, which no measurement here can decide.
 
 # %%
-claims = analyses.frontier_claims(table, cross, g_max)
+claims = frontier.frontier_claims(evals0, runs0, judged, deadlines, step, g_max, study.store)
 study.save_table(claims, "04_claims")
 claims

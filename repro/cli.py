@@ -104,11 +104,10 @@ def _sweep_status(args: argparse.Namespace) -> None:
 
 
 def _sweep_table(args: argparse.Namespace) -> None:
-    import warnings
-
     import pandas as pd
 
-    from repro.analysis.results import load_results, tuned_endpoints
+    from repro.analysis.results import default_group_by, load_results
+    from repro.analysis.selection import tuned
     from repro.sweep import failed_runs
 
     runs, evals = load_results(args.dir)
@@ -127,14 +126,15 @@ def _sweep_table(args: argparse.Namespace) -> None:
                 else f" yet; run: repro sweep run GRID.yaml --out {args.dir}"
             )
         )
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        table = tuned_endpoints(runs, evals, args.group_by.split(",") if args.group_by else None)
-    columns = [c for c in table.columns if c not in ("run_id", "edge", "stop_tokens")]
+    group_by = args.group_by.split(",") if args.group_by else default_group_by(runs)
+    table = tuned(runs, evals, args.dir, group_by)
+    hidden = ("run_id", "edge", "chosen_on_halves", "doc_losses", "doc_tokens")
+    columns = [c for c in table.columns if c not in hidden]
     with pd.option_context("display.width", 200, "display.max_columns", 30):
         print(table[columns].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
-    for w in caught:
-        print(f"warning: {w.message}", file=sys.stderr)
+    for _, row in table[table["edge"] != ""].iterrows():
+        label = ", ".join(f"{k}={row[k]}" for k in group_by) or "all runs"
+        print(f"warning: group {label}: {row['edge']}; widen the grid there", file=sys.stderr)
     if failed:
         print(f"warning: not in the table: {errors}", file=sys.stderr)
     if args.parquet:
@@ -484,7 +484,9 @@ def _add_sweep_commands(commands) -> None:
     status = _add_command(sweep, "status", "counts of done / running / failed / pending runs")
     status.add_argument("dir", help="sweep directory (repro sweep run --out)")
     status.set_defaults(func=_sweep_status)
-    table = _add_command(sweep, "table", "tuned endpoints: one row per group")
+    table = _add_command(
+        sweep, "table", "tuned endpoints, one row per group (chosen on half the val docs)"
+    )
     table.add_argument("dir", help="sweep directory (repro sweep run --out)")
     table.add_argument(
         "--group-by",

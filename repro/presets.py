@@ -15,7 +15,6 @@ import types
 import typing
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import yaml
 
@@ -23,9 +22,6 @@ from repro.data.build import PoolSpec
 from repro.errors import ReproError
 from repro.paths import project_root
 from repro.units import parse_count
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -41,8 +37,9 @@ class Preset:
     batch_sizes: tuple[int, ...]  # sequences per optimizer step
     lrs: dict[int, tuple[float, ...]]  # lr grid per batch size
     weight_decays: tuple[float, ...]
-    epochs: int  # epoch budget of every run; the stopping point is chosen among its evaluations
-    eval_every: float = 0.5  # epochs
+    # epoch budgets, a tuned axis like lr: each budget is its own run whose schedule ends there
+    epochs: tuple[int, ...]
+    eval_every: float = 0.5  # epochs (the within-run curve; the tuned point is each run's end)
     # notebook 03: loaders at a small and a large batch; tying x embedding decay
     ablation_batch_sizes: tuple[int, int] = (4, 32)
     embedding_weight_decays: tuple[float, ...] = (0.0, 0.1)
@@ -55,8 +52,9 @@ class Preset:
     # (sequences; 0: all)
     stack: int = 1
     max_stacked_batch: int = 0
-    # the batch a one-pass recipe uses at this scale (Kim et al.: 64 at paper scale)
-    one_pass_batch_size: int = 16
+    # "the usual batch": the batch a one-pass recipe uses at this scale (Kim et al.: 64 at paper
+    # scale); 0: measured, as the batch with the lowest tuned loss at an epoch budget of 1
+    one_pass_batch_size: int = 0
     extra: dict = field(default_factory=dict)  # run fields added to every run (device, compile)
     # notebook 05 (critical batch size): smaller pools (training tokens) for CBS vs data size, the
     # batch sizes whose runs log the gradient noise scale and their micro-batch (the estimator's
@@ -74,9 +72,14 @@ class Preset:
         where = f"preset {self.name}"
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", self.name):
             raise ReproError(f"{where}: name must be letters, digits, '.', '_' or '-' (a folder)")
-        for name in ("pool_seeds", "models", "batch_sizes", "weight_decays"):
+        for name in ("pool_seeds", "models", "batch_sizes", "weight_decays", "epochs"):
             if not getattr(self, name):
                 raise ReproError(f"{where}: {name} is empty; give at least one value")
+        if not self.one_pass_batch_size and 1 not in self.epochs:
+            raise ReproError(
+                f"{where}: one_pass_batch_size 0 measures the usual batch at a budget of 1 epoch; "
+                "add 1 to epochs or give one_pass_batch_size"
+            )
         if len(set(self.pool_seeds)) < len(self.pool_seeds):
             raise ReproError(f"{where}: pool_seeds repeat a seed; independent pools need distinct")
         needs_lrs = {*self.batch_sizes, *self.noise_scale_batches}
@@ -84,6 +87,9 @@ class Preset:
         missing = sorted(needs_lrs - set(self.lrs))
         if missing:
             raise ReproError(f"{where}: no lr grid for batch size {missing[0]}; add it under lrs")
+        decays = self.embedding_weight_decays
+        if 0.0 not in decays or not any(w > 0 for w in decays):
+            raise ReproError(f"{where}: embedding_weight_decays needs 0.0 and a positive value")
         outside = sorted(set(self.ablation_batch_sizes) - set(self.batch_sizes))
         if outside:
             raise ReproError(f"{where}: ablation batch size {outside[0]} is not one of batch_sizes")
@@ -142,7 +148,7 @@ class Preset:
         return {
             "batch / pool (tokens)": (min(batch), max(batch)),
             "pool tokens per parameter": (min(per_param), max(per_param)),
-            "epochs": (float(self.epochs), float(self.epochs)),
+            "epochs": (float(min(self.epochs)), float(max(self.epochs))),
         }
 
     def deviations(self) -> list[str]:
@@ -161,9 +167,8 @@ class Preset:
                 "(reference: DCLM-Baseline, 200M tokens)"
             )
         notes.append(
-            f"epochs: one budget of {self.epochs} per run, the stopping point chosen among its "
-            f"evaluations every {self.eval_every:g} epochs (reference: each epoch count is its "
-            "own run, annealed to its end)"
+            f"epoch budgets {', '.join(map(str, self.epochs))}, each its own run (reference "
+            "grid: 1 to 64 epochs)"
         )
         if self.extra.get("device") != "cuda":
             notes.append("float32 on CPU (reference: bfloat16 compute)")
@@ -195,55 +200,44 @@ class Preset:
     def run_fields(self, **changes) -> dict:
         base = {
             "seq_len": self.seq_len,
-            "epochs": self.epochs,
+            "epochs": max(self.epochs),
             "eval_every": self.eval_every,
             "micro_batch": self.micro_batch,
         }
         return base | self.extra | changes
 
-    def batch_sweep_grid(self, pools: list[str | Path], **recipe) -> dict:
-        """Every model x batch size x (batch-dependent) lr x weight decay, on every pool."""
-        rules = [
-            {"if": {"batch_size": b}, "axes": {"lr": list(lrs)}} for b, lrs in self.lrs.items()
-        ]
+    def batch_sweep_grid(
+        self,
+        pools: list[str | Path],
+        batch_sizes: list[int] | None = None,
+        models: list[str] | None = None,
+        axes: dict | None = None,
+        **recipe,
+    ) -> dict:
+        """Every model x batch size x (batch-dependent) lr x weight decay x epoch budget, on every
+        pool (default: all of the preset's models and batch sizes), over the extra `axes` (recipe
+        arms, notebook 03): every arm is tuned over the same grid."""
+        batch_sizes = list(batch_sizes or self.batch_sizes)
+        rules = [{"if": {"batch_size": b}, "axes": {"lr": list(self.lrs[b])}} for b in batch_sizes]
         return {
-            "fixed": self.run_fields(**recipe),
+            "fixed": self.run_fields(**(ORIGINAL_RECIPE | recipe)),
             "axes": {
                 "pool": [str(p) for p in pools],
-                "model": list(self.models),
-                "batch_size": list(self.batch_sizes),
-                "lr": list(self.lrs[self.batch_sizes[0]]),
+                "model": list(models or self.models),
+                "batch_size": batch_sizes,
+                "lr": list(self.lrs[batch_sizes[0]]),
                 "weight_decay": list(self.weight_decays),
-            },
+                "epochs": list(self.epochs),
+            }
+            | (axes or {}),
             "when": rules,
         }
 
-    def tuned_grid(
-        self,
-        tuned: pd.DataFrame,
-        batch_sizes: list[int],
-        pools: list[str | Path],
-        axes: dict,
-        **recipe,
-    ) -> dict:
-        """Runs at each of `batch_sizes` with the lr and weight decay tuned for it (`tuned`: indexed
-        by batch size, columns lr and weight_decay), on `pools`, over the extra `axes` (notebook
-        03)."""
-        rules = [
-            {
-                "if": {"batch_size": b},
-                "axes": {
-                    "lr": [tuned.loc[b, "lr"]],
-                    "weight_decay": [tuned.loc[b, "weight_decay"]],
-                },
-            }
-            for b in batch_sizes
-        ]
-        return {
-            "fixed": self.run_fields(model=self.models[0], **(ORIGINAL_RECIPE | recipe)),
-            "axes": {"pool": [str(p) for p in pools], "batch_size": list(batch_sizes)} | axes,
-            "when": rules,
-        }
+    def usual_batch_source(self) -> str:
+        """Where this preset's "usual" (one-pass) batch comes from."""
+        if self.one_pass_batch_size:
+            return f"{self.one_pass_batch_size} sequences, as set in the preset"
+        return "measured: the batch with the lowest tuned loss at an epoch budget of 1"
 
     def scaling_grid(self, pools: list[str | Path], **recipe) -> dict:
         """The batch sweep on pools of several sizes, at the first weight decay only (lr still
@@ -332,12 +326,12 @@ PRESETS: dict[str, Preset] = {
         name="smoke",
         pool=PoolSpec(source="synthetic", tokens=8_000, val_tokens=2_000, vocab_size=300),
         pool_seeds=(0, 1),
-        models=("tiny",),
+        models=("tiny", "cpu-s"),
         seq_len=32,
         batch_sizes=(2, 8),
         lrs={2: (3e-3, 1e-2), 8: (3e-3, 1e-2)},
         weight_decays=(0.1,),
-        epochs=2,
+        epochs=(1, 2),
         eval_every=0.5,
         ablation_batch_sizes=(2, 8),
         embedding_weight_decays=(0.0, 0.1),
@@ -345,7 +339,6 @@ PRESETS: dict[str, Preset] = {
         gpu_counts=(1, 2, 4),
         workers=2,
         stack=2,
-        one_pass_batch_size=8,
         scaling_pool_tokens=(2_000, 4_000),
         noise_scale_batches=(8,),
         noise_micro_batch=2,
@@ -362,14 +355,14 @@ PRESETS: dict[str, Preset] = {
         seq_len=128,
         batch_sizes=(1, 2, 4, 8, 16, 32),
         lrs=_lr_ladder((1, 2, 4, 8, 16, 32), 8, (1e-3, 3e-3, 1e-2)),
-        weight_decays=(0.1, 1.0),
-        epochs=8,
+        weight_decays=(0.3, 1.0, 3.0),
+        epochs=(1, 2, 4, 8),
         eval_every=1.0,
         ablation_batch_sizes=(2, 16),
-        embedding_weight_decays=(0.0, 0.1, 1.0),
+        embedding_weight_decays=(0.0, 1.0),
         workers=2,
-        stack=6,
-        max_stacked_batch=2,
+        stack=9,
+        max_stacked_batch=4,
         scaling_pool_tokens=(6_000, 12_000),
         noise_scale_batches=(8, 32),
         noise_micro_batch=2,
@@ -385,7 +378,7 @@ PRESETS: dict[str, Preset] = {
         batch_sizes=(8, 16, 32, 64, 128),
         lrs=_lr_ladder((8, 16, 32, 64, 128), 32, (1e-3, 3e-3, 1e-2)),
         weight_decays=(0.1, 0.8),
-        epochs=8,
+        epochs=(1, 2, 4, 8),
         eval_every=0.5,
         ablation_batch_sizes=(16, 64),
         embedding_weight_decays=(0.0, 0.1, 0.8),
@@ -393,7 +386,6 @@ PRESETS: dict[str, Preset] = {
         frontier_micro_batch=16,
         gpu_counts=(1, 2, 4, 8),
         workers=1,
-        one_pass_batch_size=64,
         scaling_pool_tokens=(5_000_000, 10_000_000),
         noise_scale_batches=(32, 128),
         noise_micro_batch=16,
@@ -415,7 +407,7 @@ PRESETS: dict[str, Preset] = {
         batch_sizes=(16, 32, 64, 128, 256, 512),
         lrs=_lr_ladder((16, 32, 64, 128, 256, 512), 64, (1e-3, 3e-3, 1e-2)),
         weight_decays=(0.1, 0.4, 0.8, 1.6, 3.2),
-        epochs=32,
+        epochs=(4, 8, 16, 32),
         eval_every=1.0,
         ablation_batch_sizes=(32, 128),
         embedding_weight_decays=(0.0, 0.1, 0.8),
@@ -518,14 +510,16 @@ def _typed(cls: type, values: dict, where: str) -> dict:
 
 
 def _convert(value, hint, where: str):
-    """`value` (as YAML read it) as type `hint`: int, float, str, bool, X | None, tuple[X, ...],
-    tuple[X, Y], dict[K, V] or dict."""
+    """`value` (as YAML read it) as type `hint`: int, float, str, bool, X | None, tuple[X, ...]
+    (a single value for a one-element tuple), tuple[X, Y], dict[K, V] or dict."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (types.UnionType, typing.Union):
         if value is None and type(None) in args:
             return None
         return _convert(value, next(a for a in args if a is not type(None)), where)
     if origin is tuple:
+        if args[-1] is Ellipsis and isinstance(value, int | float | str | bool):
+            value = [value]  # one value of a list field, e.g. `epochs: 8`
         if not isinstance(value, list | tuple):
             raise ReproError(f"{where}: expected a list, got {value!r}")
         items = args[:1] * len(value) if args[-1] is Ellipsis else args

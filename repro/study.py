@@ -52,7 +52,8 @@ class Study:
         return (
             f"preset {P.name}: source {P.pool.source}, {P.pool.tokens:,} training tokens per pool, "
             f"models {list(P.models)}, seq_len {P.seq_len}, batch sizes {list(P.batch_sizes)}, "
-            f"{P.epochs} epochs"
+            f"epoch budgets {list(P.epochs)} (each its own run)"
+            + f"\nusual (one-pass) batch: {P.usual_batch_source()}"
             + regime
             + "\nrecipe as Kim et al. (docs/REFERENCE_RECIPE.md), except:\n"
             + deviations
@@ -95,6 +96,31 @@ class Study:
         recipe."""
         return self.preset.batch_sweep_grid(self.pools(), **ORIGINAL_RECIPE)
 
+    def loader_grid(self) -> dict:
+        """03's epoch orderings at the ablation batch sizes, on pool 0, at the first model; every
+        arm tuned over 02's grid (lr, weight decay, epoch budget)."""
+        P = self.preset
+        axes = {"loader": ["repeat", "shuffle", "repack"]}
+        return P.batch_sweep_grid(self.pools()[:1], P.ablation_batch_sizes, P.models[:1], axes)
+
+    def embedding_grid(self, batch_size: int) -> dict:
+        """03's tying x embedding weight decay at `batch_size`, on pool 0, at the first model."""
+        P = self.preset
+        axes = {
+            "tie_embeddings": [False, True],
+            "embedding_weight_decay": list(P.embedding_weight_decays),
+        }
+        return P.batch_sweep_grid(self.pools()[:1], [batch_size], P.models[:1], axes)
+
+    def combined_grid(self) -> dict:
+        """03's combined recipe (REPACK, tied, every positive embedding decay as a tuned axis) at
+        every batch size and on every pool, at the first model."""
+        P = self.preset
+        positive = [w for w in P.embedding_weight_decays if w > 0]
+        recipe = {"loader": "repack", "tie_embeddings": True}
+        axes = {"embedding_weight_decay": positive}
+        return P.batch_sweep_grid(self.pools(), None, P.models[:1], axes, **recipe)
+
     def schedule_grid(self) -> dict:
         """04's and 05's batch-size schedules on pool 0, original recipe."""
         return self.preset.schedule_grid(self.pools()[0], **ORIGINAL_RECIPE)
@@ -108,12 +134,13 @@ class Study:
         return self.preset.scaling_grid(self.sized_pools(), **ORIGINAL_RECIPE)
 
     def preset_grids(self) -> list[dict]:
-        """The notebooks' grids that follow from the preset alone (the four above, where the preset
-        has schedules, noise-scale batches and scaling pools); notebook 03's depend on 02's
-        results."""
+        """The notebooks' grids that follow from the preset alone (where the preset has schedules,
+        noise-scale batches and scaling pools); 03's tying grid depends on 02's results."""
         P = self.preset
         return [
             self.batch_sweep_grid(),
+            self.loader_grid(),
+            self.combined_grid(),
             *([self.schedule_grid()] if P.batch_schedules else []),
             *([self.noise_scale_grid()] if P.noise_scale_batches else []),
             *([self.scaling_grid()] if P.scaling_pool_tokens else []),

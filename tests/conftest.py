@@ -1,5 +1,7 @@
 """Shared fixtures (the offline environment is set by the conftest.py at the project root)."""
 
+import numpy as np
+import pandas as pd
 import pytest
 
 from repro.data.build import PoolSpec, build_pool
@@ -25,3 +27,64 @@ def stdlib_pool(tmp_path_factory):
     """A 60k-token stdlib pool (vocab 300), built once per test session."""
     spec = PoolSpec(source="stdlib", tokens=60_000, val_tokens=10_000, vocab_size=300)
     return build_pool(spec, tmp_path_factory.mktemp("pools") / "stdlib", progress=False)
+
+
+class HandMadeSweep:
+    """Runs with hand-made results in a store: each run's per-document validation losses are a
+    shared per-document difficulty plus the run's mean shift plus small per-run noise (nats/token),
+    as the trainer stores them (RUN/val_docs/step-N.npy, tokens.npy)."""
+
+    DOCS = 40
+    TOKENS = np.full(DOCS, 100)
+    DIFFICULTY = 0.3 * np.random.default_rng(0).standard_normal(DOCS)
+    DIFFICULTY -= DIFFICULTY.mean()  # so that a run's mean loss is about its `loss`
+    FIELDS = {
+        "pool": "p0",
+        "model": "m",
+        "batch_size": 4,
+        "lr": 1e-3,
+        "weight_decay": 0.1,
+        "epochs": 4,
+        "loader": "shuffle",
+        "tie_embeddings": False,
+        "embedding_weight_decay": 0.0,
+        "schedule": "cosine",
+        "status": "done",
+    }
+
+    def __init__(self, store):
+        self.store = store
+        self.runs, self.evals = [], []
+        self.count = 0
+
+    def add(self, loss: float, train: float = 2.0, noise: float = 0.005, **fields) -> str:
+        """One finished run whose final evaluation (step 100) has mean validation loss about
+        `loss` and training loss `train`; `fields` override FIELDS."""
+        self.count += 1
+        rid = f"run{self.count}"
+        rng = np.random.default_rng(self.count)
+        per_token = loss + self.DIFFICULTY + noise * rng.standard_normal(self.DOCS)
+        folder = self.store / rid / "val_docs"
+        folder.mkdir(parents=True)
+        np.save(folder / "step-100.npy", per_token * self.TOKENS)
+        np.save(folder / "tokens.npy", self.TOKENS)
+        row = self.FIELDS | fields
+        self.runs.append({"run_id": rid, **row})
+        mean = float((per_token * self.TOKENS).sum() / self.TOKENS.sum())
+        for step, epoch, val in ((50, row["epochs"] / 2, mean + 0.2), (100, row["epochs"], mean)):
+            self.evals.append(
+                {"run_id": rid, "step": step, "epoch": epoch, "val_loss": val, "train_loss": train}
+            )
+        return rid
+
+    def frames(self) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """(runs, evals) of the runs added since the last call."""
+        frames = pd.DataFrame(self.runs), pd.DataFrame(self.evals)
+        self.runs, self.evals = [], []
+        return frames
+
+
+@pytest.fixture
+def hand_made(tmp_path):
+    """A HandMadeSweep in a fresh store under tmp_path."""
+    return HandMadeSweep(tmp_path / "store")

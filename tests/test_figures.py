@@ -39,12 +39,16 @@ def _curves(pools=("p0", "p1"), batches=BATCHES):
     return pd.DataFrame(runs), pd.DataFrame(evals)
 
 
-def _endpoints(runs, evals, extra=None):
-    best = evals.loc[evals.groupby("run_id")["val_loss"].idxmin()]
-    ends = runs.merge(best, on="run_id").rename(
-        columns={"val_loss": "best_val_loss", "train_loss": "train_loss_at_best"}
-    )
-    return ends.assign(stop_epoch=ends["epoch"], **(extra or {}))
+def _endpoints(runs, evals):
+    """Tuned-endpoint rows (as selection.tuned gives them) at each run's last evaluation, with
+    per-document losses of 20 documents around its loss."""
+    final = evals.sort_values("step").groupby("run_id").last().reset_index()
+    ends = runs.merge(final, on="run_id").assign(epochs=8)
+    tokens = np.full(20, 50)
+    spread = 0.2 * np.random.default_rng(0).standard_normal(20)
+    ends["doc_losses"] = [(v + spread - spread.mean()) * tokens for v in ends["val_loss"]]
+    ends["doc_tokens"] = [tokens] * len(ends)
+    return ends
 
 
 def _frontier():

@@ -3,7 +3,13 @@
 import numpy as np
 import pytest
 
-from repro.analysis.intervals import describe, document_losses, lower_verdict, paired_difference
+from repro.analysis.intervals import (
+    Difference,
+    describe,
+    document_losses,
+    lower_verdict,
+    paired_difference,
+)
 from repro.errors import ReproError
 
 TOKENS = np.full(40, 100)
@@ -27,7 +33,8 @@ def test_paired_difference_and_verdict_in_all_three_directions(shift, verdict):
 
 
 def test_one_contradicting_comparison_disagrees_and_one_open_one_is_undetermined():
-    below, above, open_ = (-0.1, -0.2, -0.05), (0.1, 0.05, 0.2), (-0.01, -0.05, 0.03)
+    below, above = Difference(-0.1, -0.2, -0.05), Difference(0.1, 0.05, 0.2)
+    open_ = Difference(-0.01, -0.05, 0.03)
     assert lower_verdict([below, above]) == "disagrees"
     assert lower_verdict([below, open_]) == "undetermined"
     assert lower_verdict([below, below]) == "agrees"
@@ -44,5 +51,15 @@ def test_unpaired_inputs_and_missing_files_are_one_line_errors(tmp_path):
 def test_too_few_documents_give_no_interval_and_no_verdict():
     few = np.full(3, 100)
     diff = paired_difference(few * 3.0, few * 3.5, few)
-    assert diff == (-0.5, -np.inf, np.inf) and lower_verdict([diff]) == "undetermined"
+    assert diff == Difference(-0.5, -np.inf, np.inf) and lower_verdict([diff]) == "undetermined"
     assert describe("a - b", diff) == "a - b -0.500 [no interval]"
+
+
+def test_pools_that_disagree_in_sign_leave_the_verdict_undetermined():
+    consistent = Difference(-0.1, -0.2, -0.05, (-0.12, -0.08))
+    split = Difference(-0.1, -0.2, -0.05, (-0.25, 0.05))
+    assert lower_verdict([consistent]) == "agrees"
+    assert lower_verdict([split]) == "undetermined"
+    assert lower_verdict([split.negated()]) == "undetermined"
+    assert lower_verdict([consistent.negated()]) == "disagrees"
+    assert describe("a - b", consistent) == "a - b -0.100 [-0.200, -0.050] (pools -0.120, -0.080)"

@@ -24,11 +24,11 @@ def test_yaml_preset_overrides_a_base_and_types_its_fields(tmp_path):
     path = _preset_file(
         tmp_path,
         "base: cpu\npool: {source: notes.txt, text_unit: paragraph, tokens: 2.5k}\n"
-        "batch_sizes: [4, 8]\nlrs: {4: [1e-3], 8: [2.0e-3, 4.0e-3]}\nepochs: 3\n"
+        "batch_sizes: [4, 8]\nlrs: {4: [1e-3], 8: [2.0e-3, 4.0e-3]}\nepochs: [1, 3]\n"
         "noise_scale_batches: [8]\nablation_batch_sizes: [4, 8]\nscaling_pool_tokens: [1000]\n",
     )
     preset = get_preset(str(path))
-    assert preset.name == "mine" and preset.epochs == 3 and preset.batch_sizes == (4, 8)
+    assert preset.name == "mine" and preset.epochs == (1, 3) and preset.batch_sizes == (4, 8)
     assert preset.lrs == {4: (0.001,), 8: (0.002, 0.004)}
     assert preset.pool.source == str(tmp_path / "notes.txt") and preset.pool.tokens == 2500
     assert preset.pool.text_unit == "paragraph" and preset.pool.val_tokens == 8_000  # from cpu
@@ -41,8 +41,8 @@ def test_yaml_preset_overrides_a_base_and_types_its_fields(tmp_path):
     [
         ("batch_size: [2]", "unknown field 'batch_size'"),
         ("pool: {tokenz: 3}", "pool: unknown field 'tokenz'"),
-        ("epochs: two", "epochs: expected int, got 'two'"),
-        ("epochs: true", "epochs: expected int, got True"),
+        ("epochs: two", "epochs[0]: expected int, got 'two'"),
+        ("epochs: true", "epochs[0]: expected int, got True"),
         ("lrs: {2: [.nan], 8: [0.1]}", "lrs[2][0]: expected float"),
         ("batch_sizes: [2, 4]", "no lr grid for batch size 4"),
         ("models: [huge]", "unknown model size 'huge'"),
@@ -64,7 +64,9 @@ def test_yaml_preset_overrides_a_base_and_types_its_fields(tmp_path):
         ("extra: {devcie: cuda}", "unknown run field 'devcie'"),
         ("noise_scale_batches: [2]", "noise_scale needs at least two micro-batches"),
         ("scaling_pool_tokens: [8000]", "scaling pool of 8000 tokens is not smaller"),
-        ("epochs: '1.4'", "epochs: expected int, got '1.4'"),
+        ("epochs: '1.4'", "epochs[0]: expected int, got '1.4'"),
+        ("epochs: 4", "add 1 to epochs or give one_pass_batch_size"),
+        ("embedding_weight_decays: [0.1]", "needs 0.0 and a positive value"),
     ],
 )
 def test_malformed_preset_file_is_a_one_line_error_naming_the_field(tmp_path, text, message):
@@ -127,7 +129,7 @@ def test_regime_states_the_presets_ratios_against_the_papers():
         max(preset.batch_sizes) * preset.seq_len / tokens,
     )
     assert regime["pool tokens per parameter"] == (tokens / params, tokens / params)
-    assert regime["epochs"] == (8.0, 8.0)
+    assert regime["epochs"] == (1.0, 8.0)
 
 
 @pytest.mark.parametrize(
@@ -157,4 +159,4 @@ def test_deviations_from_the_reference_recipe_are_listed():
     cpu, gpu = PRESETS["cpu"].deviations(), PRESETS["gpu"].deviations()
     assert any(n.startswith("models cpu-s: not in the reference ladder") for n in cpu)
     assert any(n.startswith("seq_len 128") for n in cpu) and any("float32" in n for n in cpu)
-    assert len(gpu) == 1 and gpu[0].startswith("epochs: one budget of 32 per run")
+    assert gpu == ["epoch budgets 4, 8, 16, 32, each its own run (reference grid: 1 to 64 epochs)"]

@@ -5,12 +5,12 @@ import signal
 import subprocess
 import sys
 import time
-import warnings
 from dataclasses import replace
 
 import pytest
 
-from repro.analysis.results import load_results, tuned_endpoints
+from repro.analysis.results import load_results
+from repro.analysis.selection import tuned
 from repro.errors import ReproError
 from repro.runtime.config import make_run_config
 from repro.sweep import expand, plan_grid, run_id, run_sweep, sweep_status
@@ -63,14 +63,14 @@ def test_sweep_runs_skips_and_reports(synthetic_pool, tmp_path, capsys):
     assert sweep_status(tmp_path / "s") == {"done": 4}
     runs, evals = load_results(tmp_path / "s")
     assert len(runs) == 4 and len(evals) == 8 and set(runs["status"]) == {"done"}
-    table = tuned_endpoints(runs, evals, ["batch_size"], warn=False)
+    table = tuned(runs, evals, tmp_path / "s", ["batch_size"])
     assert list(table["batch_size"]) == [8, 16]
+    finals = evals.sort_values("step").groupby("run_id").last()
+    finals = finals.join(runs.set_index("run_id")["batch_size"])
     for _, row in table.iterrows():
-        group = evals.merge(runs[["run_id", "batch_size"]])
-        assert (
-            row["best_val_loss"]
-            == group[group["batch_size"] == row["batch_size"]]["val_loss"].min()
-        )
+        group = finals[finals["batch_size"] == row["batch_size"]]
+        assert row["run_id"] == group["val_loss"].idxmin()  # the choice on all documents
+        assert group["val_loss"].min() - 1e-6 <= row["val_loss"] <= group["val_loss"].max() + 1e-6
 
 
 def test_several_grids_run_as_one_sweep(synthetic_pool, tmp_path):
@@ -178,61 +178,6 @@ def test_submitit_local_executor(synthetic_pool, tmp_path):
     assert sweep_status(tmp_path / "s") == {"done": 2}
 
 
-def _fake_run(store, config, curve):
-    """A finished run with a given validation curve (one point per epoch)."""
-    rid = run_id(make_run_config(config))
-    d = store / rid
-    d.mkdir(parents=True)
-    (d / "config.json").write_text(json.dumps(config))
-    lines = [
-        {
-            "step": 10 * (i + 1),
-            "epoch": i + 1,
-            "tokens": 100 * (i + 1),
-            "lr": 1.0,
-            "train_loss": v - 0.5,
-            "wall_s": 1.0,
-            "val_loss": v,
-        }
-        for i, v in enumerate(curve)
-    ]
-    (d / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
-    (d / "status.json").write_text(json.dumps({"status": "done"}))
-
-
-def test_endpoints_on_known_curves_and_grid_edge_warning(tmp_path):
-    base = {"pool": "p", "epochs": 4}
-    # batch 8: the best is lr=2e-3 (interior), wd=0.1 (interior), stop at epoch 2
-    for lr, wd, curve in [
-        (1e-3, 0.1, [3.0, 2.9, 2.8, 2.85]),
-        (2e-3, 0.1, [2.9, 2.5, 2.6, 2.7]),
-        (4e-3, 0.1, [3.1, 3.0, 2.95, 2.9]),
-        (2e-3, 0.0, [2.9, 2.7, 2.8, 2.9]),
-        (2e-3, 0.3, [2.9, 2.6, 2.7, 2.8]),
-    ]:
-        _fake_run(tmp_path, base | {"batch_size": 8, "lr": lr, "weight_decay": wd}, curve)
-    # batch 32: the best lr is the largest tried, and the best stop is the last epoch
-    for lr, curve in [(1e-3, [3.5, 3.3, 3.2, 3.1]), (4e-3, [3.4, 3.2, 3.0, 2.95])]:
-        _fake_run(tmp_path, base | {"batch_size": 32, "lr": lr, "weight_decay": 0.1}, curve)
-    runs, evals = load_results(tmp_path)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        table = tuned_endpoints(runs, evals, ["batch_size"]).set_index("batch_size")
-    assert table.loc[8, ["best_val_loss", "lr", "weight_decay", "stop_epoch"]].tolist() == [
-        2.5,
-        2e-3,
-        0.1,
-        2,
-    ]
-    assert table.loc[8, "edge"] == ""
-    assert table.loc[32, ["best_val_loss", "lr", "stop_epoch"]].tolist() == [2.95, 4e-3, 4]
-    assert (
-        "lr=0.004 is on the edge" in table.loc[32, "edge"]
-        and "end of the longest run" in table.loc[32, "edge"]
-    )
-    assert len(caught) == 1 and "group batch_size=32" in str(caught[0].message)
-
-
 def test_wsd_branches_equal_standalone_runs(synthetic_pool, tmp_path):
     grid = {
         "fixed": TINY
@@ -334,7 +279,7 @@ def test_cli_sweep_exits_non_zero_naming_failed_runs_and_table_says_so(
     main(["sweep", "table", str(store)])
     captured = capsys.readouterr()
     assert "not in the table: 1 run(s) failed; their errors:" in captured.err
-    assert "status.json" in captured.err and "best_val_loss" in captured.out  # the done run
+    assert "status.json" in captured.err and "val_loss" in captured.out  # the done run
     assert len(captured.out.splitlines()) == 2
 
 

@@ -1,9 +1,12 @@
-"""Analyses behind the notebooks: pool statistics, batch-size sweeps, recipe ablations, and the
-paper-claim vs measured tables (computed from results, never typed in).
+"""Analyses behind the notebooks: pool statistics, batch-size sweeps and recipe ablations, and
+their paper-claim vs measured tables (computed from results, never typed in).
 
-Claim tables have columns claim | paper | measured here | agrees?; `agrees?` is "yes", "no" (with
-the reason when the effect is within pool-to-pool noise), or "n/a" when the measurement cannot
-decide (for instance a grid with a single batch size).
+Claim tables have columns claim | paper | measured here | agrees?. `agrees?` is "agrees" when the
+measurement supports the claim (every 90% paired interval over validation documents on the claimed
+side, and every pool's difference too), "disagrees" when it contradicts it, and "undetermined"
+otherwise. Every loss compared is a cross-fitted tuned endpoint (repro.analysis.selection): lr,
+weight decay and epoch budget (and where a claim says so, the batch size) chosen on one half of
+the validation documents and reported on the other, so no arm gets a selection bonus.
 """
 
 from __future__ import annotations
@@ -13,15 +16,22 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from repro.analysis.intervals import describe, document_losses, lower_verdict, paired_difference
-from repro.analysis.results import tuned_endpoints
+from repro.analysis.intervals import Difference, describe, lower_verdict, mean_interval
+from repro.analysis.selection import TUNED, compare, tuned
 from repro.data.pool import load_pool
+from repro.runtime.model import param_count_table
 
 CLAIM_COLUMNS = ["claim", "paper", "measured here", "agrees?"]
+INTERVAL_NOTE = "nats/token; 90% paired interval over validation documents"
+Sweep = tuple[pd.DataFrame, pd.DataFrame]  # (runs, evals) as Study.sweep returns them
+LITTLE = 0.01
+"""nats/token: an effect whose whole interval lies within +-LITTLE "does little" (the paper's
+recipe effects are 0.03-0.14 nats)."""
 
 
-def _verdict(ok: bool | None) -> str:
-    return "n/a" if ok is None else ("yes" if ok else "no")
+def _exact(ok: bool) -> str:
+    """The verdict of a claim measured exactly (a count, no sampling)."""
+    return "agrees" if ok else "disagrees"
 
 
 # --- pools --------------------------------------------------------------------------------------
@@ -76,6 +86,11 @@ def bayes_floor(path: str | Path) -> float | None:
     return load_pool(path).meta["splits"]["val"].get("bayes_floor_nats_per_token")
 
 
+def pool_vocab_size(path: str | Path) -> int:
+    """The vocabulary size of a pool's tokenizer."""
+    return int(load_pool(path).meta["vocab_size"])
+
+
 def train_tokens(paths: list[str | Path]) -> dict[str, int]:
     """Training tokens per pool path (as a string, the runs' `pool` field)."""
     return {str(path): load_pool(path).meta["splits"]["train"]["tokens"] for path in paths}
@@ -101,20 +116,20 @@ def pool_claims(overlap: pd.DataFrame, leaks: list[int]) -> pd.DataFrame:
         [
             "no validation document contributes to training",
             "yes (document-level split)",
-            f"validation documents found in training: {leaks}",
-            _verdict(sum(leaks) == 0),
+            f"validation documents found in training: {leaks} (exact count)",
+            _exact(sum(leaks) == 0),
         ],
         [
             "independent pools share the validation set",
             "yes (fixed held-out set)",
-            f"identical val: {identical}",
-            _verdict(identical),
+            f"identical val: {identical} (exact)",
+            _exact(identical),
         ],
         [
             "independent pools differ in training documents",
             "yes",
-            f"shared train docs: {shared.tolist()} of {total.tolist()}",
-            _verdict(bool((shared < total).all())),
+            f"shared train docs: {shared.tolist()} of {total.tolist()} (exact count)",
+            _exact(bool((shared < total).all())),
         ],
     ]
     return pd.DataFrame(rows, columns=CLAIM_COLUMNS)
@@ -124,24 +139,41 @@ def pool_claims(overlap: pd.DataFrame, leaks: list[int]) -> pd.DataFrame:
 
 
 def batch_endpoints(
-    runs: pd.DataFrame, evals: pd.DataFrame, extra_group: list[str] | None = None
+    runs: pd.DataFrame,
+    evals: pd.DataFrame,
+    store: str | Path,
+    extra_group: list[str] | None = None,
+    also_tuned: tuple[str, ...] = (),
 ) -> pd.DataFrame:
-    """Tuned endpoints per pool x model x batch size (x extra fields); grid-edge notes are in its
+    """Cross-fitted tuned endpoints (selection.tuned over lr, weight decay, epoch budget and
+    `also_tuned`) per pool x model x batch size (x `extra_group`); grid-edge notes are in the
     `edge` column."""
-    return tuned_endpoints(
-        runs, evals, ["pool", "model", "batch_size", *(extra_group or [])], warn=False
-    )
+    group_by = ["pool", "model", "batch_size", *(extra_group or [])]
+    return tuned(runs, evals, store, group_by, TUNED + also_tuned)
 
 
 def across_pools(
-    endpoints: pd.DataFrame, by: list[str] | None = None, value: str = "best_val_loss"
+    endpoints: pd.DataFrame, by: list[str] | None = None, value: str = "val_loss"
 ) -> pd.DataFrame:
-    """Mean, min, max and std over pools of `value` (default the tuned best validation loss,
-    nats/token), per model x batch size (or `by`), with the mean stopping epoch."""
+    """Mean, min, max and std over pools of `value` (default the tuned loss, nats/token) per model
+    x batch size (or `by`), the mean chosen epoch budget, and for the tuned loss the 90% interval
+    (`low`, `high`) of the pool mean over validation documents."""
     by = by or ["model", "batch_size"]
-    agg = endpoints.groupby(by)[value].agg(["mean", "min", "max", "std", "count"]).reset_index()
-    stop = endpoints.groupby(by)["stop_epoch"].mean().rename("mean stop epoch").reset_index()
-    return agg.merge(stop, on=by)
+    groups = endpoints.groupby(by)
+    agg = groups[value].agg(["mean", "min", "max", "std", "count"])
+    agg = agg.join(groups["epochs"].mean().rename("mean epochs"))
+    if value == "val_loss":
+        intervals = groups.apply(_pool_mean_interval, include_groups=False)
+        agg = agg.join(pd.DataFrame(intervals.tolist(), intervals.index, ["low", "high"]))
+    return agg.reset_index()
+
+
+def _pool_mean_interval(rows: pd.DataFrame) -> tuple[float, float]:
+    """The 90% interval over validation documents of the pool-mean loss of endpoint `rows`."""
+    if rows["val_loss"].isna().any():
+        return np.nan, np.nan
+    loss = mean_interval(np.mean(list(rows["doc_losses"]), 0), rows["doc_tokens"].iloc[0])
+    return loss.low, loss.high
 
 
 def endpoint_curve(evals: pd.DataFrame, endpoint: pd.Series) -> pd.DataFrame:
@@ -149,369 +181,272 @@ def endpoint_curve(evals: pd.DataFrame, endpoint: pd.Series) -> pd.DataFrame:
     return evals[evals["run_id"] == endpoint["run_id"]].sort_values("step")
 
 
-def _final(evals: pd.DataFrame, rid: str) -> pd.Series:
-    return evals[evals["run_id"] == rid].sort_values("step").iloc[-1]
+def models_by_size(models: list[str], vocab_size: int) -> list[str]:
+    """`models` from the largest to the smallest (parameters at `vocab_size`)."""
+    params = {row["name"]: row["params"] for row in param_count_table(vocab_size)}
+    return sorted(models, key=lambda m: -params[m])
 
 
-def _u_shape_claim(agg: pd.DataFrame, b_opt: int) -> list[str]:
-    """Is the optimum interior, with both edges worse by more than the pool std (nats)?"""
-    batches = agg["batch_size"].tolist()
-    loss = agg.set_index("batch_size")["mean"]
-    noise = float(agg["std"].fillna(0).max())
-    margin = min(loss[batches[0]], loss[batches[-1]]) - loss[b_opt]
+def _arm(
+    runs: pd.DataFrame,
+    evals: pd.DataFrame,
+    store: str | Path,
+    mask: pd.Series,
+    also_tuned: tuple[str, ...] = ("batch_size",),
+) -> pd.DataFrame:
+    """Cross-fitted endpoints per pool of the runs in `mask`, tuned over lr, weight decay, epoch
+    budget and `also_tuned` (by default the batch size: an arm may span several batches)."""
+    return tuned(runs[mask], evals, store, ["pool"], TUNED + also_tuned)
+
+
+def usual_batch(runs: pd.DataFrame, evals: pd.DataFrame, store: str | Path, preset) -> int:
+    """The preset's usual (one-pass) batch: as set, or measured as the batch with the lowest tuned
+    loss over pools at an epoch budget of 1 (Preset.usual_batch_source)."""
+    if preset.one_pass_batch_size:
+        return preset.one_pass_batch_size
+    one = tuned(runs[runs["epochs"] == 1], evals, store, ["pool", "batch_size"])
+    return int(one.groupby("batch_size")["val_loss"].mean().idxmin())
+
+
+def optimum_table(endpoints: pd.DataFrame, models: list[str]) -> pd.DataFrame:
+    """Kim et al.'s table per model size (`models` in order): the batch with the lowest loss over
+    pools, its lr, weight decay and epoch budget on each pool, and the pool-mean loss with its 90%
+    interval over validation documents (the batch is chosen on the same documents)."""
+    rows = []
+    for model in models:
+        ends = endpoints[endpoints["model"] == model]
+        batch = ends.groupby("batch_size")["val_loss"].mean().idxmin()
+        best = ends[ends["batch_size"] == batch]
+        low, high = _pool_mean_interval(best)
+        rows.append(
+            {
+                "model": model,
+                "batch size": int(batch),
+                "lr": ", ".join(f"{v:g}" for v in best["lr"]),
+                "weight decay": ", ".join(f"{v:g}" for v in best["weight_decay"]),
+                "epochs": ", ".join(f"{v:g}" for v in best["epochs"]),
+                "val loss": round(best["val_loss"].mean(), 4),
+                "90% interval": f"{low:.3f} .. {high:.3f}",
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _u_shape_claim(runs, evals, store, batches: list[int]) -> tuple[list[str], str]:
+    """The best interior batch (tuned among the interior batches) against each edge batch."""
+    claim = "best val loss vs batch size is U-shaped (interior optimum)"
     if len(batches) < 3:
-        verdict = "n/a"
-    elif b_opt in (batches[0], batches[-1]):
-        verdict = "no"
-    else:
-        # an interior optimum counts only if both edges are worse by more than the
-        # pool-to-pool spread
-        verdict = "yes" if margin > noise else "no (within pool noise)"
-    return [
-        "best val loss vs batch size is U-shaped (interior optimum)",
-        "yes",
-        f"optimum at batch {b_opt} of {batches}; edges worse by {margin:.3f} nats "
-        f"vs pool std up to {noise:.3f}",
-        verdict,
-    ]
+        return [claim, "yes", "fewer than 3 batch sizes", "undetermined"], "undetermined"
+    in_ = runs["batch_size"]
+    interior = _arm(runs, evals, store, (in_ > batches[0]) & (in_ < batches[-1]))
+    edges = [_arm(runs, evals, store, in_ == b) for b in (batches[0], batches[-1])]
+    diffs = [compare(interior, edge) for edge in edges]
+    names = [f"interior - batch {b}" for b in (batches[0], batches[-1])]
+    measured = "; ".join(describe(n, d) for n, d in zip(names, diffs)) + f" ({INTERVAL_NOTE})"
+    verdict = lower_verdict(diffs)
+    return [claim, "yes", measured, verdict], verdict
 
 
-def _smaller_batch_claim(agg: pd.DataFrame, b_opt: int, one_pass_batch: int) -> list[str]:
-    """Is the optimal batch (sequences) below the batch a one-pass recipe would use?"""
-    usual = agg.loc[agg["batch_size"] == one_pass_batch, "mean"]
-    smaller = None if usual.empty else bool(b_opt < one_pass_batch)
-    return [
-        "smaller batches than usual win",
-        "yes (optimum below the one-pass batch, 64 at paper scale)",
-        f"optimum {b_opt} vs one-pass batch {one_pass_batch}: {agg['mean'].min():.3f} vs "
-        + (f"{usual.item():.3f} nats" if not usual.empty else "not in the grid"),
-        _verdict(smaller),
-    ]
+def _smaller_batch_claim(runs, evals, store, batches: list[int], usual: int, source: str):
+    """The best batch below the usual one (tuned among them) against the usual batch."""
+    claim = "smaller batches than usual win"
+    paper = "yes (optimum below the one-pass batch, 64 at paper scale)"
+    smaller = [b for b in batches if b < usual]
+    if not smaller or usual not in batches:
+        measured = f"usual batch {usual} ({source}); no smaller batch in the grid"
+        return [claim, paper, measured, "undetermined"]
+    diff = compare(
+        _arm(runs, evals, store, runs["batch_size"] < usual),
+        _arm(runs, evals, store, runs["batch_size"] == usual),
+    )
+    measured = f"usual batch {usual} ({source}); " + describe(f"batches < {usual} - {usual}", diff)
+    return [claim, paper, f"{measured} ({INTERVAL_NOTE})", lower_verdict([diff])]
 
 
-def _train_val_at(evals: pd.DataFrame, endpoints: pd.DataFrame, batch: int) -> tuple[float, float]:
-    """(final train loss, best val loss) in nats of the tuned endpoints at `batch`, averaged over
-    pools."""
-    ends = endpoints[endpoints["batch_size"] == batch]
-    train = np.mean([_final(evals, rid)["train_loss"] for rid in ends["run_id"]])
-    return float(train), float(ends["best_val_loss"].mean())
-
-
-def _overfit_claim(
-    evals: pd.DataFrame, endpoints: pd.DataFrame, batches: list[int], b_opt: int
-) -> list[str]:
-    """Does the smallest batch reach a lower train loss but a worse val loss than the optimum?"""
+def _overfit_claim(runs, evals, store, batches: list[int]) -> list[str]:
+    """The smallest batch against the best of the others: worse val loss (interval above 0 on
+    every pool) with a lower final train loss on every pool agrees; a better val loss, or a worse
+    one with a higher train loss on every pool (under-fitting), disagrees."""
     claim = "the smallest batch overfits: lower train loss, worse val loss"
-    if len(batches) < 2 or b_opt == batches[0]:
-        verdict = _verdict(False if len(batches) >= 2 else None)
-        return [claim, "yes", f"the smallest batch {batches[0]} is the optimum", verdict]
-    t_small, v_small = _train_val_at(evals, endpoints, batches[0])
-    t_opt, v_opt = _train_val_at(evals, endpoints, b_opt)
-    return [
-        claim,
-        "yes",
-        f"batch {batches[0]}: train {t_small:.3f}, val {v_small:.3f}; "
-        f"optimum {b_opt}: train {t_opt:.3f}, val {v_opt:.3f}",
-        _verdict(t_small < t_opt and v_small > v_opt),
-    ]
-
-
-def _pool_noise_claim(agg: pd.DataFrame) -> list[str]:
-    """Is the loss range over batch sizes (nats) more than twice the largest std over pools?"""
-    spread = agg["std"].fillna(0).max()
-    depth = agg["mean"].max() - agg["mean"].min()
-    return [
-        "the batch-size effect exceeds pool-to-pool noise",
-        "(implicit)",
-        f"range over batch sizes {depth:.3f} nats vs largest std over pools {spread:.3f}",
-        _verdict(None if agg["count"].max() < 2 else bool(depth > 2 * spread)),
-    ]
+    if len(batches) < 2:
+        return [claim, "yes", "a single batch size", "undetermined"]
+    small = _arm(runs, evals, store, runs["batch_size"] == batches[0])
+    rest = _arm(runs, evals, store, runs["batch_size"] > batches[0])
+    diff = compare(small, rest)
+    train = (small.set_index("pool")["train_loss"] - rest.set_index("pool")["train_loss"]).dropna()
+    worse = lower_verdict([diff.negated()]) == "agrees"
+    if worse and (train < 0).all():
+        verdict = "agrees"
+    elif lower_verdict([diff]) == "agrees" or (worse and (train > 0).all()):
+        verdict = "disagrees"
+    else:
+        verdict = "undetermined"
+    measured = (
+        describe(f"val: batch {batches[0]} - best other", diff)
+        + f"; final train loss difference per pool {', '.join(f'{t:+.3f}' for t in train)} "
+        f"({INTERVAL_NOTE})"
+    )
+    return [claim, "yes", measured, verdict]
 
 
 def batch_sweep_claims(
-    runs: pd.DataFrame, evals: pd.DataFrame, endpoints: pd.DataFrame, one_pass_batch: int
+    runs: pd.DataFrame,
+    evals: pd.DataFrame,
+    store: str | Path,
+    models: list[str],
+    usual: int,
+    usual_source: str,
 ) -> pd.DataFrame:
-    """The study's batch-size claims against this sweep (first model; loss averaged over pools);
-    `one_pass_batch` is the batch a one-pass recipe would use at this scale."""
-    model = endpoints["model"].iloc[0]
-    ends = endpoints[endpoints["model"] == model]
-    agg = across_pools(ends).sort_values("batch_size")
-    b_opt = int(agg.loc[agg["mean"].idxmin(), "batch_size"])
-    rows = [
-        _u_shape_claim(agg, b_opt),
-        _smaller_batch_claim(agg, b_opt, one_pass_batch),
-        _overfit_claim(evals, ends, agg["batch_size"].tolist(), b_opt),
-        _pool_noise_claim(agg),
-    ]
+    """The study's batch-size claims at each model size (`models`, largest first), and whether
+    the U-shape holds across sizes; `usual` is the one-pass batch (sequences) and `usual_source`
+    where it comes from."""
+    rows, shapes = [], []
+    for model in models:
+        mine = runs[runs["model"] == model]
+        batches = sorted(mine["batch_size"].unique().tolist())
+        u_row, u_verdict = _u_shape_claim(mine, evals, store, batches)
+        shapes.append(u_verdict)
+        for row in (
+            u_row,
+            _smaller_batch_claim(mine, evals, store, batches, usual, usual_source),
+            _overfit_claim(mine, evals, store, batches),
+        ):
+            rows.append([f"{row[0]} ({model})", *row[1:]])
+    if len(models) > 1:
+        across = (
+            "disagrees"
+            if "disagrees" in shapes
+            else ("agrees" if set(shapes) == {"agrees"} else "undetermined")
+        )
+        rows.append(
+            [
+                "the U-shape holds across model sizes",
+                "yes (150M-1.5B)",
+                ", ".join(f"{m}: {v}" for m, v in zip(models, shapes)),
+                across,
+            ]
+        )
     return pd.DataFrame(rows, columns=CLAIM_COLUMNS)
 
 
 # --- recipe ablations ---------------------------------------------------------------------------
 
 
-def best_per(endpoints: pd.DataFrame, by: list[str]) -> pd.DataFrame:
-    """Best val loss and stopping epoch per combination of `by`, averaged over pools."""
-    return (
-        endpoints.groupby(by)
-        .agg(
-            best_val_loss=("best_val_loss", "mean"),
-            stop_epoch=("stop_epoch", "mean"),
-            pools=("best_val_loss", "count"),
-        )
-        .reset_index()
-    )
-
-
-def _loader_claims(loader_ends: pd.DataFrame, store: Path) -> list[list[str]]:
-    """One row per batch size (first pool): REPACK < SHUFFLE < REPEAT, as two paired differences
-    of the tuned endpoints over validation documents, each with its interval."""
+def _loader_claims(runs, evals, store) -> list[list[str]]:
+    """One row per batch size: REPACK < SHUFFLE < REPEAT, as two paired differences."""
     rows = []
-    first_pool = loader_ends[loader_ends["pool"] == sorted(loader_ends["pool"])[0]]
-    for batch, group in first_pool.groupby("batch_size"):
-        ends = group.set_index("loader")
-        docs = {
-            k: document_losses(store / ends.loc[k, "run_id"], int(ends.loc[k, "stop_step"]))
+    for batch in sorted(runs["batch_size"].unique()):
+        arm = {
+            k: _arm(runs, evals, store, (runs["batch_size"] == batch) & (runs["loader"] == k), ())
             for k in ("repack", "shuffle", "repeat")
         }
-        tokens = docs["repack"][1]
         pairs = [("repack", "shuffle"), ("shuffle", "repeat")]
-        diffs = [paired_difference(docs[a][0], docs[b][0], tokens) for a, b in pairs]
+        diffs = [compare(arm[a], arm[b]) for a, b in pairs]
         measured = "; ".join(describe(f"{a} - {b}", d) for (a, b), d in zip(pairs, diffs))
         rows.append(
             [
-                f"REPACK < SHUFFLE < REPEAT in best val loss (batch {batch})",
+                f"REPACK < SHUFFLE < REPEAT in val loss (batch {batch})",
                 "REPACK < SHUFFLE < REPEAT",
-                f"{measured} (nats/token, 90% paired interval over validation documents)",
+                f"{measured} ({INTERVAL_NOTE})",
                 lower_verdict(diffs),
             ]
         )
     return rows
 
 
-def _embedding_claims(embeddings: pd.DataFrame) -> list[list[str]]:
-    """Embedding weight decay helps, tying alone does little, both together are best."""
-    emb = embeddings.set_index(["tie_embeddings", "embedding_weight_decay"])["best_val_loss"]
-    untied0, tied0 = emb[(False, 0.0)], emb[(True, 0.0)]
-    untied_pos = emb[[k for k in emb.index if not k[0] and k[1] > 0]].min()
-    best_key = emb.idxmin()
+def _little_verdict(diff: Difference) -> str:
+    """An effect "does little": its interval within +-LITTLE agrees, wholly outside disagrees."""
+    if diff.low > -LITTLE and diff.high < LITTLE:
+        return "agrees"
+    if diff.low > LITTLE or diff.high < -LITTLE:
+        return "disagrees"
+    return "undetermined"
+
+
+def _embedding_claims(runs, evals, store) -> list[list[str]]:
+    """Four arms (untied / tied x no / positive embedding decay, the positive decays tuned inside
+    the arm): decay helps, tying alone does little, both together are best."""
+    decay_on = runs["embedding_weight_decay"] > 0
+    arm = {
+        (tie, on): _arm(
+            runs,
+            evals,
+            store,
+            (runs["tie_embeddings"] == tie) & (decay_on == on),
+            ("embedding_weight_decay",),
+        )
+        for tie in (False, True)
+        for on in (False, True)
+    }
+    helps = compare(arm[(False, True)], arm[(False, False)])
+    tying = compare(arm[(True, False)], arm[(False, False)])
+    together = [compare(arm[(True, True)], arm[k]) for k in arm if k != (True, True)]
+    names = ["- untied", "- tied alone", "- decay alone"]
     return [
         [
             "positive embedding weight decay helps (untied)",
             "yes",
-            f"{untied_pos:.3f} vs {untied0:.3f} without",
-            _verdict(untied_pos < untied0),
+            describe("decay - none", helps) + f" ({INTERVAL_NOTE})",
+            lower_verdict([helps]),
         ],
         [
             "tying alone does little",
-            "yes",
-            f"tied {tied0:.3f} vs untied {untied0:.3f} (change {tied0 - untied0:+.3f}; "
-            f"embedding decay changes {untied_pos - untied0:+.3f})",
-            _verdict(abs(tied0 - untied0) < abs(untied_pos - untied0)),
+            f"yes (here: the whole interval within +-{LITTLE} nats/token)",
+            describe("tied - untied", tying) + f" ({INTERVAL_NOTE})",
+            _little_verdict(tying),
         ],
         [
             "tying and embedding decay together are best",
             "yes",
-            f"best: tie={best_key[0]}, embedding decay={best_key[1]:g} ({emb.min():.3f})",
-            _verdict(bool(best_key[0] and best_key[1] > 0)),
+            "; ".join(describe(f"both {n}", d) for n, d in zip(names, together)),
+            lower_verdict(together),
         ],
     ]
 
 
-def _combined_recipe_claims(original: pd.DataFrame, combined: pd.DataFrame) -> list[list[str]]:
-    """Best val loss (nats), stopping epoch and optimal batch: original vs combined recipe."""
-    o, c = original.set_index("batch_size"), combined.set_index("batch_size")
-    b_o, b_c = int(o["best_val_loss"].idxmin()), int(c["best_val_loss"].idxmin())
-    return [
-        [
-            "the combined recipe lowers the best val loss",
-            "yes",
-            f"{c['best_val_loss'].min():.3f} vs {o['best_val_loss'].min():.3f} "
-            f"(change {c['best_val_loss'].min() - o['best_val_loss'].min():+.3f})",
-            _verdict(c["best_val_loss"].min() < o["best_val_loss"].min()),
-        ],
-        [
-            "the best stopping point moves later",
-            "yes (20 -> 32 epochs at the largest model)",
-            f"{o.loc[b_o, 'stop_epoch']:.1f} -> {c.loc[b_c, 'stop_epoch']:.1f} epochs "
-            "(at each recipe's optimal batch)",
-            _verdict(c.loc[b_c, "stop_epoch"] > o.loc[b_o, "stop_epoch"]),
-        ],
-        [
-            "the optimal batch size under the combined recipe",
-            "changes (reported)",
-            f"{b_o} -> {b_c}",
-            "n/a",
-        ],
-    ]
+def _stop_later_claim(original: Sweep, combined: Sweep, store: str | Path) -> list[str]:
+    """Does the combined recipe gain from epoch budgets beyond the original recipe's best one
+    (batch and the rest tuned inside each arm)? Censored when the original's best budget is the
+    largest tried."""
+    claim, paper = (
+        "the best stopping point moves later",
+        "yes (20 -> 32 epochs at the largest model)",
+    )
+    budget = float(_arm(*original, store, original[0]["epochs"] > 0)["epochs"].mean())
+    later = combined[0]["epochs"] > budget
+    if not later.any():
+        measured = f"original's best budget {budget:g} epochs is the largest tried (censored)"
+        return [claim, paper, measured, "undetermined"]
+    diff = compare(
+        _arm(*combined, store, later, ("batch_size", "embedding_weight_decay")),
+        _arm(*combined, store, ~later, ("batch_size", "embedding_weight_decay")),
+    )
+    measured = (
+        f"original's best budget {budget:g} epochs (mean over pools); combined recipe: "
+        + describe(f"budgets > {budget:g} - budgets <= {budget:g}", diff)
+    )
+    return [claim, paper, f"{measured} ({INTERVAL_NOTE})", lower_verdict([diff])]
 
 
 def recipe_claims(
-    loader_ends: pd.DataFrame,
-    embeddings: pd.DataFrame,
-    original: pd.DataFrame,
-    combined: pd.DataFrame,
-    store: str | Path,
+    loader: Sweep, embedding: Sweep, original: Sweep, combined: Sweep, store: str | Path
 ) -> pd.DataFrame:
-    """Claims of the recipe section. `loader_ends`: batch_endpoints(.., [loader]) of runs in
-    `store`; `embeddings`: best_per(.., [tie_embeddings, embedding_weight_decay]); `original` /
-    `combined`: best_per(.., [batch_size])."""
-    rows = [
-        *_loader_claims(loader_ends, Path(store)),
-        *_embedding_claims(embeddings),
-        *_combined_recipe_claims(original, combined),
-    ]
-    return pd.DataFrame(rows, columns=CLAIM_COLUMNS)
-
-
-# --- GPU-time frontier --------------------------------------------------------------------------
-
-
-def frontier_claims(table: pd.DataFrame, cross: pd.DataFrame, gpus: int) -> pd.DataFrame:
-    """Claims of the frontier section. `table`: frontier.frontier(..) (deadlines in step units);
-    `cross`: frontier.crossovers(..); `gpus`: the GPU count at which deadlines are compared."""
-    feasible = table[(table["gpus"] == gpus)].dropna()
-    tight, loose = feasible.iloc[0], feasible.iloc[-1]
-    wins = cross[cross["smaller_wins"]] if len(cross) else cross
-    first = ""
-    if len(wins):
-        w = wins.iloc[0]
-        first = (
-            f", first at T={wins['deadline'].min():g}: batch {int(w['small_batch'])} on "
-            f"{int(w['small_gpus'])} vs {int(w['large_batch'])} on {int(w['large_gpus'])} GPUs"
-        )
-    rows = [
-        [
-            "tight deadlines favour larger batches",
-            "yes",
-            f"{gpus} GPUs: optimal batch {int(tight['batch_size'])} at T={tight['deadline']:g} "
-            f"vs {int(loose['batch_size'])} at T={loose['deadline']:g}",
-            _verdict(tight["batch_size"] > loose["batch_size"]),
-        ],
-        [
-            "under a fixed deadline a smaller batch on fewer GPUs can beat a larger batch on "
-            "more GPUs",
-            "yes",
-            f"{len(wins)} of {len(cross)} (deadline, pair) comparisons" + first,
-            _verdict(len(wins) > 0),
-        ],
-        [
-            "latency-oriented parallelism trades extra GPUs for shorter steps",
-            "yes (projection in the paper too)",
-            "projected only (dashed curves above)",
-            "n/a",
-        ],
-    ]
-    return pd.DataFrame(rows, columns=CLAIM_COLUMNS)
-
-
-# --- critical batch size ------------------------------------------------------------------------
-
-ALPHA_TOLERANCE = 0.25
-"""The D^0.47 claim agrees when the fitted exponent is this close (3 pools: a coarse test)."""
-
-
-def _noise_scale_claim(trajectory: pd.DataFrame) -> list[str]:
-    first = trajectory.groupby("batch_size")["b_simple"].first()
-    last = trajectory.groupby("batch_size")["b_simple"].last()
-    return [
-        "the gradient noise scale grows as the loss falls (McCandlish et al.)",
-        "yes",
-        "; ".join(f"batch {b}: B_simple {first[b]:.1f} -> {last[b]:.1f}" for b in first.index),
-        _verdict(bool((last > first).all())),
-    ]
-
-
-def _hyperbola_claim(middle: pd.Series | None) -> list[str]:
-    measured, verdict = "no fit", "n/a"
-    if middle is not None:
-        measured = (
-            f"target {middle['target']}: B_crit {middle['B_crit (McCandlish)']:.1f} "
-            f"(90% CI {middle['B_crit 90% CI']}), "
-            f"max |log residual| {middle['max |log residual|']:.2f}"
-        )
-        verdict = "yes" if middle["max |log residual|"] < 0.3 else "no (poor fit)"
-    return [
-        "steps fall ~1/B below B_crit and level off above it (S = S_min + E_min/B)",
-        "yes",
-        measured,
-        verdict,
-    ]
-
-
-def _data_scaling_claim(scaling: pd.DataFrame, law: dict) -> list[str]:
-    measured, verdict = "not fitted", "n/a"
-    if law:
-        alpha = law["B*"]["alpha"]
-        measured = (
-            f"alpha = {alpha:.2f} (B_crit: {law['B_crit']['alpha']:.2f}) over {len(scaling)} "
-            f"pools of {', '.join(f'{t:,}' for t in scaling['pool tokens'])} tokens"
-        )
-        if alpha <= 0:
-            verdict = "no (B* does not grow)"
-        elif abs(alpha - 0.47) <= ALPHA_TOLERANCE:
-            verdict = "yes"
-        else:
-            verdict = (
-                f"partly (B* grows, but as D^{alpha:.2f}: more than {ALPHA_TOLERANCE} from 0.47)"
-            )
-    return [
-        "critical batch size (20% over linear scaling) B* grows with data size as D^0.47 "
-        "(Zhang et al.)",
-        "alpha = 0.47",
-        measured,
-        verdict,
-    ]
-
-
-def _wsd_claim(middle: pd.Series | None, min_batch: int) -> list[str]:
-    measured, verdict = "no fit", "n/a"
-    if middle is not None:
-        b_opt, b_min = middle["B_opt (Zhou)"], middle["B_min (Zhou)"]
-        measured = (
-            f"B_opt {b_opt:.1f}, B_min {b_min:.2f}; fewest tokens at batch "
-            f"{middle['fewest tokens at batch']} (cosine schedule here, not WSD)"
-        )
-        if np.isfinite(b_opt) and b_min >= min_batch:
-            verdict = "yes"
-        elif np.isfinite(b_opt):
-            verdict = "partly (B_opt only; every batch reaches the target)"
-        else:
-            verdict = "no (no interior token minimum)"
-    return [
-        "a minimum batch B_min and a token-optimal batch B_opt exist (Zhou et al., WSD)",
-        "yes (WSD)",
-        measured,
-        verdict,
-    ]
-
-
-def cbs_claims(
-    trajectory: pd.DataFrame,
-    fits: pd.DataFrame,
-    scaling: pd.DataFrame,
-    law: dict,
-    schedules: pd.DataFrame,
-    min_batch: int,
-) -> pd.DataFrame:
-    """Claims of the critical-batch section. `trajectory`: cbs.noise_trajectory; `fits`:
-    cbs.fit_targets (the middle target is judged); `scaling` / `law`: cbs.pool_size_scaling /
-    cbs.scaling_laws; `schedules`: cbs.schedules_vs_fixed (row 0 the fixed batch);
-    `min_batch`: the smallest batch of the grid (sequences)."""
-    middle = fits.iloc[len(fits) // 2] if len(fits) else None
-    fixed, best_schedule = (
-        schedules.iloc[0]["best val loss"],
-        schedules.iloc[1:]["best val loss"].min(),
+    """Claims of the recipe section from the (runs, evals) of each ablation grid (every arm tuned
+    over the same grid), at one model size."""
+    e_tuned = ("batch_size", "embedding_weight_decay")
+    lower = compare(
+        _arm(*combined, store, combined[0]["epochs"] > 0, e_tuned),
+        _arm(*original, store, original[0]["epochs"] > 0),
     )
     rows = [
-        _noise_scale_claim(trajectory),
-        _hyperbola_claim(middle),
-        _data_scaling_claim(scaling, law),
-        _wsd_claim(middle, min_batch),
+        *_loader_claims(*loader, store),
+        *_embedding_claims(*embedding, store),
         [
-            "a batch-size schedule beats the best fixed batch (Zhou et al.: ramp-up)",
+            "the combined recipe lowers the best val loss",
             "yes",
-            f"best schedule {best_schedule:.4f} vs fixed {fixed:.4f} nats",
-            _verdict(bool(best_schedule < fixed)),
+            describe("combined - original (batch tuned)", lower) + f" ({INTERVAL_NOTE})",
+            lower_verdict([lower]),
         ],
+        _stop_later_claim(original, combined, store),
     ]
     return pd.DataFrame(rows, columns=CLAIM_COLUMNS)

@@ -18,7 +18,7 @@ from repro.analysis import plots
 from repro.analysis.analyses import across_pools, endpoint_curve
 from repro.data.pool import load_pool
 
-LOSS = "best validation loss (nats/token)"
+LOSS = "tuned validation loss (nats/token)"
 DEADLINE = "deadline (step units)"
 TARGET_MARKERS = ("o", "s", "^")  # targets can share points at evaluation resolution
 
@@ -29,10 +29,10 @@ def _interval(mean: pd.Series, lo: pd.Series, hi: pd.Series) -> np.ndarray:
     return np.clip(np.vstack([mean - lo, hi - mean]), 0, None)
 
 
-def _spread_note(counts: pd.Series, what: str = "pools") -> str:
-    """'mean, min-max over N pools' or 'n=1: one pool, no interval'."""
+def _pools(counts: pd.Series) -> str:
+    """'mean over N pools' or 'pool 0 only'."""
     n = int(counts.max())
-    return f"mean, min-max over {n} {what}" if n > 1 else f"n=1, {what[:-1]} 0 only: no interval"
+    return f"mean over {n} pools" if n > 1 else "pool 0 only"
 
 
 # --- 01 -----------------------------------------------------------------------------------------
@@ -75,26 +75,28 @@ def split_tokens(table: pd.DataFrame) -> plt.Figure:
 def best_loss_vs_batch(
     endpoints: pd.DataFrame, batch_sizes, floor: float | None = None
 ) -> plt.Figure:
-    """Tuned best validation loss per batch size (mean, min-max over pools) and the training loss
-    at the same endpoints (mean since the previous evaluation); the Bayes floor where known."""
+    """Tuned validation loss per batch size and model (mean over pools, 90% interval over
+    validation documents) and the final training loss of the same runs (mean, min-max over
+    pools); the Bayes floor where known."""
     fig, ax = plt.subplots()
     series = (
-        ("best_val_loss", "validation (tuned best)", "o", "-"),
-        ("train_loss_at_best", "training, at the tuned endpoint", "s", "--"),
+        ("val_loss", "validation (tuned, 90% interval)", "o", "-", ("low", "high")),
+        ("train_loss", "training, end of the tuned run (min-max)", "s", "--", ("min", "max")),
     )
-    for i, (value, label, marker, style) in enumerate(series):
+    models = sorted(endpoints["model"].unique())
+    for value, label, marker, style, (lo, hi) in series:
         for model, group in across_pools(endpoints, value=value).groupby("model"):
             ax.errorbar(
                 group["batch_size"],
                 group["mean"],
-                yerr=_interval(group["mean"], group["min"], group["max"]),
+                yerr=_interval(group["mean"], group[lo], group[hi]),
                 capsize=3,
                 marker=marker,
                 linestyle=style,
-                color=plots.PALETTE[i],
+                color=plots.PALETTE[models.index(model)],
                 label=f"{label}, {model}",
             )
-    note = _spread_note(across_pools(endpoints)["count"])
+    note = f"mean over {int(endpoints.groupby(['model', 'batch_size']).size().max())} pools"
     if floor is not None:
         ax.axhline(
             floor, color="k", linestyle=":", label=f"Bayes floor of the val split ({floor:.3f})"
@@ -138,8 +140,9 @@ def curves(evals: pd.DataFrame, picks: pd.DataFrame, title: str) -> plt.Figure:
 
 
 def _dots(ax: plt.Axes, endpoints: pd.DataFrame, x: str, hue: str, labels: dict) -> str:
-    """Mean best val loss per (x, hue) with min-max over pools, dodged; returns the spread note."""
-    stats = endpoints.groupby([x, hue])["best_val_loss"].agg(["mean", "min", "max", "count"])
+    """Tuned val loss per (x, hue), mean over pools with its 90% interval over validation
+    documents, dodged; returns the note on what the bars are."""
+    stats = across_pools(endpoints, [x, hue]).set_index([x, hue])
     xs = sorted(endpoints[x].unique())
     hues = list(labels)
     for i, h in enumerate(hues):
@@ -150,7 +153,7 @@ def _dots(ax: plt.Axes, endpoints: pd.DataFrame, x: str, hue: str, labels: dict)
             part["mean"],
             capsize=3,
             linestyle="none",
-            yerr=_interval(part["mean"], part["min"], part["max"]),
+            yerr=_interval(part["mean"], part["low"], part["high"]),
             marker="o",
             markersize=6,
             color=plots.PALETTE[i],
@@ -158,7 +161,7 @@ def _dots(ax: plt.Axes, endpoints: pd.DataFrame, x: str, hue: str, labels: dict)
         )
     ax.set_xticks(range(len(xs)))
     ax.set_xlim(-0.5, len(xs) - 0.5)
-    return _spread_note(stats["count"])
+    return f"{_pools(stats['count'])}, 90% interval over val documents"
 
 
 def loaders(endpoints: pd.DataFrame) -> plt.Figure:
@@ -201,12 +204,12 @@ def combined_vs_original(recipes: dict[str, pd.DataFrame], batch_sizes) -> plt.F
             capsize=3,
             color=color,
             label=label,
-            yerr=_interval(agg["mean"], agg["min"], agg["max"]),
+            yerr=_interval(agg["mean"], agg["low"], agg["high"]),
             **plots.MEASURED,
         )
     plots.batch_axis(ax, batch_sizes)
     ax.set_ylabel(LOSS)
-    ax.set_title(f"Combined recipe vs original ({_spread_note(agg['count'])})")
+    ax.set_title(f"Combined recipe vs original ({_pools(agg['count'])}, 90% interval)")
     plots.legend_outside(ax, title="recipe")
     return fig
 
@@ -272,7 +275,8 @@ def optimal_batch_heatmap(table: pd.DataFrame, batch_sizes) -> plt.Figure:
 
 def fewer_gpus_smaller_batch(cross: pd.DataFrame, batch_sizes) -> plt.Figure:
     """Loss gap (larger-batch loss minus smaller-batch loss, nats/token) per deadline: one panel per
-    larger batch on the GPUs it fills, one colour per smaller batch (frontier.crossovers)."""
+    larger batch on the GPUs it fills, one colour per smaller batch (frontier.crossovers); solid
+    with markers where both are still training (the comparisons the claim counts), faded after."""
     larger = (
         cross.groupby(["large_batch", "large_gpus"]).size().index.tolist() if len(cross) else []
     )
@@ -283,9 +287,12 @@ def fewer_gpus_smaller_batch(cross: pd.DataFrame, batch_sizes) -> plt.Figure:
     for ax, (b2, g2) in zip(axes[0], larger):
         mine = cross[(cross["large_batch"] == b2) & (cross["large_gpus"] == g2)]
         for (b1, g1), part in mine.groupby(["small_batch", "small_gpus"]):
+            gap = part["large_loss"] - part["small_loss"]
+            ax.plot(part["deadline"], gap, color=colors[b1], alpha=0.3)
+            training = part["both_training"].astype(bool)
             ax.plot(
-                part["deadline"],
-                part["large_loss"] - part["small_loss"],
+                part["deadline"][training],
+                gap[training],
                 color=colors[b1],
                 label=f"batch {b1} on {plots.gpu_label(g1)}",
                 **plots.MEASURED,
@@ -296,8 +303,8 @@ def fewer_gpus_smaller_batch(cross: pd.DataFrame, batch_sizes) -> plt.Figure:
         ax.set_title(f"vs batch {b2} on {plots.gpu_label(g2)}")
     axes[0][0].set_ylabel("loss gap (nats/token)")
     fig.suptitle(
-        "Loss gap = loss(larger batch) - loss(smaller batch); above 0 the smaller batch "
-        "on fewer GPUs wins",
+        "Loss gap = loss(larger batch) - loss(smaller batch); above 0 the smaller batch on fewer "
+        "GPUs wins\nsolid: both still training; faded: one has finished its longest run",
         fontsize="medium",
     )
     handles = {h.get_label(): h for ax in axes[0] for h in ax.get_legend_handles_labels()[0]}
@@ -485,6 +492,13 @@ def steps_tokens_to_target(reach: pd.DataFrame, fits: dict, batch_sizes) -> plt.
     return fig
 
 
+def _exponent(law: dict) -> str:
+    """A fitted exponent with its 90% interval where known: " ~ D^0.52 [0.31, 0.70]"."""
+    lo, hi = law.get("alpha lo", np.nan), law.get("alpha hi", np.nan)
+    interval = "" if np.isnan(lo) else f" [{lo:.2f}, {hi:.2f}]"
+    return f" ~ D^{law['alpha']:.2f}{interval}"
+
+
 def cbs_vs_pool_size(scaling: pd.DataFrame, law: dict, limit: float) -> plt.Figure:
     """B_crit and B* (sequences) per pool size with their 90% bootstrap intervals (cbs.
     pool_size_scaling; ends above `limit` drawn to it, with an arrow), the fitted exponents, and
@@ -495,7 +509,7 @@ def cbs_vs_pool_size(scaling: pd.DataFrame, law: dict, limit: float) -> plt.Figu
             continue
         hi = scaling[f"{name} hi"].clip(upper=limit)
         value = scaling[name].clip(upper=limit)
-        label = name + (f" ~ D^{law[name]['alpha']:.2f}" if law else "") + " (90% bootstrap CI)"
+        label = name + (_exponent(law[name]) if law else "") + " (90% bootstrap CI)"
         ax.errorbar(
             scaling["pool tokens"] * (1 + 0.02 * i),
             value,
@@ -541,7 +555,7 @@ def cbs_vs_pool_size(scaling: pd.DataFrame, law: dict, limit: float) -> plt.Figu
 
 
 def schedules(curves: dict[str, pd.DataFrame]) -> plt.Figure:
-    """Validation loss against training tokens of the best run of each policy
+    """Validation loss against training tokens of the run each policy's tuning chose
     (cbs.schedules_vs_fixed)."""
     fig, ax = plt.subplots()
     for color, (label, curve) in zip(plots.PALETTE, curves.items()):
@@ -549,6 +563,6 @@ def schedules(curves: dict[str, pd.DataFrame]) -> plt.Figure:
     ax.xaxis.set_major_formatter(FuncFormatter(plots.nice_number))
     ax.set_xlabel("training tokens")
     ax.set_ylabel("validation loss (nats/token)")
-    ax.set_title("Schedules vs the best fixed batch (best lr each)")
+    ax.set_title("Schedules vs the best fixed batch (tuned runs)")
     plots.legend_outside(ax, title="policy")
     return fig

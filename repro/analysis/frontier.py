@@ -16,16 +16,35 @@ not) and their evaluation points whose cumulative step time fits in T.
 
 Latency-oriented parallelism (tensor / sequence / pipeline style) is only *projected*: k GPUs per
 replica shorten a step to step_time / (1 + efficiency * (k - 1)) without changing the batch.
+
+The claims (frontier_claims) compare the evaluations the frontier picks document by document over
+the validation set (repro.analysis.intervals), each verdict "agrees", "disagrees" or
+"undetermined".
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from statistics import NormalDist
 
 import numpy as np
 import pandas as pd
+
+from repro.analysis.intervals import (
+    LEVEL,
+    MIN_DOCUMENTS,
+    Difference,
+    describe,
+    document_losses,
+    lower_verdict,
+    paired_difference,
+)
+from repro.errors import ReproError
 
 # Link defaults for the ring all-reduce (per direction): NVLink 4 (H100/H200 within a node) and
 # NDR InfiniBand (400 Gb/s per GPU across nodes).
@@ -108,6 +127,11 @@ def eval_costs(points: pd.DataFrame, gpus: int, step_time) -> pd.Series:
     return cost
 
 
+def _points(evals: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """Evaluation points with a loss, with their run's batch size."""
+    return evals.dropna(subset=["val_loss"]).merge(runs[["run_id", "batch_size"]], on="run_id")
+
+
 def frontier(
     evals: pd.DataFrame, runs: pd.DataFrame, gpu_counts, deadlines, step_time, speedup: float = 1.0
 ) -> pd.DataFrame:
@@ -119,7 +143,7 @@ def frontier(
     Deadlines shorter than every run's first evaluation give NaN loss (nothing is reachable). Ties
     go to the smaller batch, then the earlier step.
     """
-    points = evals.dropna(subset=["val_loss"]).merge(runs[["run_id", "batch_size"]], on="run_id")
+    points = _points(evals, runs)
     rows = []
     for g in gpu_counts:
         cost = eval_costs(points, g, step_time) / speedup
@@ -156,11 +180,44 @@ def frontier(
 
 def best_per_batch(
     evals: pd.DataFrame, runs: pd.DataFrame, gpus: int, deadline: float, step_time
-) -> pd.Series:
-    """Best observed val loss for each batch size alone on `gpus` GPUs within `deadline`."""
-    points = evals.dropna(subset=["val_loss"]).merge(runs[["run_id", "batch_size"]], on="run_id")
-    time = eval_costs(points, gpus, step_time)
-    return points[time <= deadline].groupby("batch_size")["val_loss"].min()
+) -> pd.DataFrame:
+    """Best observed evaluation of each batch size alone on `gpus` GPUs within `deadline` (units of
+    `step_time`), over all its runs (every lr, weight decay and epoch budget): index batch_size,
+    columns run_id, step, val_loss (nats/token). Ties go to the earlier step."""
+    points = _points(evals, runs)
+    feasible = points[eval_costs(points, gpus, step_time) <= deadline]
+    best = (
+        feasible.sort_values(["val_loss", "step"], kind="mergesort").groupby("batch_size").head(1)
+    )
+    return best.set_index("batch_size")[["run_id", "step", "val_loss"]].sort_index()
+
+
+ARM_FIELDS = ("batch", "gpus", "loss", "run", "step")  # crossovers' columns per side
+CROSS_COLUMNS = [
+    *(f"{side}_{field}" for side in ("small", "large") for field in ARM_FIELDS),
+    "smaller_wins",
+    "both_training",
+]
+
+
+def _arms(evals: pd.DataFrame, runs: pd.DataFrame, step_time, micro_batch: int) -> dict:
+    """Each batch size on the GPUs it fills, max(1, B / micro_batch): batch -> (GPUs, its
+    evaluation points with their `time`, best loss first, and its horizon: the time of its last
+    evaluation, when its longest run has finished)."""
+    arms = {}
+    for b, part in _points(evals, runs).groupby("batch_size"):
+        gpus = max(1, int(b) // micro_batch)
+        timed = part.assign(time=eval_costs(part, gpus, step_time))
+        ranked = timed.sort_values(["val_loss", "step"], kind="mergesort")
+        arms[int(b)] = (gpus, ranked, timed["time"].max())
+    return arms
+
+
+def _arm_row(side: str, batch: int, gpus: int, best: pd.DataFrame) -> dict:
+    """The crossover columns of one side: its batch, GPUs and best evaluation (NaN: none yet)."""
+    point = best.iloc[0] if len(best) else pd.Series({"val_loss": np.nan, "run_id": None})
+    values = [batch, gpus, point["val_loss"], point["run_id"], point.get("step", np.nan)]
+    return {f"{side}_{field}": v for field, v in zip(ARM_FIELDS, values)}
 
 
 def crossovers(
@@ -169,35 +226,28 @@ def crossovers(
     """Deadlines at which a smaller batch on fewer GPUs beats a larger batch on more GPUs.
 
     Each batch B runs on the GPUs it can fill, G = max(1, B / micro_batch); for every deadline and
-    every pair B1 < B2 (so G1 <= G2, strictly fewer GPUs when B1 fills fewer), the row says whether
-    B1 on G1 reaches a lower validation loss than B2 on G2.
+    every pair B1 < B2 with G1 < G2 of which at least one has an evaluation by then, the row gives
+    each side's best evaluation within the deadline over all its runs (`small_run`, `small_step`,
+    `small_loss` in nats/token, likewise `large_*`; NaN when none), `smaller_wins` (B1's loss is
+    lower, point estimates) and `both_training`: both sides have an evaluation by the deadline and
+    neither has finished, i.e. each side's longest run has its last evaluation after the deadline
+    (beyond that a side's loss is frozen at its end and the comparison says nothing about time).
     """
-    batches = sorted(runs["batch_size"].unique())
-    gpus = {b: max(1, int(b) // micro_batch) for b in batches}
+    arms = _arms(evals, runs, step_time, micro_batch)
     rows = []
     for t in deadlines:
-        best = {
-            b: best_per_batch(evals, runs, gpus[b], t, step_time).get(b, np.nan) for b in batches
-        }
-        for i, b1 in enumerate(batches):
-            for b2 in batches[i + 1 :]:
-                if gpus[b1] >= gpus[b2] or (np.isnan(best[b1]) and np.isnan(best[b2])):
-                    continue
-                rows.append(
-                    {
-                        "deadline": t,
-                        "small_batch": int(b1),
-                        "small_gpus": gpus[b1],
-                        "small_loss": best[b1],
-                        "large_batch": int(b2),
-                        "large_gpus": gpus[b2],
-                        "large_loss": best[b2],
-                        "smaller_wins": bool(best[b1] < best[b2])
-                        if not np.isnan(best[b1])
-                        else False,
-                    }
-                )
-    return pd.DataFrame(rows)
+        best = {b: pts[pts["time"] <= t] for b, (_, pts, _) in arms.items()}
+        for b1, b2 in itertools.combinations(sorted(arms), 2):
+            (g1, _, end1), (g2, _, end2) = arms[b1], arms[b2]
+            if g1 >= g2 or (best[b1].empty and best[b2].empty):
+                continue
+            row = {"deadline": t, **_arm_row("small", b1, g1, best[b1])}
+            row |= _arm_row("large", b2, g2, best[b2])
+            reached = not (best[b1].empty or best[b2].empty)
+            row["smaller_wins"] = reached and bool(row["small_loss"] < row["large_loss"])
+            row["both_training"] = reached and t < min(end1, end2)
+            rows.append(row)
+    return pd.DataFrame(rows, columns=["deadline", *CROSS_COLUMNS])
 
 
 def latency_speedup(gpus_per_replica: int, efficiency: float) -> float:
@@ -267,3 +317,165 @@ def schedule_policies(
                 }
             )
     return pd.concat(frontiers, ignore_index=True), pd.DataFrame(rows)
+
+
+# --- claims vs measurement ----------------------------------------------------------------------
+
+CLAIM_COLUMNS = ["claim", "paper", "measured here", "agrees?"]
+PAIRED = f"nats/token, {LEVEL:.0%} paired interval over validation documents"
+
+
+def normal_difference(a: np.ndarray, b: np.ndarray, tokens: np.ndarray, level: float) -> Difference:
+    """Mean loss of `a` minus that of `b` (nats/token; per-document summed losses over the same
+    documents, `tokens` scored tokens each) with a normal interval at `level` from the delta-method
+    standard error of a ratio of sums over documents (a 2000-resample bootstrap cannot resolve the
+    tails of Bonferroni levels); (-inf, inf) with fewer than MIN_DOCUMENTS scored documents."""
+    if not (a.shape == b.shape == tokens.shape):
+        raise ReproError("paired losses must cover the same validation documents")
+    scored = tokens > 0
+    gap, tokens = (a - b)[scored], tokens[scored]
+    value = float(gap.sum() / tokens.sum())
+    if len(tokens) < MIN_DOCUMENTS:
+        return Difference(value, -np.inf, np.inf)
+    se = float(np.sqrt(((gap - value * tokens) ** 2).sum()) / tokens.sum())
+    z = NormalDist().inv_cdf(0.5 + level / 2)
+    return Difference(value, value - z * se, value + z * se)
+
+
+def _document_loader(store: str | Path) -> Callable[[str, int], tuple[np.ndarray, np.ndarray]]:
+    """document_losses of (run id, step) under `store` (summed nats, scored tokens per document),
+    each file read once."""
+
+    @functools.cache
+    def load(run_id: str, step: int) -> tuple[np.ndarray, np.ndarray]:
+        return document_losses(Path(store) / run_id, int(step))
+
+    return load
+
+
+def judged_crossovers(cross: pd.DataFrame, store: str | Path) -> pd.DataFrame:
+    """The comparisons of `crossovers` made while both batch sizes are still training
+    (`both_training`), each with `difference` = smaller-batch minus larger-batch mean loss of the
+    two evaluations compared (nats/token, paired over validation documents) and its simultaneous
+    interval `low`, `high`: Bonferroni over the n distinct (smaller evaluation, larger evaluation)
+    pairs, each interval at `level` = 1 - (1 - LEVEL) / n (normal_difference), so that all of them
+    hold together with probability LEVEL."""
+    counted = cross[cross["both_training"].astype(bool)]
+    keys = ["small_run", "small_step", "large_run", "large_step"]
+    pairs = list(counted[keys].drop_duplicates().itertuples(index=False, name=None))
+    level = 1 - (1 - LEVEL) / max(len(pairs), 1)
+    load = _document_loader(store)
+    diffs = {}
+    for pair in pairs:
+        (small, tokens), (large, _) = load(*pair[:2]), load(*pair[2:])
+        diffs[pair] = normal_difference(small, large, tokens, level)
+    found = [diffs[p] for p in counted[keys].itertuples(index=False, name=None)]
+    columns = {name: [d[i] for d in found] for i, name in enumerate(["difference", "low", "high"])}
+    return counted.assign(**columns, level=level).reset_index(drop=True)
+
+
+def _paired(load: Callable, a: pd.Series, b: pd.Series) -> Difference:
+    """Evaluation `a` minus evaluation `b` (rows with run_id, step): paired_difference of their
+    per-document losses (nats/token, LEVEL interval)."""
+    (losses_a, tokens), (losses_b, _) = load(a["run_id"], a["step"]), load(b["run_id"], b["step"])
+    return paired_difference(losses_a, losses_b, tokens)
+
+
+def _deadline_claim(
+    evals: pd.DataFrame, runs: pd.DataFrame, deadlines, step_time, gpus: int, load: Callable
+) -> tuple[str, str]:
+    """(measured, verdict) of "tight deadlines favour larger batches" (rule: frontier_claims)."""
+    per_deadline = [(t, best_per_batch(evals, runs, gpus, t, step_time)) for t in sorted(deadlines)]
+    contested = [(t, best) for t, best in per_deadline if len(best) >= 2]
+    if not contested:
+        return "no deadline reaches two batch sizes", "undetermined"
+    (tight_t, tight), (loose_t, loose) = contested[0], contested[-1]
+    large = tight.index.max()
+    rival_tight = tight.drop(large)["val_loss"].idxmin()
+    rival_loose = loose.drop(large)["val_loss"].idxmin()
+    at_tight = _paired(load, tight.loc[large], tight.loc[rival_tight])
+    at_loose = _paired(load, loose.loc[rival_loose], loose.loc[large])
+    measured = (
+        f"optimal batch {tight['val_loss'].idxmin()} at T={tight_t:g} (the tightest deadline "
+        f"reaching two batch sizes) -> {loose['val_loss'].idxmin()} at T={loose_t:g}; "
+        + describe(f"T={tight_t:g}: batch {large} - batch {rival_tight}", at_tight)
+        + "; "
+        + describe(f"T={loose_t:g}: batch {rival_loose} - batch {large}", at_loose)
+        + f" ({PAIRED})"
+    )
+    return measured, lower_verdict([at_tight, at_loose])
+
+
+def _crossover_claim(judged: pd.DataFrame) -> tuple[str, str]:
+    """(measured, verdict) of "a smaller batch on fewer GPUs can beat a larger batch on more GPUs"
+    (rule: frontier_claims)."""
+    if judged.empty:
+        return "no deadline at which both batches of a pair are still training", "undetermined"
+    below, above = judged["high"] < 0, judged["low"] > 0
+    verdict = "agrees" if below.any() else ("disagrees" if above.all() else "undetermined")
+    best = judged.sort_values(["high", "difference"], kind="mergesort").iloc[0]
+    n = len(judged.drop_duplicates(["small_run", "small_step", "large_run", "large_step"]))
+    name = (
+        f"closest to the claim, T={best['deadline']:g}: batch {best['small_batch']} on "
+        f"{best['small_gpus']} - batch {best['large_batch']} on {best['large_gpus']} GPUs"
+    )
+    measured = (
+        f"{len(judged)} (deadline, pair) comparisons with both batches still training "
+        f"({n} distinct pairs of evaluations): smaller batch lower in {int(below.sum())}, higher "
+        f"in {int(above.sum())}; "
+        + describe(name, Difference(best["difference"], best["low"], best["high"]))
+        + f" (nats/token; simultaneous {LEVEL:.0%} intervals, Bonferroni: each at level "
+        f"{best['level']:.4g})"
+    )
+    return measured, verdict
+
+
+def frontier_claims(
+    evals: pd.DataFrame,
+    runs: pd.DataFrame,
+    judged: pd.DataFrame,
+    deadlines,
+    step_time,
+    gpus: int,
+    store: str | Path,
+) -> pd.DataFrame:
+    """Claims of the frontier section, from the runs of one model size (`runs` has `model`) in
+    `store`; `judged`: judged_crossovers(..); deadlines in units of `step_time`.
+
+    - Tight deadlines favour larger batches, on `gpus` GPUs, judged only on deadlines that reach at
+      least two batch sizes: at the tightest such deadline, the largest batch reached there minus
+      the best smaller batch there, and at the loosest deadline the best smaller batch minus that
+      largest batch (paired LEVEL intervals). "agrees" when both lie below 0 (the optimal batch
+      falls as the deadline loosens); "disagrees" when either lies above 0 (a smaller batch
+      already wins the tightest contested deadline, or the largest still wins the loosest, so the
+      optimum does not fall); else "undetermined".
+    - A smaller batch on fewer GPUs can beat a larger batch on more GPUs, counting only comparisons
+      made while both are still training (judged_crossovers, simultaneous intervals): "agrees"
+      when some interval lies below 0; "disagrees" when every interval lies above 0 (at every
+      such deadline the larger batch on more GPUs is lower); else (or with none) "undetermined".
+    - Latency-oriented parallelism: only projected, never measured: "undetermined".
+    """
+    if "model" not in runs or runs["model"].nunique() != 1:
+        raise ReproError("frontier claims need the runs of exactly one model size")
+    model = runs["model"].iloc[0]
+    tight, tight_verdict = _deadline_claim(
+        evals, runs, deadlines, step_time, gpus, _document_loader(store)
+    )
+    cross, cross_verdict = _crossover_claim(judged)
+    rows = [
+        ["tight deadlines favour larger batches", "yes", f"model {model}, {gpus} GPUs: {tight}"],
+        [
+            "under a fixed deadline a smaller batch on fewer GPUs can beat a larger batch on "
+            "more GPUs",
+            "yes",
+            f"model {model}, each batch on the GPUs it fills: {cross}",
+        ],
+        [
+            "latency-oriented parallelism trades extra GPUs for shorter steps",
+            "yes (a projection in the paper too)",
+            f"model {model}: only projected (dashed curves above); no run here uses several GPUs "
+            "per replica, so the data cannot decide",
+        ],
+    ]
+    verdicts = [tight_verdict, cross_verdict, "undetermined"]
+    return pd.DataFrame([[*row, v] for row, v in zip(rows, verdicts)], columns=CLAIM_COLUMNS)

@@ -10,6 +10,7 @@ percentile bootstrap interval that resamples documents, the same documents for b
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -18,6 +19,20 @@ from repro.errors import ReproError
 LEVEL = 0.9  # two-sided interval level
 RESAMPLES = 2000
 MIN_DOCUMENTS = 10  # fewer scored documents give no interval (a bootstrap over 2 means nothing)
+
+
+class Difference(NamedTuple):
+    """A difference of mean losses (nats/token), its LEVEL interval over validation documents
+    ((-inf, inf) when there are too few), and the difference on each pool it averages over."""
+
+    value: float
+    low: float
+    high: float
+    per_pool: tuple[float, ...] = ()
+
+    def negated(self) -> Difference:
+        """The difference the other way round (b - a)."""
+        return Difference(-self.value, -self.high, -self.low, tuple(-d for d in self.per_pool))
 
 
 def document_losses(run_dir: str | Path, step: int) -> tuple[np.ndarray, np.ndarray]:
@@ -34,7 +49,7 @@ def document_losses(run_dir: str | Path, step: int) -> tuple[np.ndarray, np.ndar
 
 def paired_difference(
     a: np.ndarray, b: np.ndarray, tokens: np.ndarray, seed: int = 0
-) -> tuple[float, float, float]:
+) -> Difference:
     """Mean loss of `a` minus that of `b` (nats/token; per-document summed losses over the same
     documents with `tokens` scored tokens each) and its LEVEL bootstrap interval over documents;
     (-inf, inf) with fewer than MIN_DOCUMENTS scored documents."""
@@ -44,27 +59,37 @@ def paired_difference(
     a, b, tokens = a[scored], b[scored], tokens[scored]
     difference = float((a.sum() - b.sum()) / tokens.sum())
     if len(tokens) < MIN_DOCUMENTS:
-        return difference, -np.inf, np.inf
+        return Difference(difference, -np.inf, np.inf)
     picks = np.random.default_rng(seed).integers(0, len(tokens), (RESAMPLES, len(tokens)))
     resampled = (a[picks].sum(1) - b[picks].sum(1)) / tokens[picks].sum(1)
     tail = (1 - LEVEL) / 2 * 100
     low, high = np.percentile(resampled, [tail, 100 - tail])
-    return difference, float(low), float(high)
+    return Difference(difference, float(low), float(high))
 
 
-def lower_verdict(intervals: list[tuple[float, float, float]]) -> str:
+def mean_interval(losses: np.ndarray, tokens: np.ndarray, seed: int = 0) -> Difference:
+    """The mean loss (nats/token) of per-document summed `losses` with its LEVEL bootstrap
+    interval over documents (a difference from zero loss)."""
+    return paired_difference(losses, np.zeros_like(losses), tokens, seed)
+
+
+def lower_verdict(differences: list[Difference]) -> str:
     """For a claim that each difference is negative (the first arm has the lower loss): "agrees"
-    when every interval lies below 0, "disagrees" when one lies above 0, else "undetermined"."""
-    if any(low > 0 for _, low, _ in intervals):
+    when every interval lies below 0 and every pool's difference is negative; "disagrees" when
+    some interval lies above 0 with every pool's difference positive; else "undetermined"."""
+    if any(d.low > 0 and all(p > 0 for p in d.per_pool) for d in differences):
         return "disagrees"
-    if all(high < 0 for _, _, high in intervals):
+    if all(d.high < 0 and all(p < 0 for p in d.per_pool) for d in differences):
         return "agrees"
     return "undetermined"
 
 
-def describe(name: str, difference: tuple[float, float, float]) -> str:
+def describe(name: str, difference: Difference) -> str:
     """ "repack - shuffle -0.012 [-0.020, -0.004]" (nats/token, LEVEL interval; "no interval"
-    with too few documents)."""
-    value, low, high = difference
+    with too few documents), with the per-pool differences when there are several pools."""
+    value, low, high, per_pool = difference
+    if np.isnan(value):
+        return f"{name}: not measured"
     interval = "no interval" if np.isinf(low) else f"{low:+.3f}, {high:+.3f}"
-    return f"{name} {value:+.3f} [{interval}]"
+    pools = f" (pools {', '.join(f'{p:+.3f}' for p in per_pool)})" if len(per_pool) > 1 else ""
+    return f"{name} {value:+.3f} [{interval}]{pools}"

@@ -3,16 +3,13 @@
 - `load_results(store)` -> (runs, evals): one row per run (its config, status and best point) and
   one row per evaluation point (step, epoch, tokens, lr_t (the scheduled lr), train_loss, val_loss,
   wall_s).
-- `tuned_endpoints(runs, evals, group_by)`: per group (e.g. model x batch size) the best validation
-  loss over the tuned fields (lr, weight decay, epoch budget) and over every evaluation point inside
-  a run (the "stopping point"), with the chosen values and a warning whenever a chosen value sits on
-  the edge of what the group tried (the grid must be widened there).
+- `default_group_by(runs)`: the fields that vary across runs, other than the tuned ones (lr, weight
+  decay, epoch budget) and bookkeeping; repro.analysis.selection tunes within such groups.
 """
 
 from __future__ import annotations
 
 import json
-import warnings
 from dataclasses import fields
 from pathlib import Path
 
@@ -92,60 +89,3 @@ def varying_fields(runs: pd.DataFrame) -> list[str]:
 
 def default_group_by(runs: pd.DataFrame, tuned: tuple[str, ...] = TUNED) -> list[str]:
     return [c for c in varying_fields(runs) if c not in tuned and c not in BOOKKEEPING]
-
-
-def tuned_endpoints(
-    runs: pd.DataFrame,
-    evals: pd.DataFrame,
-    group_by: list[str] | None = None,
-    tuned: tuple[str, ...] = TUNED,
-    warn: bool = True,
-) -> pd.DataFrame:
-    """One row per group: best val loss over tuned fields and stopping points, chosen values, edge
-    flags."""
-    if group_by is None:
-        group_by = default_group_by(runs, tuned)
-    missing = [g for g in group_by if g not in runs]
-    if missing:
-        raise ReproError(
-            f"cannot group by {missing[0]!r}; "
-            f"run fields are: {', '.join(c for c in CONFIG_FIELDS if c in runs)}"
-        )
-    points = evals.dropna(subset=["val_loss"]).merge(runs.drop(columns=["wall_s"]), on="run_id")
-    rows = []
-    for key, group in (
-        points.groupby(group_by, sort=True, dropna=False) if group_by else [((), points)]
-    ):
-        key = key if isinstance(key, tuple) else (key,)
-        best = group.loc[group["val_loss"].idxmin()]
-        run_final = group[group["run_id"] == best["run_id"]]["step"].max()
-        row = dict(zip(group_by, key)) | {
-            "best_val_loss": best["val_loss"],
-            "train_loss_at_best": best["train_loss"],
-            "stop_epoch": best["epoch"],
-            "stop_step": int(best["step"]),
-            "stop_tokens": int(best["tokens"]),
-            "run_id": best["run_id"],
-            "n_runs": group["run_id"].nunique(),
-            "n_diverged": int(
-                (runs[runs["run_id"].isin(group["run_id"].unique())]["status"] == "diverged").sum()
-            ),
-        }
-        edges = []
-        for name in tuned:
-            row[name] = best[name]
-            tried = sorted(group[name].unique())
-            if len(tried) > 1 and (
-                best[name] == tried[-1]
-                or (best[name] == tried[0] and not (name == "weight_decay" and tried[0] == 0))
-            ):
-                grid = ", ".join(f"{float(t):g}" for t in tried)
-                edges.append(f"{name}={best[name]:g} is on the edge of [{grid}]")
-        if best["step"] == run_final and best["epochs"] == group["epochs"].max():
-            edges.append("the best stopping point is the end of the longest run")
-        row["edge"] = "; ".join(edges)
-        if edges and warn:
-            label = ", ".join(f"{k}={v}" for k, v in zip(group_by, key)) or "all runs"
-            warnings.warn(f"group {label}: {'; '.join(edges)}; widen the grid there", stacklevel=2)
-        rows.append(row)
-    return pd.DataFrame(rows)
