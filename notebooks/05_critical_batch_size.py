@@ -10,14 +10,20 @@
 # target is not reached — and B_opt, the fewest tokens). And should the batch change during
 # training?
 #
-# **Method.** (1) Runs that log B_simple from micro-batch and global-batch gradient norms (each
+# **Method.** Everything below is measured on one model size, the preset's first (`P.models[0]`,
+# printed below). (1) Runs that log B_simple from micro-batch and global-batch gradient norms (each
 # EMA-smoothed before the ratio). (2) Steps-to-target from notebook 02's sweep on pool 0: for each
-# target loss and batch size, the fewest steps over the tuned lr / weight decay at which an
-# evaluation first reaches it; the three fits, with residuals and bootstrap intervals over the
-# points. (3) The same sweep (first weight decay only) on pools of several sizes: B_crit and B*
-# against pool size D. (4) Batch-size schedules (notebook 04's runs) against the best fixed batch.
-# Units: batch sizes in sequences of `seq_len` tokens; S in optimizer steps; E in tokens.
-# Evaluations fall every `eval_every` epochs, so steps-to-target are measured at that resolution.
+# target loss and batch size, the fewest steps over the batch's runs (lr, weight decay and epoch
+# budget; each budget is its own cosine run) at which an evaluation first reaches it; the three
+# fits, with residuals and bootstrap intervals over the points, beside B_simple near the target.
+# (3) The same sweep (first weight decay only) on pools of several sizes: B_crit and B* against
+# pool size D, the exponents with bootstrap intervals. (4) Batch-size schedules (notebook 04's
+# runs, at the largest epoch budget) against the fixed batches of the same pool, budget and weight
+# decay, all as cross-fitted tuned endpoints (`selection.tuned`: choices made on one half of the
+# validation documents, reported on the other), with a paired interval over documents.
+# Units: batch sizes in sequences of `seq_len` tokens; S in optimizer steps; E in tokens; losses
+# in nats/token. Evaluations fall every `eval_every` epochs, so steps-to-target are measured at
+# that resolution.
 
 # %% tags=["parameters"]
 import os
@@ -36,12 +42,13 @@ print(study.summary())
 # %%
 from repro.analysis import cbs
 
+model = P.models[0]
 pools = study.pools()
 noise_runs, noise_evals = study.sweep(study.noise_scale_grid())
 runs, evals = study.sweep(study.batch_sweep_grid())
-runs0 = runs[runs["pool"] == str(pools[0])]
+runs0 = runs[(runs["pool"] == str(pools[0])) & (runs["model"] == model)]
 evals0 = evals[evals["run_id"].isin(runs0["run_id"])]
-print(f"{len(noise_runs)} noise-scale runs, {len(runs0)} sweep runs on pool 0")
+print(f"model {model}: {len(noise_runs)} noise-scale runs, {len(runs0)} sweep runs on pool 0")
 
 # %%
 print(
@@ -63,24 +70,32 @@ trajectory.groupby("batch_size").apply(
 ).round(3)
 
 # %% [markdown]
+# The growth the claim below judges (`cbs.noise_growth`): per run, the median B_simple over the
+# first and over the last third of its evaluations up to its best val loss (while the loss falls).
+
+# %%
+cbs.noise_growth(trajectory).round(3)
+
+# %% [markdown]
 # ## Steps and tokens to a target loss, and the three fits
 #
 # Three targets: the lowest validation loss that two thirds of the batch sizes reach, and two easier
 # ones up to 60% of the way to the first evaluation's loss (`cbs.target_losses`). For each target,
-# `cbs.fit_targets` fits McCandlish's hyperbola, Zhang's S = a + b/B and Zhou's WSD pieces, with 90%
-# bootstrap intervals over the points; an interval end beyond 10x the largest batch measured reads
-# "unbounded". Batches that never reach a target are marked on the figure's top edge.
+# `cbs.fit_targets` fits McCandlish's hyperbola (B_crit), Zhang's S = a + b/B (B*) and Zhou's WSD
+# pieces (B_opt, B_min), each with its 90% bootstrap interval over the points (lo, hi), beside
+# B_simple at the noise-scale evaluations nearest the target (McCandlish's prediction of B_crit).
+# Batches that never reach a target are marked on the figure's top edge. One column per target.
 
 # %%
 n_reach = cbs.reach_count(len(P.batch_sizes))
 targets = cbs.target_losses(runs0, evals0, n_reach)
 reach = cbs.steps_to_target(runs0, evals0, targets, seq_len=P.seq_len)
 limit = 10 * max(P.batch_sizes)  # sequences
-fits, mccandlish = cbs.fit_targets(reach, limit)
+fits, mccandlish = cbs.fit_targets(reach, trajectory)
 study.save(
     figures.steps_tokens_to_target(reach, mccandlish, P.batch_sizes), "05_steps_tokens_to_target"
 )
-fits.round(3)
+fits.set_index("target").T if len(fits) else fits
 
 # %%
 print(f"{len(targets)} targets, {len(fits)} fitted")
@@ -88,44 +103,68 @@ print(f"{len(targets)} targets, {len(fits)} fitted")
 # %% [markdown]
 # ## Critical batch size vs pool size
 #
-# The batch sweep (first weight decay, lr tuned) on pools of several sizes that share the tokenizer
-# and validation documents. The target per pool is the lowest loss two thirds of the batch sizes
-# reach on that pool, so each pool is judged at its own attainable loss. Intervals: 90% bootstrap
-# over each pool's (batch, steps) points (`cbs.pool_size_scaling`); exponents: least squares in
-# log-log (`cbs.scaling_laws`).
+# The batch sweep (first weight decay; lr and epoch budget tuned) of the first model on pools of
+# several sizes that share the tokenizer and validation documents. The target per pool is the
+# lowest loss two thirds of the batch sizes reach on that pool, so each pool is judged at its own
+# attainable loss. Intervals: 90% bootstrap over each pool's (batch, steps) points
+# (`cbs.pool_size_scaling`); exponents: least squares in log-log, their intervals from resampling
+# every pool's points together (`cbs.scaling_laws`).
 
 # %%
 sized = study.sized_pools()
 scale_runs, scale_evals = study.sweep(study.scaling_grid())
-scaling = cbs.pool_size_scaling(
+scale_runs = scale_runs[scale_runs["model"] == model]
+scaling, scaling_points = cbs.pool_size_scaling(
     scale_runs, scale_evals, analyses.train_tokens(sized), n_reach, P.seq_len
 )
-law = cbs.scaling_laws(scaling)
+law = cbs.scaling_laws(scaling, scaling_points)
 study.save(figures.cbs_vs_pool_size(scaling, law, limit), "05_cbs_vs_pool_size")
 scaling.round(3)
 
 # %% [markdown]
 # ## Batch-size schedules vs the best fixed batch
 #
-# Notebook 04's schedule runs (lr grid of batch `schedule_batch`, lr x sqrt(B / schedule_batch) as
-# the batch changes) against notebook 02's best fixed batch on the same pool
-# (`cbs.schedules_vs_fixed`).
+# Notebook 04's schedule runs (first model, pool 0, largest epoch budget, first weight decay; lr
+# grid of batch `schedule_batch`, lr x sqrt(B / schedule_batch) as the batch changes) against
+# notebook 02's fixed batches of the same model, pool, budget and weight decay
+# (`cbs.schedules_vs_fixed`). Every row is a cross-fitted tuned endpoint. The last two rows are the
+# compared arms: the best fixed batch, with the batch size tuned in the cross-fit alongside lr, and
+# the best schedule, with the schedule tuned alongside lr; "chose" names the choice made on all
+# documents.
 
 # %%
 schedule_runs, schedule_evals = study.sweep(study.schedule_grid())
-schedules, schedule_curves = cbs.schedules_vs_fixed(
-    runs0, evals0, schedule_runs, schedule_evals, P.batch_schedules
+schedules = cbs.schedules_vs_fixed(
+    runs0, evals0, schedule_runs, schedule_evals, P.batch_schedules, study.store
 )
-study.save(figures.schedules(schedule_curves), "05_schedules")
-schedules.round(4)
+study.save(figures.schedules(schedules.curves), "05_schedules")
+schedules.table.round(4)
 
 # %% [markdown]
 # ## Claims vs measurement
 #
-# `analyses.cbs_claims`: the fits are judged at the middle target; the D^0.47 claim agrees when the
-# fitted exponent is within `analyses.ALPHA_TOLERANCE` of 0.47 (three pools: a coarse test).
+# `cbs.cbs_claims`, on the first model only. Verdicts are "agrees", "disagrees" or
+# "undetermined" (the reason is in "measured here"); the fits are judged at the middle target.
+# A bootstrap interval needs `cbs.MIN_BATCHES` batch sizes (with three, every resample that keeps
+# three batch sizes is the points themselves), and none is given where the fit leaves the value
+# undetermined in more than 5% of the resamples; without an interval a verdict is undetermined.
+# - Noise scale: agrees when B_simple rises by `cbs.NOISE_GROWTH` or more (median of the last third
+#   of the evaluations up to the best val loss over the first third) in every noise-scale run;
+#   disagrees when it does not rise at all in every run.
+# - Hyperbola: agrees when B_crit's 90% interval lies inside the measured batches and the fit
+#   misses no point by more than `cbs.RESIDUAL_TOLERANCE` in log steps; disagrees on a larger miss;
+#   undetermined when B_crit may lie outside the measured batches (steps never level off, or are
+#   flat throughout).
+# - D^0.47: agrees when B*'s exponent interval lies above 0 and contains 0.47; disagrees when it
+#   excludes 0.47; undetermined when it contains both.
+# - B_min / B_opt: undetermined unless the sweep is WSD, as Zhou et al.'s fits are; with WSD,
+#   agrees when B_opt's interval lies inside the measured batches and B_min's above 0, disagrees
+#   when B_min's lies below 0 (tokens to target still fall down to the smallest batch).
+# - Schedules: the best schedule minus the best fixed batch, both cross-fitted; agrees when the
+#   90% paired interval over validation documents lies below 0, disagrees when above.
 
 # %%
-claims = analyses.cbs_claims(trajectory, fits, scaling, law, schedules, min(P.batch_sizes))
+lr_schedule = "/".join(sorted(runs0["schedule"].unique()))
+claims = cbs.cbs_claims(trajectory, fits, scaling, law, schedules, lr_schedule, model)
 study.save_table(claims, "05_claims")
 claims

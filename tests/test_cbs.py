@@ -1,6 +1,6 @@
-"""Critical batch size: the noise-scale estimator on a problem with known gradient covariance, fits
-that recover known constants, steps-to-target, and the trainer's noise-scale and batch-schedule
-runs."""
+"""Critical batch size: fits that recover known constants, steps-to-target, the notebook's
+analyses, and every claim of notebook 05 on hand-made data in all three directions (agrees,
+disagrees, undetermined)."""
 
 import math
 
@@ -9,22 +9,30 @@ import pandas as pd
 import pytest
 
 from repro.analysis.cbs import (
+    RESIDUAL_TOLERANCE,
+    ScheduleComparison,
+    b_simple_near,
     bootstrap,
+    cbs_claims,
     describe_interval,
     fit_mccandlish,
     fit_targets,
     fit_wsd,
     fit_zhang,
+    noise_growth,
     noise_trajectory,
     pool_size_scaling,
     power_law,
     reach_count,
     reachable_target,
+    resolution_miss,
     scaling_laws,
     schedules_vs_fixed,
     steps_to_target,
     target_losses,
 )
+from repro.analysis.intervals import Difference
+from repro.errors import ReproError
 
 
 def test_fits_recover_known_constants():
@@ -75,7 +83,9 @@ def test_steps_to_target_takes_the_best_run_per_batch():
         }
     )
     table = steps_to_target(runs, evals, [2.4, 1.0], seq_len=16)
-    assert table[["batch_size", "steps", "run_id"]].values.tolist() == [[4, 20, "b"]]
+    assert table[["batch_size", "steps", "previous step", "run_id"]].values.tolist() == [
+        [4, 20, 10, "b"]
+    ]
     assert table["tokens"].tolist() == [20 * 4 * 16]
 
 
@@ -131,16 +141,85 @@ def test_target_losses_span_from_the_reachable_loss_towards_the_first_evaluation
     assert targets[-1] == round(hardest + 0.6 * (first - hardest), 3)
 
 
+def _trajectory(b_simple, losses=None, batch=8) -> pd.DataFrame:
+    """A noise-scale run's evaluations: B_simple and val loss (default: falling) per evaluation."""
+    n = len(b_simple)
+    losses = np.linspace(3.0, 2.0, n) if losses is None else losses
+    return pd.DataFrame(
+        {
+            "batch_size": batch,
+            "epoch": np.arange(1, n + 1) / 4,
+            "tokens": np.arange(1, n + 1) * 1000,
+            "val_loss": losses,
+            "b_simple": b_simple,
+        }
+    )
+
+
+EMPTY_TRAJECTORY = _trajectory([])
+NO_FITS = pd.DataFrame()
+NO_SCHEDULES = ScheduleComparison(
+    pd.DataFrame(), {}, Difference(np.nan, -np.inf, np.inf), "best schedule - best fixed batch"
+)
+SCALING = pd.DataFrame({"pool tokens": [1_000_000, 2_000_000, 4_000_000]})
+VERDICTS = {"agrees", "disagrees", "undetermined"}
+
+
+def _claims(
+    trajectory=EMPTY_TRAJECTORY,
+    fits=NO_FITS,
+    law=None,
+    schedules=NO_SCHEDULES,
+    lr_schedule="cosine",
+) -> pd.DataFrame:
+    claims = cbs_claims(trajectory, fits, SCALING, law or {}, schedules, lr_schedule, "tiny")
+    assert set(claims["agrees?"]) <= VERDICTS
+    assert claims["measured here"].str.startswith("model tiny").all()
+    return claims.set_index(claims["claim"].str.split().str[:3].str.join(" "))
+
+
+def _reach(batch, steps, previous=None, target=2.0) -> pd.DataFrame:
+    """Hand-made steps-to-target points of one target (sequences, steps), each crossed between its
+    `previous` step (default: exactly at `steps`) and `steps`."""
+    batch, steps = np.asarray(batch, float), np.asarray(steps, float)
+    return pd.DataFrame(
+        {
+            "batch_size": batch.astype(int),
+            "steps": steps,
+            "previous step": steps if previous is None else np.asarray(previous, float),
+            "tokens": steps * batch,
+            "target": target,
+        }
+    )
+
+
+BATCHES = np.array([1, 2, 4, 8, 16, 32, 64], float)
+
+
 def test_fit_targets_recovers_b_crit_and_skips_targets_with_few_batches():
     runs, evals = _hyperbola_sweep(10, 160)  # B_crit = 16 sequences
     reach = steps_to_target(runs, evals, [2.0])
     only_two = reach[reach["batch_size"] <= 2].assign(target=3.0)
-    fits, mc = fit_targets(pd.concat([reach, only_two]), limit=640)
+    trajectory = _trajectory([1.0, 5.0, 9.0], losses=[3.0, 2.1, 1.5])
+    fits, mc = fit_targets(pd.concat([reach, only_two]), trajectory)
     assert fits["target"].tolist() == [2.0] and list(mc) == [2.0]
     row = fits.iloc[0]
-    assert row["B_crit (McCandlish)"] == pytest.approx(16, rel=0.1)
+    assert row["B_crit"] == pytest.approx(16, rel=0.1)
+    assert row["B_crit lo"] <= row["B_crit"] <= row["B_crit hi"]
     assert row["batch sizes"] == 7 and row["max |log residual|"] < 0.05
-    assert "-" in row["B_crit 90% CI"] or "unbounded" in row["B_crit 90% CI"]
+    assert (row["smallest batch"], row["largest batch"]) == (1, 64)
+    assert (row["B_simple"], row["B_simple loss gap"]) == pytest.approx((5.0, 0.1))
+
+
+def test_b_simple_near_takes_each_runs_evaluation_nearest_the_target():
+    trajectory = pd.concat(
+        [
+            _trajectory([1.0, 2.0, 4.0], losses=[3.0, 2.5, 2.0], batch=8),
+            _trajectory([2.0, 6.0, np.nan], losses=[3.0, 2.4, 2.0], batch=32),
+        ]
+    )
+    assert b_simple_near(trajectory, 2.45) == pytest.approx((4.0, 0.05))  # median of 2 and 6
+    assert all(math.isnan(v) for v in b_simple_near(EMPTY_TRAJECTORY, 2.0))
 
 
 def test_noise_trajectory_orders_by_batch_then_tokens():
@@ -158,54 +237,291 @@ def test_noise_trajectory_orders_by_batch_then_tokens():
     assert out["batch_size"].tolist() == [8, 8, 32] and out["b_simple"].tolist() == [2.0, 4.0, 1.0]
 
 
+def test_noise_growth_stops_at_the_best_val_loss():
+    # loss falls over the first 6 evaluations, then rises: B_simple after that is not counted
+    losses = [3.0, 2.8, 2.6, 2.4, 2.2, 2.0, 2.1, 2.3]
+    growth = noise_growth(_trajectory([1, 1, 2, 2, 4, 4, 100, 100], losses))
+    row = growth.iloc[0]
+    assert row["evaluations"] == 6 and row["ratio"] == pytest.approx(4.0)
+    assert (row["val loss first"], row["val loss last"]) == (3.0, 2.0)
+
+
+@pytest.mark.parametrize(
+    "b_simple,verdict",
+    [
+        ([1.0, 1.2, 2.0, 2.5, 3.0, 3.5], "agrees"),  # x3 while the loss falls
+        ([3.0, 2.8, 2.5, 2.0, 1.5, 1.0], "disagrees"),  # falls
+        ([1.0, 1.0, 1.1, 1.1, 1.2, 1.2], "undetermined"),  # x1.2: a rise, but not a clear one
+        ([1.0], "undetermined"),  # one evaluation
+        ([-0.5, -0.2, 0.1, 0.5, 1.0, 2.0], "undetermined"),  # negative estimates: no ratio
+    ],
+)
+def test_noise_scale_claim_in_all_three_directions(b_simple, verdict):
+    claims = _claims(trajectory=_trajectory(b_simple))
+    assert claims.loc["the gradient noise", "agrees?"] == verdict
+    assert "batch 8: B_simple" in claims.loc["the gradient noise", "measured here"]
+
+
+def test_noise_scale_claim_needs_every_run_to_rise():
+    both = pd.concat(
+        [_trajectory([1, 2, 3, 4, 5, 6], batch=8), _trajectory([3, 3, 2, 2, 1, 1], batch=32)]
+    )
+    assert _claims(trajectory=both).loc["the gradient noise", "agrees?"] == "undetermined"
+
+
+@pytest.mark.parametrize(
+    "steps,verdict,why",
+    [
+        # the review's two cases: residuals are zero, but B_crit lies outside the batches
+        (3200 / BATCHES, "undetermined", "above the largest batch"),  # never levels off
+        (np.full(7, 100.0), "undetermined", "below the smallest batch"),  # flat throughout
+        (100 + 3200 / BATCHES, "agrees", ""),  # B_crit = 32 inside 1-64
+        ([100, 400, 50, 300, 80, 200, 60], "disagrees", "miss the hyperbola"),  # not S(B) at all
+    ],
+)
+def test_hyperbola_claim_needs_b_crit_inside_the_measured_batches(steps, verdict, why):
+    fits, _ = fit_targets(_reach(BATCHES, steps), EMPTY_TRAJECTORY)
+    row = _claims(fits=fits).loc["steps fall ~1/B"]
+    assert row["agrees?"] == verdict and why in row["measured here"]
+    assert "B_crit" in row["measured here"] and "B_simple" in row["measured here"]
+
+
+def test_resolution_miss_is_zero_inside_each_points_bracket():
+    part = _reach([1, 2, 4], [300, 300, 300], previous=[100, 250, 0])
+    miss = resolution_miss({"S_min": 100.0, "E_min": 0.0}, part)  # predicts 100 steps everywhere
+    assert miss == pytest.approx([0.0, math.log(2.5), 0.0])
+
+
+def test_hyperbola_claim_allows_for_evaluation_resolution():
+    """Batch 64 reached the target at its evaluation of step 300, after one at step 100: the true
+    150 steps lie in between. The plain log residual exceeds the tolerance; the miss beyond the
+    resolution bracket does not."""
+    steps = np.append(100 + 3200 / BATCHES[:-1], 300)
+    fits, _ = fit_targets(_reach(BATCHES, steps, np.append(steps[:-1], 100)), EMPTY_TRAJECTORY)
+    assert fits.loc[0, "max |log residual|"] > RESIDUAL_TOLERANCE >= fits.loc[0, "max log miss"]
+    assert _claims(fits=fits).loc["steps fall ~1/B", "agrees?"] == "agrees"
+    fits, _ = fit_targets(_reach(BATCHES, steps), EMPTY_TRAJECTORY)  # measured exactly: a miss
+    assert _claims(fits=fits).loc["steps fall ~1/B", "agrees?"] == "disagrees"
+
+
+def test_hyperbola_claim_with_noise_and_without_a_fit():
+    rng = np.random.default_rng(1)
+    batch = np.append(BATCHES, 128)
+    noisy = (100 + 3200 / batch) * np.exp(rng.normal(0, 0.03, len(batch)))
+    fits, _ = fit_targets(_reach(batch, noisy), EMPTY_TRAJECTORY)
+    assert _claims(fits=fits).loc["steps fall ~1/B", "agrees?"] == "agrees"
+    assert _claims().loc["steps fall ~1/B", "agrees?"] == "undetermined"
+
+
+def _sized_sweeps(b_star_of_pool: dict[int, float]):
+    """Hyperbola sweeps on pools of 1, 2, 4 M tokens whose Zhang B* (from batch 1) is given."""
+    parts = [
+        _hyperbola_sweep(10, 10 * (b_star - 1.2) / 0.2, pool=f"p{k}")
+        for k, b_star in b_star_of_pool.items()
+    ]
+    runs = pd.concat([p[0] for p in parts], ignore_index=True)
+    evals = pd.concat([p[1] for p in parts], ignore_index=True)
+    tokens = {f"p{k}": k * 1_000_000 for k in b_star_of_pool}
+    return pool_size_scaling(runs, evals, tokens, n_batches=7, seq_len=1)
+
+
 def test_pool_size_scaling_fits_each_pool_with_intervals_and_a_power_law():
     parts = [_hyperbola_sweep(10, 40 * k, pool=f"p{k}") for k in (1, 2, 4)]  # B_crit 4, 8, 16
     runs = pd.concat([p[0] for p in parts], ignore_index=True)
     evals = pd.concat([p[1] for p in parts], ignore_index=True)
     tokens = {"p1": 1_000_000, "p2": 2_000_000, "p4": 4_000_000}
-    scaling = pool_size_scaling(runs, evals, tokens, n_batches=7, seq_len=1)
+    scaling, points = pool_size_scaling(runs, evals, tokens, n_batches=7, seq_len=1)
     assert scaling["pool tokens"].tolist() == [1_000_000, 2_000_000, 4_000_000]
+    assert sorted(points["pool tokens"].unique()) == [1_000_000, 2_000_000, 4_000_000]
     assert scaling["B_crit"].is_monotonic_increasing
     assert (scaling["B_crit lo"] <= scaling["B_crit"]).all()
     assert (scaling["B_crit"] <= scaling["B_crit hi"]).all()
-    law = scaling_laws(scaling)
+    law = scaling_laws(scaling, points)
     assert law["B_crit"]["alpha"] == pytest.approx(1.0, abs=0.15)
-    assert scaling_laws(scaling.assign(**{"B*": [1.0, np.nan, 2.0]})) == {}
+    assert law["B_crit"]["alpha lo"] <= law["B_crit"]["alpha"] <= law["B_crit"]["alpha hi"]
+    assert scaling_laws(scaling.assign(**{"B*": [1.0, np.nan, 2.0]}), points) == {}
+    assert scaling_laws(scaling.assign(**{"B*": [1.0, np.inf, 2.0]}), points) == {}
 
 
 def test_pool_size_scaling_without_three_batches_gives_no_fit():
     runs, evals = _hyperbola_sweep(10, 40, batches=(1, 2))
-    scaling = pool_size_scaling(runs, evals, {"p": 1000}, n_batches=3, seq_len=1)
+    scaling, _ = pool_size_scaling(runs, evals, {"p": 1000}, n_batches=3, seq_len=1)
     assert np.isnan(scaling.loc[0, "B_crit"]) and np.isnan(scaling.loc[0, "B*"])
 
 
-def test_schedules_vs_fixed_puts_the_best_fixed_run_first():
-    runs = pd.DataFrame(
-        {
-            "run_id": ["f1", "f2"],
-            "batch_size": [2, 8],
-            "best_val_loss": [2.5, 2.4],
-            "lr": [1e-3, 3e-3],
-            "best_epoch": [4.0, 5.0],
-        }
-    )
-    schedule_runs = pd.DataFrame(
-        {
-            "run_id": ["s1", "s2", "s3"],
-            "batch_schedule": ["0:2,0.5:8", "0:2,0.5:8", "0:8,0.5:2"],
-            "best_val_loss": [2.6, 2.3, 2.7],
-            "lr": [1e-3, 3e-3, 1e-3],
-            "best_epoch": [6.0, 7.0, 8.0],
-        }
-    )
-    evals = pd.DataFrame({"run_id": ["f2", "f1"], "tokens": [10, 10], "val_loss": [2.4, 2.5]})
-    schedule_evals = pd.DataFrame({"run_id": ["s2", "s3"], "tokens": [10, 10], "val_loss": [1, 2]})
-    schedules = {"ramp-up": "0:2,0.5:8", "ramp-down": "0:8,0.5:2"}
-    table, curves = schedules_vs_fixed(runs, evals, schedule_runs, schedule_evals, schedules)
-    assert table["policy"].tolist() == [
+@pytest.mark.parametrize(
+    "b_star,verdict",
+    [
+        ({k: 22.7 * k**0.47 for k in (1, 2, 4)}, "agrees"),  # interval about 0.37-0.53
+        ({k: 20.0 for k in (1, 2, 4)}, "disagrees"),  # B* does not grow: interval around 0
+        ({k: 1.2 + 0.2 * 4 * k for k in (1, 2, 4)}, "undetermined"),  # B* 2-4: contains 0 and 0.47
+    ],
+)
+def test_data_scaling_claim_in_all_three_directions(b_star, verdict):
+    scaling, points = _sized_sweeps(b_star)
+    law = scaling_laws(scaling, points)
+    lo, hi = law["B*"]["alpha lo"], law["B*"]["alpha hi"]
+    row = _claims(law=law).loc["B* (20% over"]
+    assert row["agrees?"] == verdict and f"90% CI {lo:.3g} to {hi:.3g}" in row["measured here"]
+
+
+def test_data_scaling_claim_rule_on_hand_made_intervals():
+    def law(alpha, lo, hi):
+        return {"B*": {"alpha": alpha, "alpha lo": lo, "alpha hi": hi}, "B_crit": {"alpha": 1.0}}
+
+    def verdict(*args):
+        return _claims(law=law(*args) if args else None).loc["B* (20% over", "agrees?"]
+
+    assert verdict(0.5, 0.3, 0.7) == "agrees"
+    assert verdict(1.2, 0.9, 1.5) == "disagrees"  # grows, but faster than D^0.47
+    assert verdict(-0.2, -0.4, 0.0) == "disagrees"
+    assert verdict(0.4, -0.3, 1.1) == "undetermined"
+    assert verdict(0.4, np.nan, np.nan) == "undetermined"
+    assert verdict() == "undetermined"  # no fit
+
+
+def test_zhou_claim_is_undetermined_on_cosine_runs():
+    fits, _ = fit_targets(_reach(BATCHES, 100 + 3200 / BATCHES), EMPTY_TRAJECTORY)
+    row = _claims(fits=fits, lr_schedule="cosine").loc["a minimum batch"]
+    assert row["agrees?"] == "undetermined"
+    assert row["measured here"].endswith("(cosine runs here, Zhou et al. fit WSD)")
+
+
+DENSE = np.array([1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64], float)
+
+
+@pytest.mark.parametrize(
+    "tokens,verdict",
+    [
+        # fewest tokens at batch 8, more at both ends: an interior B_opt, a rising tail (B_min > 0)
+        (1000 * (1 + 0.1 * (np.log2(DENSE) - 3) ** 2), "agrees"),
+        (100 * DENSE + 3200, "disagrees"),  # tokens fall all the way to batch 1: no B_min
+        (np.full(12, 3200.0), "undetermined"),  # tokens flat: B_min 0, no token minimum
+    ],
+)
+def test_zhou_claim_on_wsd_runs_in_all_three_directions(tokens, verdict):
+    fits, _ = fit_targets(_reach(DENSE, tokens / DENSE), EMPTY_TRAJECTORY)
+    assert _claims(fits=fits, lr_schedule="wsd").loc["a minimum batch", "agrees?"] == verdict
+    assert _claims(lr_schedule="wsd").loc["a minimum batch", "agrees?"] == "undetermined"
+
+
+def test_zhou_claim_needs_b_opt_determined_in_nearly_every_resample():
+    """With 7 batch sizes, dropping batch 8 from a resample often leaves the fewest tokens at an
+    edge of the parabola's window: B_opt is then not determined, nor is the claim."""
+    tokens = 1000 * (1 + 0.1 * (np.log2(BATCHES) - 3) ** 2)
+    fits, _ = fit_targets(_reach(BATCHES, tokens / BATCHES), EMPTY_TRAJECTORY)
+    assert fits.loc[0, "B_opt"] > 0 and np.isnan(fits.loc[0, "B_opt lo"])
+    assert _claims(fits=fits, lr_schedule="wsd").loc["a minimum batch", "agrees?"] == "undetermined"
+
+
+def test_bootstrap_needs_four_batch_sizes_and_wsd_counts_repeated_points_once():
+    """Every resample of three points that keeps three batch sizes is the points themselves; a
+    resample that repeats the smallest batch still gives the tail's slope."""
+    batch = np.array([1.0, 2.0, 4.0])
+    interval = bootstrap(fit_mccandlish, batch, 100 + 320 / batch, "B_crit")
+    assert all(math.isnan(end) for end in interval)
+    repeated = fit_wsd(np.array([1.0, 1.0, 2.0]), np.array([50.0, 50.0, 20.0]))
+    assert repeated["B_min"] == pytest.approx((50 - 40) / (50 - 20))
+
+
+# --- schedules vs the best fixed batch: cross-fitted endpoints over validation documents ---------
+
+DOC_TOKENS = np.full(40, 100)
+
+
+def _doc_losses(mean: float, seed: int) -> np.ndarray:
+    """Per-document summed losses (nats) of 40 documents of 100 tokens: documents differ a lot, an
+    arm shifts all of them by `mean` - 3 with a little noise of its own."""
+    spread = 0.3 * np.random.default_rng(0).standard_normal(40)
+    base = 3.0 + spread - spread.mean()
+    noise = 0.01 * np.random.default_rng(seed).standard_normal(40)
+    return (base + (mean - 3.0) + noise) * DOC_TOKENS
+
+
+def _store_run(store, rid: str, mean: float, seed: int, steps=(10, 20)) -> list[dict]:
+    """Write a run's val_docs under `store` and return its evaluation rows."""
+    folder = store / rid / "val_docs"
+    folder.mkdir(parents=True)
+    np.save(folder / "tokens.npy", DOC_TOKENS)
+    for step in steps:
+        np.save(folder / f"step-{step}.npy", _doc_losses(mean + 0.1 * (step < max(steps)), seed))
+    return [
+        {"run_id": rid, "step": s, "epoch": s / 10, "tokens": s * 100, "train_loss": mean - 0.2}
+        | {"val_loss": mean + 0.1 * (s < max(steps))}
+        for s in steps
+    ]
+
+
+def _schedule_study(store, ramp_up_shift: float):
+    """Fixed batches 2 and 8 (lr 1e-3 and 3e-3; batch 8 at lr 3e-3 best, 3.0 nats) at 2 epochs,
+    batch 8 also at 1 epoch (a different budget: left out), and ramp-up / ramp-down schedules
+    whose best lr is `ramp_up_shift` from the best fixed batch (ramp-down 0.1 worse)."""
+    fixed = [(2, 1e-3, 3.2), (2, 3e-3, 3.1), (8, 1e-3, 3.05), (8, 3e-3, 3.0)]
+    ramps = [("0:2,0.5:8", 1e-3, 3.0 + ramp_up_shift), ("0:8,0.5:2", 1e-3, 3.1)]
+    ramps += [(s, 3e-3, 3.3) for s in ("0:2,0.5:8", "0:8,0.5:2")]
+    base = {"pool": "/pools/p0", "model": "tiny", "weight_decay": 0.1, "status": "done"}
+    runs, evals, schedule_runs, schedule_evals = [], [], [], []
+    for i, (batch, lr, mean) in enumerate([*fixed, (8, 3e-3, 2.5)]):
+        epochs = 1 if i == len(fixed) else 2
+        rid = f"f{i}"
+        runs.append(base | {"run_id": rid, "batch_size": batch, "lr": lr, "epochs": epochs})
+        evals += _store_run(store, rid, mean, seed=i)
+    for i, (schedule, lr, mean) in enumerate(ramps):
+        rid = f"s{i}"
+        schedule_runs.append(
+            base
+            | {"run_id": rid, "batch_size": 8, "lr": lr, "epochs": 2, "batch_schedule": schedule}
+        )
+        schedule_evals += _store_run(store, rid, mean, seed=10 + i)
+    runs = pd.DataFrame(runs).assign(batch_schedule="")
+    return runs, pd.DataFrame(evals), pd.DataFrame(schedule_runs), pd.DataFrame(schedule_evals)
+
+
+SCHEDULES = {"ramp-up": "0:2,0.5:8", "ramp-down": "0:8,0.5:2"}
+
+
+def test_schedules_vs_fixed_compares_cross_fitted_arms_on_the_same_budget(tmp_path):
+    runs, evals, schedule_runs, schedule_evals = _schedule_study(tmp_path, -0.05)
+    result = schedules_vs_fixed(runs, evals, schedule_runs, schedule_evals, SCHEDULES, tmp_path)
+    assert result.table["policy"].tolist() == [
+        "fixed batch 2",
         "fixed batch 8",
         "ramp-up (0:2,0.5:8)",
         "ramp-down (0:8,0.5:2)",
+        "best fixed batch (chose 8)",
+        "best schedule (chose ramp-up)",
     ]
-    assert table["best val loss"].tolist() == [2.4, 2.3, 2.7]
-    assert curves["ramp-up (0:2,0.5:8)"]["run_id"].tolist() == ["s2"]
+    loss = result.table.set_index("policy")["val loss (cross-fitted)"]
+    assert loss["fixed batch 8"] == pytest.approx(3.0, abs=0.01)  # not the 1-epoch run's 2.5
+    assert loss["best schedule (chose ramp-up)"] == pytest.approx(2.95, abs=0.01)
+    assert result.difference.value == pytest.approx(-0.05, abs=0.01)
+    assert result.label == "best schedule (ramp-up) - best fixed batch (8), 2 epochs"
+    assert list(result.curves) == [
+        "best fixed batch (chose 8)",
+        "ramp-up (0:2,0.5:8)",
+        "ramp-down (0:8,0.5:2)",
+    ]
+    assert result.curves["ramp-up (0:2,0.5:8)"]["run_id"].unique().tolist() == ["s0"]
+
+
+@pytest.mark.parametrize(
+    "shift,verdict", [(-0.05, "agrees"), (0.05, "disagrees"), (0.0, "undetermined")]
+)
+def test_schedule_claim_in_all_three_directions(tmp_path, shift, verdict):
+    runs, evals, schedule_runs, schedule_evals = _schedule_study(tmp_path, shift)
+    result = schedules_vs_fixed(runs, evals, schedule_runs, schedule_evals, SCHEDULES, tmp_path)
+    row = _claims(schedules=result).loc["a batch-size schedule"]
+    assert row["agrees?"] == verdict
+    assert "paired interval over validation documents" in row["measured here"]
+    assert _claims().loc["a batch-size schedule", "agrees?"] == "undetermined"  # not measured
+
+
+def test_schedules_without_a_matching_fixed_budget_are_a_one_line_error(tmp_path):
+    runs, evals, schedule_runs, schedule_evals = _schedule_study(tmp_path, 0.0)
+    with pytest.raises(ReproError, match="no fixed-batch run at the schedules' 2 epochs"):
+        schedules_vs_fixed(
+            runs[runs["epochs"] == 1], evals, schedule_runs, schedule_evals, SCHEDULES, tmp_path
+        )
+    with pytest.raises(ReproError, match="share one epoch budget"):
+        mixed = schedule_runs.assign(epochs=[1, 2, 2, 2])
+        schedules_vs_fixed(runs, evals, mixed, schedule_evals, SCHEDULES, tmp_path)

@@ -16,13 +16,11 @@ from repro.analysis.frontier import (
     frontier_claims,
     judged_crossovers,
     latency_speedup,
-    normal_difference,
     ring_allreduce_seconds,
     schedule_policies,
     step_units,
     unit_step_time,
 )
-from repro.analysis.intervals import paired_difference
 from repro.errors import ReproError
 
 VERDICTS = {"agrees", "disagrees", "undetermined"}
@@ -150,22 +148,6 @@ def test_a_side_is_training_until_its_longest_epoch_budget_ends():
     assert table.loc[20, ["large_run", "large_step"]].tolist() == ["b16-e1", 15]
     best = best_per_batch(evals, runs, 4, 30, unit_step_time(4))
     assert best.loc[16, ["run_id", "step", "val_loss"]].tolist() == ["b16-e2", 30, 2.8]
-
-
-def test_normal_difference_widens_with_the_bonferroni_level():
-    rng = np.random.default_rng(0)
-    a = (3.0 + rng.normal(0, 0.1, 40)) * TOKENS
-    b = a - (0.05 + rng.normal(0, 0.02, 40)) * TOKENS
-    narrow, wide = normal_difference(a, b, TOKENS, 0.9), normal_difference(a, b, TOKENS, 0.999)
-    assert wide.value == narrow.value == pytest.approx((a - b).sum() / TOKENS.sum())
-    assert wide.low < narrow.low < narrow.value < narrow.high < wide.high
-    # at the plain level it is close to the paired bootstrap interval
-    boot = paired_difference(a, b, TOKENS)
-    assert narrow.high - narrow.low == pytest.approx(boot.high - boot.low, rel=0.2)
-    few = normal_difference(a[:5], b[:5], TOKENS[:5], 0.9)
-    assert np.isinf(few.low) and np.isinf(few.high)
-    with pytest.raises(ReproError):
-        normal_difference(a, b[:5], TOKENS, 0.9)
 
 
 # Batch 2 (1 GPU) and batch 8 (4 GPUs) at micro-batch 2: one step costs one unit for both.

@@ -8,6 +8,7 @@ from repro.analysis.intervals import (
     describe,
     document_losses,
     lower_verdict,
+    normal_difference,
     paired_difference,
 )
 from repro.errors import ReproError
@@ -63,3 +64,19 @@ def test_pools_that_disagree_in_sign_leave_the_verdict_undetermined():
     assert lower_verdict([split.negated()]) == "undetermined"
     assert lower_verdict([consistent.negated()]) == "disagrees"
     assert describe("a - b", consistent) == "a - b -0.100 [-0.200, -0.050] (pools -0.120, -0.080)"
+
+
+def test_normal_difference_widens_with_the_bonferroni_level():
+    rng = np.random.default_rng(0)
+    a = (3.0 + rng.normal(0, 0.1, 40)) * TOKENS
+    b = a - (0.05 + rng.normal(0, 0.02, 40)) * TOKENS
+    narrow, wide = normal_difference(a, b, TOKENS, 0.9), normal_difference(a, b, TOKENS, 0.999)
+    assert wide.value == narrow.value == pytest.approx((a - b).sum() / TOKENS.sum())
+    assert wide.low < narrow.low < narrow.value < narrow.high < wide.high
+    # at the plain level it is close to the paired bootstrap interval
+    boot = paired_difference(a, b, TOKENS)
+    assert narrow.high - narrow.low == pytest.approx(boot.high - boot.low, rel=0.2)
+    few = normal_difference(a[:5], b[:5], TOKENS[:5], 0.9)
+    assert np.isinf(few.low) and np.isinf(few.high)
+    with pytest.raises(ReproError):
+        normal_difference(a, b[:5], TOKENS, 0.9)

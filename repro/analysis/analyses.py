@@ -16,12 +16,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from repro.analysis.intervals import Difference, describe, lower_verdict, mean_interval
+from repro.analysis.intervals import (
+    CLAIM_COLUMNS,
+    Difference,
+    describe,
+    lower_verdict,
+    mean_interval,
+)
 from repro.analysis.selection import TUNED, compare, tuned
 from repro.data.pool import load_pool
 from repro.runtime.model import param_count_table
 
-CLAIM_COLUMNS = ["claim", "paper", "measured here", "agrees?"]
 INTERVAL_NOTE = "nats/token; 90% paired interval over validation documents"
 Sweep = tuple[pd.DataFrame, pd.DataFrame]  # (runs, evals) as Study.sweep returns them
 LITTLE = 0.01

@@ -1,11 +1,13 @@
-"""Critical batch size: steps-to-target curves and their fits, for the notebooks (the gradient
+"""Critical batch size: steps-to-target curves and their fits, the noise-scale trajectory,
+batch-size schedules against the best fixed batch, and the claims of notebook 05 (the gradient
 noise scale that the trainer logs is computed in repro.runtime.noise_scale).
 
 Units: batch sizes are sequences (multiply by seq_len for tokens); S is optimizer steps; E is
-training sequences consumed (S * B), reported as tokens where a column says so.
+training sequences consumed (S * B), reported as tokens where a column says so; losses are
+nats/token.
 
-- Steps-to-target: for a target loss, the fewest steps over tuned runs (lr, weight decay) at which
-  an evaluation first reaches it, per batch size.
+- Steps-to-target: for a target loss, the fewest steps over a batch size's runs (lr, weight decay,
+  epoch budget) at which an evaluation first reaches it (evaluation resolution).
 - Fits: McCandlish's hyperbola (S / S_min - 1)(E / E_min - 1) = 1, i.e. S(B) = S_min + E_min / B,
   fitted in log S, gives B_crit = E_min / S_min. Zhang et al. 2025 fit the same form
   S(B) = a + b / B in S and call critical the batch whose steps exceed linear scaling from the
@@ -14,15 +16,24 @@ training sequences consumed (S * B), reported as tokens where a column says so.
   nearest the fewest tokens gives B_opt = E_min / S_opt, and the linear tail E = A1 S + A0 of the
   smallest batches gives B_min = A1 (below it the target is not reached). Each fit comes with
   residuals and a bootstrap interval over the (batch, steps) points.
+- Claims (`cbs_claims`): "agrees", "disagrees" or "undetermined", each by a rule stated where the
+  claim is built; loss differences come with paired intervals over validation documents
+  (repro.analysis.intervals), fitted quantities with bootstrap intervals.
 """
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
+
+from repro.analysis import selection
+from repro.analysis.intervals import CLAIM_COLUMNS, Difference, describe, lower_verdict
+from repro.errors import ReproError
 
 # --- steps to a target loss ---------------------------------------------------------------------
 
@@ -35,12 +46,15 @@ def steps_to_target(
     seq_len: int | None = None,
 ) -> pd.DataFrame:
     """For every group of `by` (batch size, and e.g. pool) and target: the fewest steps over the
-    group's runs (tuned hyperparameters) at which a run's evaluation first reaches
-    val_loss <= target. Columns: *by, target, steps, sequences (steps * batch), tokens, run_id.
-    Unreached targets are left out."""
+    group's runs (every lr, weight decay and epoch budget) at which a run's evaluation first
+    reaches val_loss <= target. Columns: *by, target, steps, previous step (that run's evaluation
+    before: the target was crossed in (previous step, steps]), run_id, sequences (steps * batch),
+    tokens. Unreached targets are left out."""
     points = evals.dropna(subset=["val_loss"]).merge(
         runs[["run_id", *[c for c in by if c not in evals]]], on="run_id"
     )
+    points = points.sort_values(["run_id", "step"])
+    points["previous step"] = points.groupby("run_id")["step"].shift(1, fill_value=0)
     rows = []
     for target in targets:
         reached = points[points["val_loss"] <= target].sort_values("step", kind="mergesort")
@@ -51,12 +65,14 @@ def steps_to_target(
             row = dict(zip(by, key)) | {
                 "target": target,
                 "steps": int(best["step"]),
+                "previous step": int(best["previous step"]),
                 "run_id": best["run_id"],
             }
             row["sequences"] = row["steps"] * int(row["batch_size"])
             row["tokens"] = row["sequences"] * seq_len if seq_len else float(best["tokens"])
             rows.append(row)
-    return pd.DataFrame(rows, columns=[*by, "target", "steps", "run_id", "sequences", "tokens"])
+    columns = [*by, "target", "steps", "previous step", "run_id", "sequences", "tokens"]
+    return pd.DataFrame(rows, columns=columns)
 
 
 def reachable_target(runs: pd.DataFrame, evals: pd.DataFrame, n_batches: int) -> float:
@@ -113,10 +129,10 @@ def fit_wsd(batch: np.ndarray, steps: np.ndarray) -> dict:
     E = A1 S + A0 through the points of the largest S (the two smallest batches) gives B_min = A1.
     NaN where the points do not determine a piece: the fewest tokens at an edge, or a parabola that
     opens downward or whose vertex lies outside its three points (the residuals of three points on
-    a parabola are zero by construction; the bootstrap gives the spread)."""
-    batch, steps = np.asarray(batch, float), np.asarray(steps, float)
-    order = np.argsort(steps)
-    s, e = steps[order], (steps * batch)[order]
+    a parabola are zero by construction; the bootstrap gives the spread). Repeated points (of a
+    resample) count once: they add nothing to an interpolation."""
+    points = np.unique(np.column_stack([steps, batch]).astype(float), axis=0)  # by steps
+    s, e = points[:, 0], points[:, 0] * points[:, 1]
     out = {"B_opt": np.nan, "S_opt": np.nan, "E_min": np.nan, "B_min": np.nan}
     i = int(np.argmin(e))
     if 0 < i < len(s) - 1 and len(np.unique(s[i - 1 : i + 2])) == 3:
@@ -137,6 +153,22 @@ def fit_wsd(batch: np.ndarray, steps: np.ndarray) -> dict:
     return out
 
 
+MIN_BATCHES = 4
+"""Fewest distinct batch sizes that give a bootstrap interval: with three, every resample that
+keeps three batch sizes is the points themselves (a zero-width interval)."""
+
+
+def _percentiles(values: list[float], undetermined: int, level: float) -> tuple[float, float]:
+    """The `level` percentile interval of `values`; (nan, nan) when there are none, or when more
+    than (1 - level) / 2 of all resamples left the value undetermined (an end could lie there)."""
+    if not values or undetermined > (1 - level) / 2 * (len(values) + undetermined):
+        return (np.nan, np.nan)
+    lo, hi = np.quantile(
+        values, [(1 - level) / 2, (1 + level) / 2], method="inverted_cdf"
+    )  # sample values: no inf - inf
+    return float(lo), float(hi)
+
+
 def bootstrap(
     fit,
     batch: np.ndarray,
@@ -146,32 +178,32 @@ def bootstrap(
     seed: int = 0,
     level: float = 0.9,
 ) -> tuple[float, float]:
-    """Percentile interval of fit(batch, steps)[key] over resamples of the points (with replacement;
-    resamples with fewer than three distinct batch sizes, or where the fit does not determine the
-    value (NaN), are skipped; an infinite value, e.g. B_crit of points that never level off,
-    counts)."""
+    """Percentile interval of fit(batch, steps)[key] over resamples of the points (with
+    replacement) that keep at least three distinct batch sizes. An infinite value (B_crit of
+    points that never level off) counts; (nan, nan), not determined, with fewer than MIN_BATCHES
+    distinct batch sizes or where the fit leaves the value NaN in too many resamples
+    (_percentiles)."""
     batch, steps = np.asarray(batch, float), np.asarray(steps, float)
+    if len(np.unique(batch)) < MIN_BATCHES:
+        return (np.nan, np.nan)
     rng = np.random.default_rng(seed)
-    values = []
+    values, undetermined = [], 0
     for _ in range(n):
         pick = rng.integers(0, len(batch), len(batch))
         if len(np.unique(batch[pick])) < 3:
             continue
         value = fit(batch[pick], steps[pick])[key]
-        if not np.isnan(value):
+        if np.isnan(value):
+            undetermined += 1
+        else:
             values.append(value)
-    if not values:
-        return (np.nan, np.nan)
-    lo, hi = np.quantile(
-        values, [(1 - level) / 2, (1 + level) / 2], method="inverted_cdf"
-    )  # sample values: no inf - inf
-    return float(lo), float(hi)
+    return _percentiles(values, undetermined, level)
 
 
 def describe_interval(interval: tuple[float, float], limit: float) -> str:
     """An interval as "lo-hi", with an end beyond `limit` (e.g. 10x the largest batch measured, or
-    infinite where resampled points never level off) read as unbounded; "not determined" where no
-    resample gave a value."""
+    infinite where resampled points never level off) read as unbounded; "not determined" where the
+    bootstrap gave none."""
     lo, hi = interval
     if math.isnan(lo):
         return "not determined"
@@ -187,7 +219,7 @@ def power_law(x: np.ndarray, y: np.ndarray) -> dict:
     return {"alpha": alpha, "c": math.exp(log_c), "residuals": ly - (alpha * lx + log_c)}
 
 
-# --- the notebook's analyses: targets, fits per target, pool-size scaling, schedules -------------
+# --- targets and the fits per target ------------------------------------------------------------
 
 
 def reach_count(n_batch_sizes: int) -> int:
@@ -207,52 +239,25 @@ def target_losses(
     return [round(t, 3) for t in np.linspace(hardest, top, n_targets)]
 
 
-def _fit_row(target: float, part: pd.DataFrame, limit: float) -> tuple[dict, dict]:
-    """The three fits of one target's (batch, steps) points; (table row, McCandlish fit)."""
+def b_simple_near(trajectory: pd.DataFrame, target: float) -> tuple[float, float]:
+    """McCandlish's prediction of the critical batch: the median over the noise-scale runs of
+    B_simple (sequences) at each run's evaluation nearest `target` (val loss, nats/token), and the
+    largest |val loss - target| of those evaluations; NaN without noise-scale estimates."""
+    points = trajectory.dropna(subset=["b_simple", "val_loss"])
+    if points.empty:
+        return math.nan, math.nan
+    gap = (points["val_loss"] - target).abs()
+    nearest = gap.groupby(points["batch_size"]).idxmin()
+    return float(points.loc[nearest, "b_simple"].median()), float(gap[nearest].max())
+
+
+def resolution_miss(fit: dict, part: pd.DataFrame) -> np.ndarray:
+    """Per point of `part` (steps_to_target rows): how far (log steps) the McCandlish `fit`
+    predicts outside the point's resolution bracket [previous step, steps]; 0 inside it."""
     B, S = part["batch_size"].to_numpy(float), part["steps"].to_numpy(float)
-    mc, zh, wsd = fit_mccandlish(B, S), fit_zhang(B, S), fit_wsd(B, S)
-
-    def interval(fit, key: str) -> str:
-        return describe_interval(bootstrap(fit, B, S, key), limit)
-
-    fewest = part.loc[part["tokens"] == part["tokens"].min(), "batch_size"]
-    row = {
-        "target": target,
-        "batch sizes": len(part),
-        "B_crit (McCandlish)": mc["B_crit"],
-        "B_crit 90% CI": interval(fit_mccandlish, "B_crit"),
-        "max |log residual|": float(np.abs(mc["residuals"]).max()),
-        "B* (Zhang)": zh["B_star"],
-        "B* 90% CI": interval(fit_zhang, "B_star"),
-        "max |residual| (steps)": float(np.abs(zh["residuals"]).max()),
-        "B_opt (Zhou)": wsd["B_opt"],
-        "B_opt 90% CI": interval(fit_wsd, "B_opt"),
-        "B_min (Zhou)": wsd["B_min"],
-        # tokens to target tie at evaluation resolution: every batch at the minimum
-        "fewest tokens at batch": ", ".join(str(b) for b in fewest),
-    }
-    return row, mc
-
-
-def fit_targets(reach: pd.DataFrame, limit: float) -> tuple[pd.DataFrame, dict[float, dict]]:
-    """McCandlish, Zhang and Zhou (WSD) fits per target of `reach` (steps_to_target; targets with
-    fewer than three batch sizes are skipped), with 90% bootstrap intervals; interval ends beyond
-    `limit` (sequences) read "unbounded". Returns (one row per target, {target: McCandlish fit})."""
-    rows, mccandlish = [], {}
-    for target, part in reach.groupby("target"):
-        if len(part) < 3:
-            continue
-        row, mccandlish[target] = _fit_row(target, part, limit)
-        rows.append(row)
-    return pd.DataFrame(rows), mccandlish
-
-
-def noise_trajectory(runs: pd.DataFrame, evals: pd.DataFrame) -> pd.DataFrame:
-    """B_simple (sequences) per evaluation of the noise-scale runs: batch_size, epoch, tokens,
-    val_loss, b_simple, in batch then token order."""
-    columns = ["batch_size", "epoch", "tokens", "val_loss", "b_simple"]
-    merged = evals.merge(runs[["run_id", "batch_size"]], on="run_id")
-    return merged[columns].sort_values(["batch_size", "tokens"])
+    predicted = fit["S_min"] + fit["E_min"] / B
+    low = np.maximum(part["previous step"].to_numpy(float), 1e-300)  # 0: unbounded below
+    return np.maximum(np.log(predicted / S), np.log(low / predicted)).clip(min=0)
 
 
 def _interval_columns(name: str, B: np.ndarray, S: np.ndarray, fit, key: str) -> dict:
@@ -263,39 +268,202 @@ def _interval_columns(name: str, B: np.ndarray, S: np.ndarray, fit, key: str) ->
     return {name: fit(B, S)[key], f"{name} lo": lo, f"{name} hi": hi}
 
 
+def _fit_row(target: float, part: pd.DataFrame, trajectory: pd.DataFrame) -> tuple[dict, dict]:
+    """The three fits of one target's (batch, steps) points and B_simple near the target;
+    (table row, McCandlish fit)."""
+    B, S = part["batch_size"].to_numpy(float), part["steps"].to_numpy(float)
+    mc = fit_mccandlish(B, S)
+    b_simple, gap = b_simple_near(trajectory, target)
+    fewest = part.loc[part["tokens"] == part["tokens"].min(), "batch_size"]
+    row = {
+        "target": target,
+        "batch sizes": len(part),
+        "smallest batch": int(B.min()),
+        "largest batch": int(B.max()),
+        "B_simple": b_simple,
+        "B_simple loss gap": gap,
+        **_interval_columns("B_crit", B, S, fit_mccandlish, "B_crit"),
+        "max |log residual|": float(np.abs(mc["residuals"]).max()),
+        "max log miss": float(resolution_miss(mc, part).max()),
+        **_interval_columns("B*", B, S, fit_zhang, "B_star"),
+        "max |residual| (steps)": float(np.abs(fit_zhang(B, S)["residuals"]).max()),
+        **_interval_columns("B_opt", B, S, fit_wsd, "B_opt"),
+        **_interval_columns("B_min", B, S, fit_wsd, "B_min"),
+        # tokens to target tie at evaluation resolution: every batch at the minimum
+        "fewest tokens at batch": ", ".join(str(b) for b in fewest),
+    }
+    return row, mc
+
+
+def fit_targets(
+    reach: pd.DataFrame, trajectory: pd.DataFrame
+) -> tuple[pd.DataFrame, dict[float, dict]]:
+    """McCandlish (B_crit), Zhang (B*) and Zhou (B_opt, B_min) fits per target of `reach`
+    (steps_to_target; targets with fewer than three batch sizes are skipped), each with its 90%
+    bootstrap interval ("lo", "hi"; sequences), beside B_simple near the target (b_simple_near of
+    the noise-scale `trajectory`); "max log miss" is the hyperbola's largest resolution_miss.
+    Returns (one row per target, {target: McCandlish fit})."""
+    rows, mccandlish = [], {}
+    for target, part in reach.groupby("target"):
+        if len(part) < 3:
+            continue
+        row, mccandlish[target] = _fit_row(target, part, trajectory)
+        rows.append(row)
+    return pd.DataFrame(rows), mccandlish
+
+
+# --- the gradient noise scale -------------------------------------------------------------------
+
+
+def noise_trajectory(runs: pd.DataFrame, evals: pd.DataFrame) -> pd.DataFrame:
+    """B_simple (sequences) per evaluation of the noise-scale runs: batch_size, epoch, tokens,
+    val_loss, b_simple, in batch then token order."""
+    columns = ["batch_size", "epoch", "tokens", "val_loss", "b_simple"]
+    merged = evals.merge(runs[["run_id", "batch_size"]], on="run_id")
+    return merged[columns].sort_values(["batch_size", "tokens"])
+
+
+def noise_growth(trajectory: pd.DataFrame) -> pd.DataFrame:
+    """Per noise-scale batch, over its evaluations up to the best val loss (where the loss falls):
+    the median B_simple (sequences) of the first and of the last third, their ratio (NaN with
+    fewer than two evaluations or a non-positive median), and the val loss (nats/token) at both
+    ends."""
+    rows = []
+    for batch, run in trajectory.dropna(subset=["b_simple", "val_loss"]).groupby("batch_size"):
+        run = run.sort_values("tokens")
+        falling = run.iloc[: int(np.argmin(run["val_loss"].to_numpy())) + 1]
+        k = max(1, len(falling) // 3)
+        first = float(falling["b_simple"].iloc[:k].median())
+        last = float(falling["b_simple"].iloc[-k:].median())
+        ok = len(falling) >= 2 and first > 0 and last > 0
+        rows.append(
+            {
+                "batch_size": batch,
+                "evaluations": len(falling),
+                "B_simple first": first,
+                "B_simple last": last,
+                "ratio": last / first if ok else np.nan,
+                "val loss first": float(falling["val_loss"].iloc[0]),
+                "val loss last": float(falling["val_loss"].iloc[-1]),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+# --- critical batch size vs pool size -----------------------------------------------------------
+
+
 def pool_size_scaling(
     runs: pd.DataFrame,
     evals: pd.DataFrame,
     pool_tokens: dict[str, int],
     n_batches: int,
     seq_len: int,
-) -> pd.DataFrame:
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """B_crit and B* (sequences, with 90% bootstrap intervals) per pool of `pool_tokens` (pool
-    path -> training tokens), each at the lowest loss `n_batches` batch sizes reach on that pool."""
-    rows = []
+    path -> training tokens), each at the lowest loss `n_batches` batch sizes reach on that pool.
+    Returns (one row per pool, the (batch, steps) points of every pool with its `pool tokens`)."""
+    rows, points = [], []
     for pool, tokens in pool_tokens.items():
         mine = runs[runs["pool"] == str(pool)]
         mine_evals = evals[evals["run_id"].isin(mine["run_id"])]
         target = reachable_target(mine, mine_evals, n_batches)
         part = steps_to_target(mine, mine_evals, [target], seq_len=seq_len)
+        points.append(part.assign(**{"pool tokens": tokens}))
         B, S = part["batch_size"].to_numpy(float), part["steps"].to_numpy(float)
-        row = {"pool tokens": tokens, "target": target, "batch sizes": len(part)}
-        if len(part) >= 3:
-            row |= _interval_columns("B_crit", B, S, fit_mccandlish, "B_crit")
-            row |= _interval_columns("B*", B, S, fit_zhang, "B_star")
+        rows.append(
+            {"pool tokens": tokens, "target": target, "batch sizes": len(part)}
+            | _interval_columns("B_crit", B, S, fit_mccandlish, "B_crit")
+            | _interval_columns("B*", B, S, fit_zhang, "B_star")
+        )
+    return pd.DataFrame(rows), pd.concat(points, ignore_index=True)
+
+
+def _alpha_interval(
+    points: pd.DataFrame, fit, key: str, n: int = 500, seed: int = 0, level: float = 0.9
+) -> tuple[float, float]:
+    """Percentile interval of the exponent of fit(B, S)[key] ~ D^alpha over joint resamples of
+    every pool's points, as in `bootstrap` (at least MIN_BATCHES batch sizes per pool; resamples
+    keeping fewer than three on a pool are skipped); a resample whose key is not finite and
+    positive on every pool leaves alpha undetermined (_percentiles)."""
+    pools = [
+        (tokens / 1e6, part["batch_size"].to_numpy(float), part["steps"].to_numpy(float))
+        for tokens, part in points.groupby("pool tokens")
+    ]
+    if any(len(np.unique(B)) < MIN_BATCHES for _, B, _ in pools):
+        return (np.nan, np.nan)
+    rng = np.random.default_rng(seed)
+    D = np.array([d for d, _, _ in pools])
+    alphas, undetermined = [], 0
+    for _ in range(n):
+        picks = [rng.integers(0, len(B), len(B)) for _, B, _ in pools]
+        if any(len(np.unique(B[p])) < 3 for (_, B, _), p in zip(pools, picks)):
+            continue
+        values = np.array([fit(B[p], S[p])[key] for (_, B, S), p in zip(pools, picks)])
+        if np.all(np.isfinite(values) & (values > 0)):
+            alphas.append(power_law(D, values)["alpha"])
         else:
-            row |= {"B_crit": np.nan, "B*": np.nan}
-        rows.append(row)
-    return pd.DataFrame(rows)
+            undetermined += 1
+    return _percentiles(alphas, undetermined, level)
 
 
-def scaling_laws(scaling: pd.DataFrame) -> dict[str, dict]:
-    """Power laws B = c D^alpha (D in millions of training tokens) for B_crit and B*; empty where
-    any pool has no fit."""
-    if not scaling[["B_crit", "B*"]].notna().all().all():
+def scaling_laws(scaling: pd.DataFrame, points: pd.DataFrame) -> dict[str, dict]:
+    """Power laws B = c D^alpha (D in millions of training tokens) for B_crit and B*, with the
+    exponent's 90% bootstrap interval ("alpha lo", "alpha hi"; _alpha_interval over `points` of
+    pool_size_scaling); empty where any pool has no finite fit."""
+    if not np.isfinite(scaling[["B_crit", "B*"]].to_numpy(float)).all():
         return {}
     D = scaling["pool tokens"] / 1e6
-    return {name: power_law(D, scaling[name]) for name in ("B_crit", "B*")}
+    laws = {}
+    for name, fit, key in (("B_crit", fit_mccandlish, "B_crit"), ("B*", fit_zhang, "B_star")):
+        lo, hi = _alpha_interval(points, fit, key)
+        laws[name] = power_law(D, scaling[name]) | {"alpha lo": lo, "alpha hi": hi}
+    return laws
+
+
+# --- batch-size schedules vs the best fixed batch -----------------------------------------------
+
+
+class ScheduleComparison(NamedTuple):
+    """Tuned endpoints per policy (`table`), the chosen runs' evaluation curves (`curves`), and
+    the best schedule minus the best fixed batch (`difference`, nats/token, with its paired
+    interval) described by `label`."""
+
+    table: pd.DataFrame
+    curves: dict[str, pd.DataFrame]
+    difference: Difference
+    label: str
+
+
+def _policy_rows(ends: pd.DataFrame, names: list[str]) -> list[dict]:
+    """Display rows of tuned endpoints (rows of selection.tuned), named by `names`."""
+    return [
+        {
+            "policy": name,
+            "pool": Path(end["pool"]).name,
+            "val loss (cross-fitted)": end["val_loss"],
+            "lr": end.get("lr"),
+            "runs": end["n_runs"],
+        }
+        for name, (_, end) in zip(names, ends.iterrows())
+    ]
+
+
+def _matched_fixed(runs: pd.DataFrame, schedule_runs: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """The fixed-batch runs on the schedules' pools at their epoch budget and weight decay, and
+    that budget (epochs)."""
+    budget = schedule_runs[["epochs", "weight_decay"]].drop_duplicates()
+    if len(budget) != 1:
+        raise ReproError("schedule runs must share one epoch budget and weight decay")
+    epochs, decay = int(budget["epochs"].iloc[0]), float(budget["weight_decay"].iloc[0])
+    fixed = runs[
+        (runs["epochs"] == epochs)
+        & (runs["weight_decay"] == decay)
+        & runs["pool"].isin(schedule_runs["pool"])
+    ]
+    if fixed.empty:
+        raise ReproError(f"no fixed-batch run at the schedules' {epochs} epochs, decay {decay:g}")
+    return fixed, epochs
 
 
 def schedules_vs_fixed(
@@ -304,27 +472,220 @@ def schedules_vs_fixed(
     schedule_runs: pd.DataFrame,
     schedule_evals: pd.DataFrame,
     schedules: dict[str, str],
-) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
-    """The best run (lowest best val loss, over lr) of the fixed-batch sweep and of each batch-size
-    schedule: (table with policy, best val loss, lr, best epoch; row 0 the fixed batch,
-    {policy: its evaluation curve})."""
-    fixed = runs.loc[runs["best_val_loss"].idxmin()]
-    best = [(f"fixed batch {int(fixed['batch_size'])}", fixed, evals)]
-    for name, schedule in schedules.items():
-        mine = schedule_runs[schedule_runs["batch_schedule"] == schedule]
-        best.append(
-            (f"{name} ({schedule})", mine.loc[mine["best_val_loss"].idxmin()], schedule_evals)
-        )
-    table = pd.DataFrame(
-        [
-            {
-                "policy": label,
-                "best val loss": run["best_val_loss"],
-                "lr": run["lr"],
-                "best epoch": run["best_epoch"],
-            }
-            for label, run, _ in best
-        ]
+    store: str | Path,
+) -> ScheduleComparison:
+    """Batch-size schedules (`schedule_runs`; `schedules`: name -> batch_schedule) against the
+    fixed-batch `runs` of the same pool, epoch budget and weight decay, all as cross-fitted tuned
+    endpoints (selection.tuned; runs in `store`): one row per fixed batch and per schedule, then
+    the two arms that are compared: the best fixed batch (batch size tuned with lr in the
+    cross-fit) and the best schedule (schedule tuned with lr)."""
+    fixed, epochs = _matched_fixed(runs, schedule_runs)
+    names = {s: n for n, s in schedules.items()}
+    ramps = schedule_runs[schedule_runs["batch_schedule"].isin(names)]
+    ramps = ramps.assign(schedule_no=ramps["batch_schedule"].map(list(names).index))
+    per_batch = selection.tuned(fixed, evals, store, ["pool", "batch_size"])
+    per_schedule = selection.tuned(ramps, schedule_evals, store, ["pool", "batch_schedule"])
+    best_fixed = selection.tuned(fixed, evals, store, ["pool"], ("batch_size", *selection.TUNED))
+    best_ramp = selection.tuned(
+        ramps, schedule_evals, store, ["pool"], ("schedule_no", *selection.TUNED)
     )
-    curves = {label: source[source["run_id"] == run["run_id"]] for label, run, source in best}
-    return table, curves
+    batch = int(best_fixed["batch_size"].iloc[0])
+    ramp = list(names.values())[int(best_ramp["schedule_no"].iloc[0])]
+    arms = [f"best fixed batch (chose {batch})", f"best schedule (chose {ramp})"]
+    ramp_labels = [f"{names[s]} ({s})" for s in per_schedule["batch_schedule"]]
+    labels = [f"fixed batch {int(b)}" for b in per_batch["batch_size"]] + ramp_labels
+    table = pd.DataFrame(
+        _policy_rows(pd.concat([per_batch, per_schedule]), labels)
+        + _policy_rows(pd.concat([best_fixed, best_ramp]), arms)
+    )
+    curves = {arms[0]: evals[evals["run_id"] == best_fixed["run_id"].iloc[0]]}
+    for label, rid in zip(ramp_labels, per_schedule["run_id"]):
+        curves.setdefault(label, schedule_evals[schedule_evals["run_id"] == rid])
+    label = f"best schedule ({ramp}) - best fixed batch ({batch}), {epochs} epochs"
+    return ScheduleComparison(table, curves, selection.compare(best_ramp, best_fixed), label)
+
+
+# --- claims -------------------------------------------------------------------------------------
+
+NOISE_GROWTH = 1.5
+"""The noise-scale claim agrees when B_simple rises at least this much (last third over first
+third of the evaluations up to the best val loss, noise_growth) in every run."""
+RESIDUAL_TOLERANCE = 0.3
+"""Largest log distance (a factor 1.35 in steps) between the hyperbola fit and a point's resolution
+bracket (resolution_miss) that still counts as fitting."""
+ZHANG_ALPHA = 0.47
+"""Zhang et al.'s exponent of B* ~ D^alpha."""
+NO_FIT = "fewer than 3 batch sizes reach any target (no fit)"
+
+
+def _span(lo: float, hi: float) -> str:
+    """An interval that may include negative values: "-0.12 to 0.53", or "not determined"."""
+    return "not determined" if np.isnan(lo) else f"{lo:.3g} to {hi:.3g}"
+
+
+def _noise_verdict(ratio: pd.Series) -> tuple[str, str]:
+    """Agrees when B_simple rises by NOISE_GROWTH or more in every noise-scale run while the loss
+    falls; disagrees when it does not rise at all (ratio <= 1) in every run; else undetermined,
+    with the reason."""
+    if ratio.empty or ratio.isna().any():
+        return "undetermined", " (too few evaluations with a positive B_simple)"
+    if (ratio >= NOISE_GROWTH).all():
+        return "agrees", ""
+    if (ratio <= 1).all():
+        return "disagrees", ""
+    return "undetermined", f" (a rise of less than x{NOISE_GROWTH:g} in some run)"
+
+
+def _noise_scale_claim(trajectory: pd.DataFrame, model: str) -> list[str]:
+    growth = noise_growth(trajectory)
+    verdict, why = _noise_verdict(growth.get("ratio", pd.Series(dtype=float)))
+    runs = "; ".join(
+        f"batch {int(g['batch_size'])}: B_simple {g['B_simple first']:.3g} -> "
+        f"{g['B_simple last']:.3g} (x{g['ratio']:.2f}) as val loss {g['val loss first']:.3f} -> "
+        f"{g['val loss last']:.3f}"
+        for _, g in growth.iterrows()
+    )
+    return [
+        "the gradient noise scale grows as the loss falls (McCandlish et al.)",
+        "yes",
+        f"model {model}: {runs or 'no noise-scale evaluations'} (medians of the first and last "
+        f"third of the evaluations up to the best val loss){why}",
+        verdict,
+    ]
+
+
+def _hyperbola_verdict(fit: pd.Series) -> tuple[str, str]:
+    """Disagrees when the fit misses a point's resolution bracket by more than RESIDUAL_TOLERANCE
+    (log steps); agrees when B_crit's interval lies inside the measured batches; else
+    undetermined, with the reason."""
+    lo, hi = fit["B_crit lo"], fit["B_crit hi"]
+    smallest, largest = fit["smallest batch"], fit["largest batch"]
+    if fit["max log miss"] > RESIDUAL_TOLERANCE:
+        return "disagrees", f"; steps miss the hyperbola by more than e^{RESIDUAL_TOLERANCE}"
+    if smallest <= lo and hi <= largest:
+        return "agrees", ""
+    if np.isnan(lo):
+        return "undetermined", f"; no interval for B_crit (fewer than {MIN_BATCHES} batch sizes)"
+    if hi > largest:
+        return "undetermined", "; B_crit may lie above the largest batch (steps never level off)"
+    return "undetermined", "; B_crit may lie below the smallest batch (steps already level)"
+
+
+def _b_simple(fit: pd.Series) -> str:
+    """B_simple near the fit's target, as McCandlish's prediction of B_crit."""
+    if np.isnan(fit["B_simple"]):
+        return "B_simple not measured"
+    return (
+        f"B_simple {fit['B_simple']:.3g} (noise-scale runs, at evaluations up to "
+        f"{fit['B_simple loss gap']:.3f} nats from the target)"
+    )
+
+
+def _hyperbola_claim(fit: pd.Series | None, model: str) -> list[str]:
+    claim = "steps fall ~1/B below B_crit and level off above it (S = S_min + E_min/B)"
+    paper = "yes, with B_crit near B_simple (McCandlish et al.)"
+    if fit is None:
+        return [claim, paper, f"model {model}: {NO_FIT}", "undetermined"]
+    verdict, why = _hyperbola_verdict(fit)
+    interval = describe_interval((fit["B_crit lo"], fit["B_crit hi"]), 10 * fit["largest batch"])
+    measured = (
+        f"model {model}, target {fit['target']}: B_crit {fit['B_crit']:.3g} (90% CI {interval}) "
+        f"over batches {fit['smallest batch']}-{fit['largest batch']}; {_b_simple(fit)}; "
+        f"max |log residual| {fit['max |log residual|']:.2f} ({fit['max log miss']:.2f} beyond "
+        f"evaluation resolution){why}"
+    )
+    return [claim, paper, measured, verdict]
+
+
+def _data_scaling_claim(scaling: pd.DataFrame, law: dict, model: str) -> list[str]:
+    """Agrees when the 90% interval of B*'s exponent lies above 0 and contains 0.47; disagrees
+    when it excludes 0.47; undetermined when it contains both 0 and 0.47, or without a fit."""
+    claim = "B* (20% over linear scaling) grows with data size as D^0.47 (Zhang et al.)"
+    paper = f"alpha = {ZHANG_ALPHA}"
+    pools = ", ".join(f"{t:,}" for t in scaling["pool tokens"])
+    if not law:
+        measured = (
+            f"model {model}: no finite B* on every pool of {pools} tokens (fewer than 3 batch "
+            "sizes reach a pool's target, or steps never level off)"
+        )
+        return [claim, paper, measured, "undetermined"]
+    alpha, lo, hi = (law["B*"][k] for k in ("alpha", "alpha lo", "alpha hi"))
+    if np.isnan(lo):
+        few = f"a pool with fewer than {MIN_BATCHES} batch sizes"
+        verdict, why = "undetermined", f" (no interval: {few}, or B* infinite in resamples)"
+    elif not lo <= ZHANG_ALPHA <= hi:
+        verdict, why = "disagrees", ""
+    elif lo > 0:
+        verdict, why = "agrees", ""
+    else:
+        verdict, why = "undetermined", " (interval contains 0: growth not shown)"
+    measured = (
+        f"model {model}: alpha {alpha:.2f} (90% CI {_span(lo, hi)}; B_crit: "
+        f"{law['B_crit']['alpha']:.2f}) over {len(scaling)} pools of {pools} tokens{why}"
+    )
+    return [claim, paper, measured, verdict]
+
+
+def _wsd_verdict(fit: pd.Series, lr_schedule: str) -> tuple[str, str]:
+    """Undetermined unless the runs are WSD. Then agrees when B_opt's interval lies inside the
+    measured batches and B_min's lies above 0; disagrees when B_min's lies below 0 (tokens to
+    target still fall as the batch shrinks to the smallest measured); else undetermined."""
+    if lr_schedule != "wsd":
+        return "undetermined", f" ({lr_schedule} runs here, Zhou et al. fit WSD)"
+    inside = fit["smallest batch"] <= fit["B_opt lo"] and fit["B_opt hi"] <= fit["largest batch"]
+    if inside and fit["B_min lo"] > 0:
+        return "agrees", ""
+    if fit["B_min hi"] < 0:
+        return "disagrees", " (tokens to target still fall down to the smallest batch)"
+    return "undetermined", " (B_opt or B_min not located in the measured batches)"
+
+
+def _wsd_claim(fit: pd.Series | None, lr_schedule: str, model: str) -> list[str]:
+    claim = "a minimum batch B_min and a token-optimal batch B_opt exist (Zhou et al.)"
+    paper = "yes (WSD schedule)"
+    if fit is None:
+        return [claim, paper, f"model {model}: {NO_FIT}", "undetermined"]
+    verdict, why = _wsd_verdict(fit, lr_schedule)
+    limit = 10 * fit["largest batch"]
+    measured = (
+        f"model {model}, target {fit['target']}: B_opt {fit['B_opt']:.3g} (90% CI "
+        f"{describe_interval((fit['B_opt lo'], fit['B_opt hi']), limit)}), B_min "
+        f"{fit['B_min']:.3g} (90% CI {_span(fit['B_min lo'], fit['B_min hi'])}); fewest "
+        f"tokens at batch {fit['fewest tokens at batch']}{why}"
+    )
+    return [claim, paper, measured, verdict]
+
+
+def _schedule_claim(schedules: ScheduleComparison, model: str) -> list[str]:
+    """lower_verdict of the best schedule minus the best fixed batch (paired interval)."""
+    return [
+        "a batch-size schedule beats the best fixed batch (Zhou et al.: ramp-up)",
+        "yes",
+        f"model {model}: {describe(schedules.label, schedules.difference)} nats/token (90% paired "
+        "interval over validation documents; both arms cross-fitted)",
+        lower_verdict([schedules.difference]),
+    ]
+
+
+def cbs_claims(
+    trajectory: pd.DataFrame,
+    fits: pd.DataFrame,
+    scaling: pd.DataFrame,
+    law: dict,
+    schedules: ScheduleComparison,
+    lr_schedule: str,
+    model: str,
+) -> pd.DataFrame:
+    """Claims of the critical-batch section, all measured on one model size (`model`):
+    `trajectory`: noise_trajectory; `fits`: fit_targets (the middle target is judged); `scaling` /
+    `law`: pool_size_scaling / scaling_laws; `schedules`: schedules_vs_fixed; `lr_schedule`: the
+    lr schedule of the batch sweep ("cosine", "wsd"). Each helper's docstring states its rule."""
+    middle = fits.iloc[len(fits) // 2] if len(fits) else None
+    rows = [
+        _noise_scale_claim(trajectory, model),
+        _hyperbola_claim(middle, model),
+        _data_scaling_claim(scaling, law, model),
+        _wsd_claim(middle, lr_schedule, model),
+        _schedule_claim(schedules, model),
+    ]
+    return pd.DataFrame(rows, columns=CLAIM_COLUMNS)

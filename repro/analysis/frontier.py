@@ -30,18 +30,18 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from statistics import NormalDist
 
 import numpy as np
 import pandas as pd
 
 from repro.analysis.intervals import (
+    CLAIM_COLUMNS,
     LEVEL,
-    MIN_DOCUMENTS,
     Difference,
     describe,
     document_losses,
     lower_verdict,
+    normal_difference,
     paired_difference,
 )
 from repro.errors import ReproError
@@ -321,25 +321,7 @@ def schedule_policies(
 
 # --- claims vs measurement ----------------------------------------------------------------------
 
-CLAIM_COLUMNS = ["claim", "paper", "measured here", "agrees?"]
 PAIRED = f"nats/token, {LEVEL:.0%} paired interval over validation documents"
-
-
-def normal_difference(a: np.ndarray, b: np.ndarray, tokens: np.ndarray, level: float) -> Difference:
-    """Mean loss of `a` minus that of `b` (nats/token; per-document summed losses over the same
-    documents, `tokens` scored tokens each) with a normal interval at `level` from the delta-method
-    standard error of a ratio of sums over documents (a 2000-resample bootstrap cannot resolve the
-    tails of Bonferroni levels); (-inf, inf) with fewer than MIN_DOCUMENTS scored documents."""
-    if not (a.shape == b.shape == tokens.shape):
-        raise ReproError("paired losses must cover the same validation documents")
-    scored = tokens > 0
-    gap, tokens = (a - b)[scored], tokens[scored]
-    value = float(gap.sum() / tokens.sum())
-    if len(tokens) < MIN_DOCUMENTS:
-        return Difference(value, -np.inf, np.inf)
-    se = float(np.sqrt(((gap - value * tokens) ** 2).sum()) / tokens.sum())
-    z = NormalDist().inv_cdf(0.5 + level / 2)
-    return Difference(value, value - z * se, value + z * se)
 
 
 def _document_loader(store: str | Path) -> Callable[[str, int], tuple[np.ndarray, np.ndarray]]:
