@@ -196,3 +196,16 @@ def test_tying_does_little_is_judged_against_zero(hand_made, tie_shift, verdict)
     }
     claims, _ = _recipe(hand_made, emb=emb, combined_later=2.9)
     assert claims[TYING] == verdict
+
+
+def test_an_edge_whose_best_budget_is_the_largest_tried_leaves_the_u_undetermined(hand_made):
+    """Batch 16 is best at the largest budget (8 epochs): with more epochs it might beat the
+    interior, so the U-shape cannot be confirmed."""
+    for pool in POOLS:
+        for batch, (at4, at8) in {1: (3.1, 3.2), 4: (3.0, 3.1), 16: (3.3, 3.2)}.items():
+            hand_made.add(at4, pool=pool, batch_size=batch, epochs=4)
+            hand_made.add(at8, pool=pool, batch_size=batch, epochs=8)
+    runs, evals = hand_made.frames()
+    table = batch_sweep_claims(runs, evals, hand_made.store, ["m"], 16, "set").set_index("claim")
+    assert table.loc[f"{U_SHAPE} (m)", "agrees?"] == "undetermined"
+    assert "second arm censored" in table.loc[f"{U_SHAPE} (m)", "measured here"]

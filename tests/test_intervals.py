@@ -80,3 +80,16 @@ def test_normal_difference_widens_with_the_bonferroni_level():
     assert np.isinf(few.low) and np.isinf(few.high)
     with pytest.raises(ReproError):
         normal_difference(a, b[:5], TOKENS, 0.9)
+
+
+def test_a_censored_arm_cannot_be_the_one_found_worse():
+    """An arm whose best epoch budget is the largest tried might still improve."""
+    better = Difference(-0.1, -0.2, -0.05, (-0.1,), censored=(False, True))
+    assert lower_verdict([better]) == "undetermined"  # the worse arm might catch up
+    assert lower_verdict([better._replace(censored=(True, False))]) == "agrees"
+    worse = Difference(0.1, 0.05, 0.2, (0.1,), censored=(True, False))
+    assert lower_verdict([worse]) == "undetermined"
+    assert lower_verdict([worse.negated()]) == "undetermined"  # negated: the second arm
+    assert describe("a - b", better).endswith(
+        "(second arm censored: best epoch budget the largest tried)"
+    )

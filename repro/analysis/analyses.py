@@ -425,7 +425,7 @@ def _stop_later_claim(original: Sweep, combined: Sweep, store: str | Path) -> li
     diff = compare(
         _arm(*combined, store, later, ("batch_size", "embedding_weight_decay")),
         _arm(*combined, store, ~later, ("batch_size", "embedding_weight_decay")),
-    )
+    )._replace(censored=(False, False))  # the shorter arm ends below the budgets by design
     measured = (
         f"original's best budget {budget:g} epochs (mean over pools); combined recipe: "
         + describe(f"budgets > {budget:g} - budgets <= {budget:g}", diff)

@@ -24,17 +24,21 @@ MIN_DOCUMENTS = 10  # fewer scored documents give no interval (a bootstrap over 
 
 
 class Difference(NamedTuple):
-    """A difference of mean losses (nats/token), its LEVEL interval over validation documents
-    ((-inf, inf) when there are too few), and the difference on each pool it averages over."""
+    """A difference of mean losses (nats/token) a - b, its LEVEL interval over validation
+    documents ((-inf, inf) when there are too few), the difference on each pool it averages over,
+    and whether each arm's chosen epoch budget is the largest tried (censored: that arm's loss might
+    still fall with more epochs)."""
 
     value: float
     low: float
     high: float
     per_pool: tuple[float, ...] = ()
+    censored: tuple[bool, bool] = (False, False)
 
     def negated(self) -> Difference:
         """The difference the other way round (b - a)."""
-        return Difference(-self.value, -self.high, -self.low, tuple(-d for d in self.per_pool))
+        per_pool = tuple(-d for d in self.per_pool)
+        return Difference(-self.value, -self.high, -self.low, per_pool, self.censored[::-1])
 
 
 def document_losses(run_dir: str | Path, step: int) -> tuple[np.ndarray, np.ndarray]:
@@ -95,10 +99,16 @@ def mean_interval(losses: np.ndarray, tokens: np.ndarray, seed: int = 0) -> Diff
 def lower_verdict(differences: list[Difference]) -> str:
     """For a claim that each difference is negative (the first arm has the lower loss): "agrees"
     when every interval lies below 0 and every pool's difference is negative; "disagrees" when
-    some interval lies above 0 with every pool's difference positive; else "undetermined"."""
-    if any(d.low > 0 and all(p > 0 for p in d.per_pool) for d in differences):
+    some interval lies above 0 with every pool's difference positive; else "undetermined". An arm
+    whose loss might still fall (censored) cannot be the one found worse: it blocks "agrees" as
+    the second arm and "disagrees" as the first."""
+    if any(
+        d.low > 0 and all(p > 0 for p in d.per_pool) and not d.censored[0] for d in differences
+    ):
         return "disagrees"
-    if all(d.high < 0 and all(p < 0 for p in d.per_pool) for d in differences):
+    if all(
+        d.high < 0 and all(p < 0 for p in d.per_pool) and not d.censored[1] for d in differences
+    ):
         return "agrees"
     return "undetermined"
 
@@ -106,9 +116,12 @@ def lower_verdict(differences: list[Difference]) -> str:
 def describe(name: str, difference: Difference) -> str:
     """ "repack - shuffle -0.012 [-0.020, -0.004]" (nats/token, LEVEL interval; "no interval"
     with too few documents), with the per-pool differences when there are several pools."""
-    value, low, high, per_pool = difference
+    value, low, high, per_pool, censored = difference
     if np.isnan(value):
         return f"{name}: not measured"
     interval = "no interval" if np.isinf(low) else f"{low:+.3f}, {high:+.3f}"
     pools = f" (pools {', '.join(f'{p:+.3f}' for p in per_pool)})" if len(per_pool) > 1 else ""
+    arms = " and ".join(arm for arm, c in zip(("first", "second"), censored) if c)
+    if arms:
+        pools += f" ({arms} arm censored: best epoch budget the largest tried)"
     return f"{name} {value:+.3f} [{interval}]{pools}"

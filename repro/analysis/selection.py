@@ -130,7 +130,7 @@ def tuned(
 def compare(a: pd.DataFrame, b: pd.DataFrame, seed: int = 0) -> Difference:
     """Endpoints `a` minus endpoints `b` (rows of `tuned`, one per pool, matched by pool): the
     difference of the pool-averaged losses (nats/token) with its paired interval over validation
-    documents, and the difference on each pool."""
+    documents, the difference on each pool, and whether either arm is censored on some pool."""
     a, b = a.set_index("pool"), b.set_index("pool")
     pools = sorted(set(a.index) & set(b.index))
     if not pools or a.loc[pools, "val_loss"].isna().any() or b.loc[pools, "val_loss"].isna().any():
@@ -138,6 +138,7 @@ def compare(a: pd.DataFrame, b: pd.DataFrame, seed: int = 0) -> Difference:
     stack_a = np.stack(list(a.loc[pools, "doc_losses"]))
     stack_b = np.stack(list(b.loc[pools, "doc_losses"]))
     tokens = a.loc[pools[0], "doc_tokens"]
-    value, low, high, _ = paired_difference(stack_a.mean(0), stack_b.mean(0), tokens, seed)
+    pooled = paired_difference(stack_a.mean(0), stack_b.mean(0), tokens, seed)
     per_pool = tuple(float((x.sum() - y.sum()) / tokens.sum()) for x, y in zip(stack_a, stack_b))
-    return Difference(value, low, high, per_pool)
+    censored = (bool(a.loc[pools, "censored"].any()), bool(b.loc[pools, "censored"].any()))
+    return pooled._replace(per_pool=per_pool, censored=censored)
