@@ -108,6 +108,10 @@ study.save(
 # (`P.usual_batch_source()`). In each comparison the arm that spans several batch sizes (the
 # interior batches; those below the usual batch; all but the smallest) has its batch size chosen
 # on the selection half too.
+#
+# Differences are in nats/token with 90% paired intervals over validation documents, then the
+# difference on each pool; "censored" names an arm whose best epoch budget is the largest tried (its
+# loss might still fall), which cannot be the arm a verdict finds worse.
 
 # %%
 usual = analyses.usual_batch(runs, evals, study.store, P)

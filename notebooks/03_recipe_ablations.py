@@ -90,6 +90,11 @@ analyses.across_pools(original_ends, ["batch_size"]).merge(
 
 # %% [markdown]
 # ## Claims vs measurement
+#
+# Differences are in nats/token with 90% paired intervals over validation documents, then the
+# difference on each pool; "censored" names an arm whose best epoch budget is the largest tried (its
+# loss might still fall), which cannot be the arm a verdict finds worse.
+# "Tying alone does little": the whole interval within +-`analyses.LITTLE` nats/token.
 
 # %%
 claims = analyses.recipe_claims(loader, embedding, original, combined, study.store)

@@ -150,13 +150,14 @@ policies
 # ## Claims vs measurement
 #
 # `frontier.frontier_claims`, model `P.models[0]` only; differences in nats/token with 90% paired
-# intervals over validation documents. Tight deadlines favour larger batches: on the most GPUs, at
-# the tightest deadline that reaches two batch sizes, the largest batch there minus the best smaller
-# one, and at the loosest deadline the best smaller batch minus that largest one; "agrees" when
-# both are below 0 (the optimal batch falls as the deadline loosens), "disagrees" when either is
-# above 0. A smaller batch on fewer GPUs: the comparisons above made while both train; "agrees"
-# when one simultaneous interval is below 0, "disagrees" when all are above 0. The latency row is
-# a projection, which no measurement here can decide.
+# intervals over validation documents. Tight deadlines favour larger batches: on the most GPUs, the
+# optimal batch at the loosest deadline against the optimal batch at the tightest deadline at which
+# that batch has an evaluation, each compared with the other at its own deadline; both
+# significant: "agrees" when the optimal batch falls as the deadline loosens, "disagrees" when it
+# rises; the same optimal batch at both: "disagrees" when it significantly beats every larger batch
+# at the tighter deadline. A smaller batch on fewer GPUs: the comparisons above made while both
+# train; "agrees" when one simultaneous interval is below 0, "disagrees" when all are above 0. The
+# latency row is a projection, which no measurement here can decide.
 
 # %%
 claims = frontier.frontier_claims(evals0, runs0, judged, deadlines, step, g_max, study.store)

@@ -208,4 +208,4 @@ def test_an_edge_whose_best_budget_is_the_largest_tried_leaves_the_u_undetermine
     runs, evals = hand_made.frames()
     table = batch_sweep_claims(runs, evals, hand_made.store, ["m"], 16, "set").set_index("claim")
     assert table.loc[f"{U_SHAPE} (m)", "agrees?"] == "undetermined"
-    assert "second arm censored" in table.loc[f"{U_SHAPE} (m)", "measured here"]
+    assert "(censored: second arm)" in table.loc[f"{U_SHAPE} (m)", "measured here"]

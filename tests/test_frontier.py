@@ -172,8 +172,8 @@ def _claims(tmp_path, spec, noise=0.01, gpus=4):
         ([3.8, 2.8, 2.5], [4.0, 3.5, 3.0], "agrees"),
         # the review's case: the largest batch never learns (the cheapest evaluation is its own)
         ([3.8, 2.8, 2.5], [5.0, 5.0, 5.0], "disagrees"),
-        # batch 8 leads at T=40 and still at T=160: the optimal batch does not fall
-        ([3.8, 2.8, 2.5], [4.0, 3.5, 2.0], "disagrees"),
+        # batch 8 leads at T=40 and still at T=160: the largest batch wins throughout
+        ([3.8, 2.8, 2.5], [4.0, 3.5, 2.0], "undetermined"),
         # equal within document noise
         ([3.0, 3.0, 3.0], [3.0, 3.0, 3.0], "undetermined"),
     ],
@@ -187,7 +187,8 @@ def test_tight_deadlines_claim_in_all_three_directions(tmp_path, small, large, v
     assert claims.loc[0, "agrees?"] == verdict
     measured = claims.loc[0, "measured here"]
     assert measured.startswith("model tiny, 4 GPUs: optimal batch")
-    assert "T=40: batch 8 - batch 2" in measured and "T=160: batch 2 - batch 8" in measured
+    if verdict == "agrees":
+        assert "T=40: batch 8 - batch 2" in measured and "T=160: batch 2 - batch 8" in measured
 
 
 def test_tight_deadlines_claim_needs_two_batch_sizes(tmp_path):

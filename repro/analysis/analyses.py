@@ -27,7 +27,6 @@ from repro.analysis.selection import TUNED, compare, tuned
 from repro.data.pool import load_pool
 from repro.runtime.model import param_count_table
 
-INTERVAL_NOTE = "nats/token; 90% paired interval over validation documents"
 Sweep = tuple[pd.DataFrame, pd.DataFrame]  # (runs, evals) as Study.sweep returns them
 LITTLE = 0.01
 """nats/token: an effect whose whole interval lies within +-LITTLE "does little" (the paper's
@@ -247,7 +246,7 @@ def _u_shape_claim(runs, evals, store, batches: list[int]) -> tuple[list[str], s
     edges = [_arm(runs, evals, store, in_ == b) for b in (batches[0], batches[-1])]
     diffs = [compare(interior, edge) for edge in edges]
     names = [f"interior - batch {b}" for b in (batches[0], batches[-1])]
-    measured = "; ".join(describe(n, d) for n, d in zip(names, diffs)) + f" ({INTERVAL_NOTE})"
+    measured = "; ".join(describe(n, d) for n, d in zip(names, diffs))
     verdict = lower_verdict(diffs)
     return [claim, "yes", measured, verdict], verdict
 
@@ -265,7 +264,7 @@ def _smaller_batch_claim(runs, evals, store, batches: list[int], usual: int, sou
         _arm(runs, evals, store, runs["batch_size"] == usual),
     )
     measured = f"usual batch {usual} ({source}); " + describe(f"batches < {usual} - {usual}", diff)
-    return [claim, paper, f"{measured} ({INTERVAL_NOTE})", lower_verdict([diff])]
+    return [claim, paper, measured, lower_verdict([diff])]
 
 
 def _overfit_claim(runs, evals, store, batches: list[int]) -> list[str]:
@@ -288,8 +287,7 @@ def _overfit_claim(runs, evals, store, batches: list[int]) -> list[str]:
         verdict = "undetermined"
     measured = (
         describe(f"val: batch {batches[0]} - best other", diff)
-        + f"; final train loss difference per pool {', '.join(f'{t:+.3f}' for t in train)} "
-        f"({INTERVAL_NOTE})"
+        + f"; final train loss difference per pool {', '.join(f'{t:+.3f}' for t in train)}"
     )
     return [claim, "yes", measured, verdict]
 
@@ -352,7 +350,7 @@ def _loader_claims(runs, evals, store) -> list[list[str]]:
             [
                 f"REPACK < SHUFFLE < REPEAT in val loss (batch {batch})",
                 "REPACK < SHUFFLE < REPEAT",
-                f"{measured} ({INTERVAL_NOTE})",
+                measured,
                 lower_verdict(diffs),
             ]
         )
@@ -391,13 +389,13 @@ def _embedding_claims(runs, evals, store) -> list[list[str]]:
         [
             "positive embedding weight decay helps (untied)",
             "yes",
-            describe("decay - none", helps) + f" ({INTERVAL_NOTE})",
+            describe("decay - none", helps),
             lower_verdict([helps]),
         ],
         [
             "tying alone does little",
             f"yes (here: the whole interval within +-{LITTLE} nats/token)",
-            describe("tied - untied", tying) + f" ({INTERVAL_NOTE})",
+            describe("tied - untied", tying),
             _little_verdict(tying),
         ],
         [
@@ -430,7 +428,7 @@ def _stop_later_claim(original: Sweep, combined: Sweep, store: str | Path) -> li
         f"original's best budget {budget:g} epochs (mean over pools); combined recipe: "
         + describe(f"budgets > {budget:g} - budgets <= {budget:g}", diff)
     )
-    return [claim, paper, f"{measured} ({INTERVAL_NOTE})", lower_verdict([diff])]
+    return [claim, paper, measured, lower_verdict([diff])]
 
 
 def recipe_claims(
@@ -449,7 +447,7 @@ def recipe_claims(
         [
             "the combined recipe lowers the best val loss",
             "yes",
-            describe("combined - original (batch tuned)", lower) + f" ({INTERVAL_NOTE})",
+            describe("combined - original (batch tuned)", lower),
             lower_verdict([lower]),
         ],
         _stop_later_claim(original, combined, store),

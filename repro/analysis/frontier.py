@@ -371,21 +371,35 @@ def _deadline_claim(
     contested = [(t, best) for t, best in per_deadline if len(best) >= 2]
     if not contested:
         return "no deadline reaches two batch sizes", "undetermined"
-    (tight_t, tight), (loose_t, loose) = contested[0], contested[-1]
-    large = tight.index.max()
-    rival_tight = tight.drop(large)["val_loss"].idxmin()
-    rival_loose = loose.drop(large)["val_loss"].idxmin()
-    at_tight = _paired(load, tight.loc[large], tight.loc[rival_tight])
-    at_loose = _paired(load, loose.loc[rival_loose], loose.loc[large])
+    loose_t, loose = contested[-1]
+    b_loose = loose["val_loss"].idxmin()
+    tight_t, tight = next((t, best) for t, best in contested if b_loose in best.index)
+    b_tight = tight["val_loss"].idxmin()
     measured = (
-        f"optimal batch {tight['val_loss'].idxmin()} at T={tight_t:g} (the tightest deadline "
-        f"reaching two batch sizes) -> {loose['val_loss'].idxmin()} at T={loose_t:g}; "
-        + describe(f"T={tight_t:g}: batch {large} - batch {rival_tight}", at_tight)
+        f"optimal batch {b_tight} at T={tight_t:g} (the tightest deadline at which batch "
+        f"{b_loose} competes) -> {b_loose} at T={loose_t:g} (the loosest); "
+    )
+    if b_tight == b_loose:
+        larger = tight[tight.index > b_tight]
+        if larger.empty:
+            return measured + "the largest batch is optimal at both", "undetermined"
+        rival = larger["val_loss"].idxmin()
+        diff = _paired(load, tight.loc[b_tight], tight.loc[rival])
+        name = f"T={tight_t:g}: batch {b_tight} - batch {rival}"
+        verdict = "disagrees" if lower_verdict([diff]) == "agrees" else "undetermined"
+        return measured + describe(name, diff) + f" ({PAIRED})", verdict
+    at_tight = _paired(load, tight.loc[b_tight], tight.loc[b_loose])
+    at_loose = _paired(load, loose.loc[b_loose], loose.loc[b_tight])
+    measured += (
+        describe(f"T={tight_t:g}: batch {b_tight} - batch {b_loose}", at_tight)
         + "; "
-        + describe(f"T={loose_t:g}: batch {rival_loose} - batch {large}", at_loose)
+        + describe(f"T={loose_t:g}: batch {b_loose} - batch {b_tight}", at_loose)
         + f" ({PAIRED})"
     )
-    return measured, lower_verdict([at_tight, at_loose])
+    shown = lower_verdict([at_tight, at_loose]) == "agrees"
+    if not shown:
+        return measured, "undetermined"
+    return measured, "agrees" if b_tight > b_loose else "disagrees"
 
 
 def _crossover_claim(judged: pd.DataFrame) -> tuple[str, str]:
@@ -425,12 +439,14 @@ def frontier_claims(
     `store`; `judged`: judged_crossovers(..); deadlines in units of `step_time`.
 
     - Tight deadlines favour larger batches, on `gpus` GPUs, judged only on deadlines that reach at
-      least two batch sizes: at the tightest such deadline, the largest batch reached there minus
-      the best smaller batch there, and at the loosest deadline the best smaller batch minus that
-      largest batch (paired LEVEL intervals). "agrees" when both lie below 0 (the optimal batch
-      falls as the deadline loosens); "disagrees" when either lies above 0 (a smaller batch
-      already wins the tightest contested deadline, or the largest still wins the loosest, so the
-      optimum does not fall); else "undetermined".
+      least two batch sizes: the optimal batch at the loosest such deadline (b_l) against the
+      optimal batch (b_t) at the tightest deadline at which b_l has an evaluation (so that no batch
+      wins only because the other has none yet), each compared with the other at its own deadline
+      (paired LEVEL intervals). When both comparisons are significant, "agrees" if b_t > b_l
+      (the optimal batch falls as the deadline loosens) and "disagrees" if b_t < b_l. When
+      b_t = b_l, "disagrees" if it significantly beats every larger batch at that tightest
+      deadline (no larger batch is favoured), "undetermined" if it is the largest batch there.
+      Anything else is "undetermined".
     - A smaller batch on fewer GPUs can beat a larger batch on more GPUs, counting only comparisons
       made while both are still training (judged_crossovers, simultaneous intervals): "agrees"
       when some interval lies below 0; "disagrees" when every interval lies above 0 (at every

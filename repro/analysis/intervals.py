@@ -102,9 +102,7 @@ def lower_verdict(differences: list[Difference]) -> str:
     some interval lies above 0 with every pool's difference positive; else "undetermined". An arm
     whose loss might still fall (censored) cannot be the one found worse: it blocks "agrees" as
     the second arm and "disagrees" as the first."""
-    if any(
-        d.low > 0 and all(p > 0 for p in d.per_pool) and not d.censored[0] for d in differences
-    ):
+    if any(d.low > 0 and all(p > 0 for p in d.per_pool) and not d.censored[0] for d in differences):
         return "disagrees"
     if all(
         d.high < 0 and all(p < 0 for p in d.per_pool) and not d.censored[1] for d in differences
@@ -115,13 +113,14 @@ def lower_verdict(differences: list[Difference]) -> str:
 
 def describe(name: str, difference: Difference) -> str:
     """ "repack - shuffle -0.012 [-0.020, -0.004]" (nats/token, LEVEL interval; "no interval"
-    with too few documents), with the per-pool differences when there are several pools."""
+    with too few documents), with the per-pool differences when there are several pools and which
+    arm is censored (its best epoch budget the largest tried)."""
     value, low, high, per_pool, censored = difference
     if np.isnan(value):
         return f"{name}: not measured"
     interval = "no interval" if np.isinf(low) else f"{low:+.3f}, {high:+.3f}"
     pools = f" (pools {', '.join(f'{p:+.3f}' for p in per_pool)})" if len(per_pool) > 1 else ""
-    arms = " and ".join(arm for arm, c in zip(("first", "second"), censored) if c)
-    if arms:
-        pools += f" ({arms} arm censored: best epoch budget the largest tried)"
+    arms = {(True, False): "first arm", (False, True): "second arm", (True, True): "both arms"}
+    if any(censored):
+        pools += f" (censored: {arms[tuple(censored)]})"
     return f"{name} {value:+.3f} [{interval}]{pools}"
