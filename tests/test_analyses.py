@@ -209,3 +209,16 @@ def test_an_edge_whose_best_budget_is_the_largest_tried_leaves_the_u_undetermine
     table = batch_sweep_claims(runs, evals, hand_made.store, ["m"], 16, "set").set_index("claim")
     assert table.loc[f"{U_SHAPE} (m)", "agrees?"] == "undetermined"
     assert "(censored: second arm)" in table.loc[f"{U_SHAPE} (m)", "measured here"]
+
+
+def test_the_usual_batch_is_measured_per_model_at_one_epoch(hand_made):
+    from repro.analysis.analyses import usual_batch
+    from repro.presets import PRESETS
+
+    for model, losses in (("big", {2: 3.0, 8: 3.1}), ("small", {2: 3.3, 8: 3.1})):
+        for batch, loss in losses.items():
+            hand_made.add(loss, model=model, batch_size=batch, epochs=1)
+    runs, evals = hand_made.frames()
+    # mean over the two sizes: batch 2 at 3.15, batch 8 at 3.1 (no model is tuned over)
+    assert usual_batch(runs, evals, hand_made.store, PRESETS["smoke"]) == 8
+    assert usual_batch(runs, evals, hand_made.store, PRESETS["gpu"]) == 64  # as set

@@ -205,10 +205,11 @@ def _arm(
 
 def usual_batch(runs: pd.DataFrame, evals: pd.DataFrame, store: str | Path, preset) -> int:
     """The preset's usual (one-pass) batch: as set, or measured as the batch with the lowest tuned
-    loss over pools at an epoch budget of 1 (Preset.usual_batch_source)."""
+    loss at an epoch budget of 1, averaged over pools and model sizes
+    (Preset.usual_batch_source)."""
     if preset.one_pass_batch_size:
         return preset.one_pass_batch_size
-    one = tuned(runs[runs["epochs"] == 1], evals, store, ["pool", "batch_size"])
+    one = tuned(runs[runs["epochs"] == 1], evals, store, ["pool", "model", "batch_size"])
     return int(one.groupby("batch_size")["val_loss"].mean().idxmin())
 
 
@@ -257,7 +258,8 @@ def _smaller_batch_claim(runs, evals, store, batches: list[int], usual: int, sou
     paper = "yes (optimum below the one-pass batch, 64 at paper scale)"
     smaller = [b for b in batches if b < usual]
     if not smaller or usual not in batches:
-        measured = f"usual batch {usual} ({source}); no smaller batch in the grid"
+        missing = "no smaller batch" if usual in batches else "the usual batch is not"
+        measured = f"usual batch {usual} ({source}); {missing} in the grid"
         return [claim, paper, measured, "undetermined"]
     diff = compare(
         _arm(runs, evals, store, runs["batch_size"] < usual),
