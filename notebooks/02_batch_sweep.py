@@ -27,8 +27,6 @@ preset = os.environ.get("REPRO_PRESET", "cpu")  # smoke | cpu | gpu-small | gpu 
 workers = None  # parallel runs; default: the preset's
 
 # %%
-from pathlib import Path
-
 from repro.analysis import analyses, figures
 from repro.study import open_study
 
@@ -52,8 +50,7 @@ print(f"{len(runs)} runs over {counts}: {runs['status'].value_counts().to_dict()
 # beyond. A line names every group whose choice sits on the edge of its grid.
 
 # %%
-endpoints = analyses.batch_endpoints(runs, evals, study.store)
-endpoints["pool"] = endpoints["pool"].map(lambda p: Path(p).name)
+endpoints = analyses.pool_names(analyses.batch_endpoints(runs, evals, study.store))
 for _, row in endpoints[endpoints["edge"] != ""].iterrows():
     print(f"grid edge: {row['pool']}, {row['model']}, batch {row['batch_size']}: {row['edge']}")
 columns = ["pool", "model", "batch_size", "lr", "weight_decay", "epochs", "censored"]

@@ -41,7 +41,9 @@ runs02, evals02 = study.sweep(study.batch_sweep_grid())
 original = runs02[runs02["model"] == model], evals02
 original_ends = analyses.batch_endpoints(*original, study.store)
 b_best = int(original_ends.groupby("batch_size")["val_loss"].mean().idxmin())
-original_ends[["pool", "batch_size", "lr", "weight_decay", "epochs", "val_loss"]]
+analyses.pool_names(original_ends)[
+    ["pool", "batch_size", "lr", "weight_decay", "epochs", "val_loss"]
+]
 
 # %% [markdown]
 # ## Epoch orderings: REPEAT vs SHUFFLE vs REPACK

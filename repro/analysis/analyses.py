@@ -180,6 +180,11 @@ def _pool_mean_interval(rows: pd.DataFrame) -> tuple[float, float]:
     return loss.low, loss.high
 
 
+def pool_names(endpoints: pd.DataFrame) -> pd.DataFrame:
+    """`endpoints` with each pool path replaced by its folder name (for display)."""
+    return endpoints.assign(pool=endpoints["pool"].map(lambda path: Path(path).name))
+
+
 def endpoint_curve(evals: pd.DataFrame, endpoint: pd.Series) -> pd.DataFrame:
     """Training and validation curve (per evaluation point) of the run an endpoint chose."""
     return evals[evals["run_id"] == endpoint["run_id"]].sort_values("step")
