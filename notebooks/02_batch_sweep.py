@@ -70,6 +70,17 @@ study.save(fig, "02_best_loss_vs_batch")
 analyses.across_pools(endpoints).round(4)
 
 # %% [markdown]
+# ## Tuned loss per epoch budget
+#
+# lr and weight decay tuned within each budget (mean over pools). Where the largest budget is
+# still the best, the chosen budget is censored: more epochs might still help.
+
+# %%
+budgets = analyses.loss_per_budget(runs, evals, study.store)
+study.save_table(budgets.round(3).reset_index(), "02_loss_per_budget")
+budgets.round(3)
+
+# %% [markdown]
 # ## The tuned optimum per model size
 #
 # In the form of Kim et al.'s table: the batch with the lowest loss over pools, its lr, weight decay

@@ -222,3 +222,15 @@ def test_the_usual_batch_is_measured_per_model_at_one_epoch(hand_made):
     # mean over the two sizes: batch 2 at 3.15, batch 8 at 3.1 (no model is tuned over)
     assert usual_batch(runs, evals, hand_made.store, PRESETS["smoke"]) == 8
     assert usual_batch(runs, evals, hand_made.store, PRESETS["gpu"]) == 64  # as set
+
+
+def test_loss_per_budget_tunes_within_each_budget(hand_made):
+    from repro.analysis.analyses import loss_per_budget
+
+    for pool in POOLS:
+        for epochs, lr, loss in ((4, 1e-3, 3.2), (4, 3e-3, 3.1), (8, 1e-3, 3.0), (8, 3e-3, 3.05)):
+            hand_made.add(loss, pool=pool, epochs=epochs, lr=lr)
+    runs, evals = hand_made.frames()
+    table = loss_per_budget(runs, evals, hand_made.store)
+    assert table.loc[("m", 4), 4] == pytest.approx(3.1, abs=0.01)
+    assert table.loc[("m", 4), 8] == pytest.approx(3.0, abs=0.01)

@@ -190,6 +190,13 @@ def endpoint_curve(evals: pd.DataFrame, endpoint: pd.Series) -> pd.DataFrame:
     return evals[evals["run_id"] == endpoint["run_id"]].sort_values("step")
 
 
+def loss_per_budget(runs: pd.DataFrame, evals: pd.DataFrame, store: str | Path) -> pd.DataFrame:
+    """The tuned loss (nats/token, mean over pools) per model x batch size (rows) and epoch budget
+    (columns), lr and weight decay tuned within each budget: where the budget axis is censored."""
+    ends = batch_endpoints(runs, evals, store, ["epochs"])
+    return ends.pivot_table("val_loss", ["model", "batch_size"], "epochs", aggfunc="mean")
+
+
 def models_by_size(models: list[str], vocab_size: int) -> list[str]:
     """`models` from the largest to the smallest (parameters at `vocab_size`)."""
     params = {row["name"]: row["params"] for row in param_count_table(vocab_size)}
