@@ -112,7 +112,8 @@ def throughput(
         members.append(Member(config, Path("."), model, checkpoint=None))
     engine = build_engine(members, torch.device(device))
     attach_optimizers(members)  # after stacking: over the views
-    batch = torch.randint(0, vocab_size, (micro_batch, seq_len + 1), device=device)
+    # each member its own batch, as in a sweep's stacks
+    batch = torch.randint(0, vocab_size, (stack, micro_batch, seq_len + 1), device=device)
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     if device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()

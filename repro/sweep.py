@@ -52,6 +52,7 @@ from repro.runtime.config import (
 )
 from repro.runtime.files import write_json
 from repro.runtime.loaders import epoch_steps
+from repro.runtime.model import model_config, parameter_count
 from repro.runtime.optim import decay_start_step
 
 FINISHED = ("done", "diverged")
@@ -294,18 +295,37 @@ def longest_first(jobs: list[list[PlannedRun]]) -> list[list[PlannedRun]]:
     return sorted(jobs, key=lambda members: -sum(estimated_cost(p.config) for p in members))
 
 
-def stacks(planned: list[PlannedRun], size: int, max_batch: int = 0) -> list[list[PlannedRun]]:
-    """Runs grouped into stacks of at most `size` that differ only in the STACKABLE fields, in plan
-    order; runs with a batch above `max_batch` sequences (if > 0), which fill the cores alone, stay
-    single."""
+def stacks(
+    planned: list[PlannedRun], size: int, max_batch: int = 0, workers: int = 1
+) -> list[list[PlannedRun]]:
+    """Runs grouped into stacks that may train together (stack_key: one model shape and batch; any
+    pools of one vocabulary, seeds, loaders, epoch budgets, schedules and optimizer settings), of at
+    most `size` runs and of what half this machine's memory holds per worker (member_bytes). The
+    longest runs stack together, so that a stack stays full while it trains. Runs with a batch
+    above `max_batch` sequences (if > 0), which fill the cores alone, stay single."""
     groups: dict[str, list[PlannedRun]] = {}
     for p in planned:
         largest = max(batch_sizes(p.config))
         stackable = size > 1 and not p.config.compile and (not max_batch or largest <= max_batch)
         groups.setdefault(stack_key(p.config) if stackable else p.run_id, []).append(p)
-    return [
-        members[i : i + size] for members in groups.values() for i in range(0, len(members), size)
-    ]
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / (2 * workers)
+    jobs = []
+    for members in groups.values():
+        members = sorted(members, key=lambda p: -estimated_cost(p.config))
+        fits = max(1, min(size, int(memory // member_bytes(members[0].config))))
+        jobs += [members[i : i + fits] for i in range(0, len(members), fits)]
+    return jobs
+
+
+def member_bytes(config: RunConfig) -> int:
+    """Memory of one run in a stack (bytes, float32): weights, gradients and AdamW's two moments
+    (16 bytes a parameter), and the activations one micro-batch keeps for backward (about
+    18 d_model floats a token a layer, and 3 vocab-wide ones a token for the logits)."""
+    vocab = (built_meta(config.pool) or {}).get("vocab_size", config.vocab_size)
+    model = model_config(config.model, vocab, config.tie_embeddings)
+    micro = min(config.micro_batch, config.batch_size) or config.batch_size
+    per_token = 18 * model.d_model * model.n_layers + 3 * vocab
+    return 16 * parameter_count(model) + 4 * micro * config.seq_len * per_token
 
 
 def _gpu_initializer(queue) -> None:
@@ -325,8 +345,8 @@ def run_sweep(
 ) -> SweepResult:
     """Run every missing config of `grid` (or of a list of grids, as one sweep) into `store`;
     returns the outcome counts and the grids' run ids. Several grids may share one store:
-    identical configs are then run once. With stack > 1, up to `stack` configs that differ only in
-    lr and weight decays train at once in one process (repro.runtime.stacked); with
+    identical configs are then run once. With stack > 1, up to `stack` runs of one model shape and
+    batch train at once in one process (repro.runtime.stacked, `stacks`); with
     max_stacked_batch > 0, only runs with batches up to that many sequences. The longest jobs start
     first (estimated_cost)."""
     if workers < 1:
@@ -360,7 +380,7 @@ def run_sweep(
             run = _executor(executor, workers, slurm, store)
             jobs = [
                 (str(store), [(p.run_id, config_record(p.config)) for p in members], retry_failed)
-                for members in longest_first(stacks(todo, stack, max_stacked_batch))
+                for members in longest_first(stacks(todo, stack, max_stacked_batch, workers))
             ]
             for job_outcomes in run(jobs):
                 for rid, outcome in job_outcomes.items():

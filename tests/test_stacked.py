@@ -7,6 +7,7 @@ from dataclasses import asdict, replace
 import pytest
 import torch
 
+from repro.data.build import PoolSpec, build_pool
 from repro.data.pool import load_pool
 from repro.errors import ReproError
 from repro.runtime.config import make_run_config
@@ -30,6 +31,31 @@ CONFIGS = [
     dict(lr=3e-3, weight_decay=1.0, embedding_weight_decay=0.1),
     dict(lr=1e-2, weight_decay=0.0),
 ]
+
+
+# members that differ in everything a stack allows: pool, seed, loader, epoch budget, schedule,
+# evaluation points, optimizer; the 1-epoch member leaves the stack halfway
+WIDE = [
+    dict(lr=1e-3, weight_decay=0.1),
+    dict(lr=3e-3, seed=1, loader="shuffle", epochs=1, embedding_weight_decay=0.1),
+    dict(lr=1e-2, loader="repeat", schedule="wsd", eval_every=1.0, min_lr_ratio=0.1),
+    dict(lr=2e-3, epochs=3, warmup=0.1, pool="other"),
+]
+
+
+@pytest.fixture(scope="module")
+def other_pool(tmp_path_factory):
+    """A second pool of the same vocabulary (300) but other documents and size."""
+    spec = PoolSpec(source="synthetic", tokens=12_000, val_tokens=3_000, vocab_size=300, seed=7)
+    return build_pool(spec, tmp_path_factory.mktemp("pools") / "other", progress=False)
+
+
+def _wide_configs(synthetic_pool, other_pool):
+    pools = {"other": str(other_pool)}
+    return [
+        make_run_config(BASE | c | {"pool": pools.get(c.get("pool"), str(synthetic_pool))})
+        for c in WIDE
+    ]
 
 
 def _metrics(run):
@@ -137,9 +163,7 @@ def test_stack_rejects_configs_of_different_shape(synthetic_pool, tmp_path):
         make_run_config(BASE | {"pool": str(synthetic_pool)}),
         make_run_config(BASE | {"pool": str(synthetic_pool), "batch_size": 8}),
     ]
-    with pytest.raises(
-        ReproError, match="may differ only in lr, weight_decay, embedding_weight_decay"
-    ):
+    with pytest.raises(ReproError, match="stacked runs differ in batch_size, which must agree"):
         train_stacked(configs, [tmp_path / "a", tmp_path / "b"], progress=False)
 
 
@@ -162,7 +186,7 @@ def test_sweep_with_stacks_equals_sweep_without(synthetic_pool, tmp_path):
         _assert_same_run(tmp_path / "plain" / p.run_id, tmp_path / "stacked" / p.run_id)
 
 
-def test_stacks_leave_compiled_and_large_schedule_runs_single(synthetic_pool, tmp_path):
+def test_stacks_leave_compiled_and_batch_schedule_runs_single(synthetic_pool, tmp_path):
     grid = {
         "fixed": BASE | {"pool": str(synthetic_pool)},
         "axes": {"lr": [1e-3, 1e-2], "compile": [False, True]},
@@ -176,11 +200,11 @@ def test_stacks_leave_compiled_and_large_schedule_runs_single(synthetic_pool, tm
         "fixed": BASE | {"pool": str(synthetic_pool), "batch_schedule": "0:2,0.5:8"},
         "axes": {"lr": [1e-3, 1e-2]},
     }
-    assert [len(g) for g in stacks(plan_grid(grid, tmp_path), 6, max_batch=4)] == [
-        1,
-        1,
-    ]  # the schedule reaches batch 8
-    assert [len(g) for g in stacks(plan_grid(grid, tmp_path), 6, max_batch=8)] == [2]
+    for max_batch in (4, 8):  # a batch schedule changes the batch with the epochs: always alone
+        assert [len(g) for g in stacks(plan_grid(grid, tmp_path), 6, max_batch)] == [1, 1]
+    configs = [p.config for p in plan_grid(grid, tmp_path)]
+    with pytest.raises(ReproError, match="a batch_schedule trains alone"):
+        train_stacked(configs, [tmp_path / "a", tmp_path / "b"], progress=False)
     wsd = {
         "fixed": BASE
         | {
@@ -235,3 +259,67 @@ def test_a_runs_bits_do_not_depend_on_the_thread_count(synthetic_pool, tmp_path)
             progress=False,
         )
     _assert_same_run(tmp_path / "t1", tmp_path / "t2")
+
+
+def test_a_wide_stack_equals_separate_runs(synthetic_pool, other_pool, tmp_path):
+    configs = _wide_configs(synthetic_pool, other_pool)
+    outs = [tmp_path / f"stacked{i}" for i in range(len(configs))]
+    statuses = train_stacked(configs, outs, progress=False)
+    assert [s["status"] for s in statuses] == ["done"] * len(configs)
+    assert len({s["total_steps"] for s in statuses}) == 3  # 1, 2 and 3 epochs of two pools
+    for i, config in enumerate(configs):
+        train(config, tmp_path / f"alone{i}", progress=False)
+        _assert_same_run(tmp_path / f"alone{i}", outs[i])
+
+
+def test_a_killed_wide_stack_resumes_exactly(synthetic_pool, other_pool, tmp_path, monkeypatch):
+    import repro.runtime.train
+
+    configs = _wide_configs(synthetic_pool, other_pool)
+    straight = [tmp_path / f"a{i}" for i in range(len(configs))]
+    killed = [tmp_path / f"k{i}" for i in range(len(configs))]
+    train_stacked(configs, straight, progress=False)
+    evaluate, calls = repro.runtime.train.evaluate, []
+
+    def evaluate_then_die(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 7:
+            raise KeyboardInterrupt
+        return evaluate(*args, **kwargs)
+
+    monkeypatch.setattr(repro.runtime.train, "evaluate", evaluate_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        train_stacked(configs, killed, progress=False)
+    monkeypatch.setattr(repro.runtime.train, "evaluate", evaluate)
+    steps = {
+        torch.load(k / "checkpoint.pt", weights_only=True)["step"]
+        if (k / "checkpoint.pt").exists()
+        else 0
+        for k in killed
+    }
+    assert len(steps) > 2  # the members resume from different steps, in one stack
+    train_stacked(configs, killed, progress=False)
+    for a, b in zip(straight, killed):
+        _assert_same_run(a, b)
+
+
+def test_the_planner_stacks_across_pools_seeds_and_budgets(synthetic_pool, other_pool, tmp_path):
+    grid = {
+        "fixed": BASE | {"epochs": 1},
+        "axes": {
+            "pool": [str(synthetic_pool), str(other_pool)],
+            "seed": [0, 1],
+            "epochs": [1, 2],
+            "batch_size": [2, 4],
+        },
+    }
+    groups = stacks(plan_grid(grid, tmp_path), 8)
+    assert sorted(len(g) for g in groups) == [8, 8]  # one stack per batch size
+    assert all(len({p.config.batch_size for p in g}) == 1 for g in groups)
+    third = PoolSpec(source="synthetic", tokens=12_000, val_tokens=3_000, vocab_size=320)
+    other_vocab = build_pool(third, tmp_path / "vocab320", progress=False)
+    grid["axes"]["pool"].append(str(other_vocab))
+    assert sorted(len(g) for g in stacks(plan_grid(grid, tmp_path), 8)) == [4, 4, 8, 8]
+    configs = [make_run_config(BASE | {"pool": str(p)}) for p in (synthetic_pool, other_vocab)]
+    with pytest.raises(ReproError, match="stacked runs differ in vocab, which must agree"):
+        train_stacked(configs, [tmp_path / "a", tmp_path / "b"], progress=False)

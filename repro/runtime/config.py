@@ -217,16 +217,40 @@ def run_identity(config: RunConfig) -> dict:
     return fields
 
 
-STACKABLE = ("lr", "weight_decay", "embedding_weight_decay")
-"""Run fields that may differ between the members of a stack (train_stacked); all others must
-agree."""
+STACKABLE = (
+    "pool",
+    "loader",
+    "seed",
+    "epochs",
+    "schedule",
+    "warmup",
+    "warmup_steps",
+    "min_lr_ratio",
+    "decay_fraction",
+    "decay_shape",
+    "eval_every",
+    "log_every",
+    "save_steps",
+    "init_from",
+    "lr",
+    "weight_decay",
+    "embedding_weight_decay",
+)
+"""Run fields that may differ between the members of a stack (train_stacked): each member keeps
+its own data, schedule, optimizer and evaluations; the rest (the model's shape, the batch and its
+micro-batches, the device) must agree, and so must the pools' vocabulary size."""
 
 
 def stack_key(config: RunConfig) -> str:
-    """Runs with equal keys can train as one stack: same pool, shape, data order and schedule."""
-    return json.dumps(
-        {k: v for k, v in run_identity(config).items() if k not in STACKABLE}, sort_keys=True
-    )
+    """Runs with equal keys can train as one stack: the same model shape and batch (a run with a
+    batch_schedule, whose batch changes with its epochs, trains alone)."""
+    identity = run_identity(config)
+    if config.batch_schedule:
+        return json.dumps(identity, sort_keys=True)
+    key = {k: v for k, v in identity.items() if k not in STACKABLE}
+    meta = built_meta(config.pool) if config.pool else None
+    key["vocab"] = meta["vocab_size"] if meta else None
+    return json.dumps(key, sort_keys=True)
 
 
 # --- validation before any compute ------------------------------------------------------------

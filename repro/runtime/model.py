@@ -251,8 +251,9 @@ class Transformer(nn.Module):
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """tokens: LongTensor [B, T] with T <= max_seq_len -> logits FloatTensor [B, T, vocab_size];
-        with stacked parameters (functional_call), logits [K, B, T, vocab_size] of K configs."""
-        T = tokens.shape[1]
+        with stacked parameters (functional_call), tokens [K, B, T] -> logits [K, B, T, vocab_size]
+        of K models, each on its own tokens."""
+        T = tokens.shape[-1]
         if T > self.config.max_seq_len:
             raise ValueError(f"sequence length {T} exceeds max_seq_len={self.config.max_seq_len}")
         embedding = self.tok_embeddings.weight
@@ -287,13 +288,17 @@ def _non_embedding_params(config: ModelConfig) -> int:
     return config.n_layers * (attention + mlp + norms) + d
 
 
+def parameter_count(config: ModelConfig) -> int:
+    """Parameters of a model of this config (one matrix if tied), computed from the shape."""
+    embeddings = (1 if config.tie_embeddings else 2) * config.vocab_size * config.d_model
+    return _non_embedding_params(config) + embeddings
+
+
 def param_count_table(vocab_size: int) -> list[dict]:
     """One row per entry of SIZES with shape and parameter counts (computed arithmetically)."""
     rows = []
     for name, shape in SIZES.items():
         config = model_config(name, vocab_size)
-        non_embedding = _non_embedding_params(config)
-        embedding = vocab_size * shape.d_model
         rows.append(
             {
                 "name": name,
@@ -302,9 +307,9 @@ def param_count_table(vocab_size: int) -> list[dict]:
                 "n_heads": shape.n_heads,
                 "n_kv_heads": shape.n_kv_heads,
                 "d_ff": shape.d_ff,
-                "params": non_embedding + 2 * embedding,
-                "params_tied": non_embedding + embedding,
-                "params_non_embedding": non_embedding,
+                "params": parameter_count(config),
+                "params_tied": parameter_count(model_config(name, vocab_size, True)),
+                "params_non_embedding": _non_embedding_params(config),
             }
         )
     return rows

@@ -45,7 +45,6 @@ from tqdm.auto import tqdm
 from repro.data.pool import Pool, load_pool, packed_sequences
 from repro.errors import ReproError
 from repro.runtime.config import (
-    STACKABLE,
     RunConfig,
     batch_sizes,
     check_fields,
@@ -192,22 +191,9 @@ def train_stacked(
     outs = [Path(o) for o in outs]
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
-    if not configs or len(configs) != len(outs):
-        raise ReproError("train_stacked needs one output directory per config")
-    for config in configs:
-        if not config.pool:
-            raise ReproError("no pool given; pass --pool DIR or pool=DIR")
-    if len(configs) > 1:
-        if len({stack_key(c) for c in configs}) > 1:
-            raise ReproError(f"stacked runs may differ only in {', '.join(STACKABLE)}")
-        if world_size > 1 or configs[0].compile:
-            raise ReproError(
-                "stacked runs train in one process without torch.compile; run them one by one"
-            )
-    pool = load_pool(configs[0].pool)
-    loader = check_config(configs[0], pool, world_size)
-    for config in configs[1:]:
-        check_config(config, pool, world_size)
+    _check_stack(configs, outs, world_size)
+    pools = {c.pool: load_pool(c.pool) for c in configs}
+    loaders = [check_config(c, pools[c.pool], world_size) for c in configs]
     finished = {i: _finished_status(c, o) for i, (c, o) in enumerate(zip(configs, outs))}
     todo = [i for i, status in finished.items() if status is None]
     if not todo:
@@ -219,15 +205,11 @@ def train_stacked(
             outs[i].mkdir(parents=True, exist_ok=True)
             write_json(outs[i] / "config.json", config_record(configs[i]))
     try:
-        opened = [_open_member(configs[i], outs[i], pool, device, rank) for i in todo]
-        members = _rejoin(opened, pool, device, rank)
-        by_step: dict[int, list[Member]] = {}
-        # members resumed from different checkpoints train as separate stacks
-        for member in members:
-            by_step.setdefault(member.step, []).append(member)
-        finals: dict[Path, dict] = {}
-        for group in by_step.values():
-            finals |= _run(group, pool, loader, device, rank, world_size, progress)
+        members = [
+            _open_member(configs[i], outs[i], pools[configs[i].pool], loaders[i], device, rank)
+            for i in todo
+        ]
+        finals = _run(members, device, rank, world_size, progress)
     except Exception as exc:
         if rank == 0:
             for i in todo:
@@ -240,17 +222,26 @@ def train_stacked(
     return [finished[i] or finals[outs[i]] for i in range(len(configs))]
 
 
-def _rejoin(members: list[Member], pool: Pool, device: torch.device, rank: int) -> list[Member]:
-    """Members a kill left one evaluation ahead of the others (it fell between their checkpoint
-    writes) go back to their previous checkpoint, or their start, if that is at the others' step:
-    the stack then trains as one, exactly as uninterrupted."""
-    lowest = min(m.step for m in members)
-    return [
-        m
-        if m.step == lowest
-        else _open_member(m.config, m.out, pool, device, rank, at_step=lowest) or m
-        for m in members
-    ]
+def _check_stack(configs: list[RunConfig], outs: list[Path], world_size: int) -> None:
+    """A one-line ReproError for runs that cannot train together."""
+    if not configs or len(configs) != len(outs):
+        raise ReproError("train_stacked needs one output directory per config")
+    for config in configs:
+        if not config.pool:
+            raise ReproError("no pool given; pass --pool DIR or pool=DIR")
+    if len(configs) == 1:
+        return
+    keys = [json.loads(stack_key(c)) for c in configs]
+    differ = sorted({k for key in keys for k in key if key.get(k) != keys[0].get(k)})
+    if differ:
+        raise ReproError(
+            f"stacked runs differ in {', '.join(differ)}, which must agree (a run with a "
+            "batch_schedule trains alone); run them apart"
+        )
+    if world_size > 1 or configs[0].compile:
+        raise ReproError(
+            "stacked runs train in one process without torch.compile; run them one by one"
+        )
 
 
 def _device(config: RunConfig, world_size: int) -> torch.device:
@@ -308,6 +299,8 @@ class Member:
     out: Path
     model: Transformer
     checkpoint: dict | None  # loaded state to continue from; consumed once the optimizer exists
+    loader: EpochLoader | None = None  # its training data (None: a benchmark feeds batches)
+    timeline: _Timeline | None = None
     optimizer: torch.optim.Optimizer | None = None
     step: int = 0
     wall_offset: float = 0.0
@@ -333,23 +326,21 @@ def _open_member(
     config: RunConfig,
     out: Path,
     pool: Pool,
+    loader: EpochLoader,
     device: torch.device,
     rank: int,
-    at_step: int | None = None,
-) -> Member | None:
-    """Build the run's model (seeded) and load its checkpoint, or the trunk's for a WSD branch.
-    With `at_step`, only a start at that step (its own checkpoint, the trunk's, or at 0 none);
-    None if it has none."""
+    world_size: int = 1,
+) -> Member:
+    """Build the run's model (seeded) and load its checkpoint, or the trunk's for a WSD branch."""
     torch.manual_seed(config.seed)
     model = Transformer(model_config(config.model, pool.vocab_size, config.tie_embeddings)).to(
         device
     )
-    member = Member(config, out, model, None)
-    found = _own_checkpoint(out, model, device, rank, at_step)
+    timeline = _timeline(config, pool, loader, world_size)
+    member = Member(config, out, model, None, loader, timeline)
+    found = _own_checkpoint(out, model, device, rank)
     if found is None and config.init_from:
         found = _trunk_checkpoint(Path(config.init_from), model, device)
-    if at_step is not None and at_step != (found[1]["step"] if found else 0):
-        return None
     if found is None:
         if rank == 0:
             (out / "metrics.jsonl").write_text("")
@@ -411,11 +402,10 @@ def _read_checkpoint(path: Path, model: Transformer, device: torch.device) -> di
 
 
 def _own_checkpoint(
-    out: Path, model: Transformer, device: torch.device, rank: int, at_step: int | None = None
+    out: Path, model: Transformer, device: torch.device, rank: int
 ) -> tuple[Path, dict] | None:
-    """The run's checkpoint to resume from: checkpoint.pt, else the previous one (saying so); with
-    `at_step`, the one at that step. None if there is none; a one-line ReproError naming the files
-    to remove if none is usable."""
+    """The run's checkpoint to resume from: checkpoint.pt, else the previous one (saying so). None
+    if there is none; a one-line ReproError naming the files to remove if none is usable."""
     paths = [p for p in (out / LATEST, out / PREVIOUS) if p.exists()]
     problems = []
     for path in paths:
@@ -424,11 +414,10 @@ def _own_checkpoint(
         except ReproError as exc:
             problems.append(str(exc))
             continue
-        if at_step is None or ckpt["step"] == at_step:
-            if problems and rank == 0:
-                print(f"repro: {problems[0]}; resuming from {path}", file=sys.stderr)
-            return path, ckpt
-    if paths and len(problems) == len(paths):
+        if problems and rank == 0:
+            print(f"repro: {problems[0]}; resuming from {path}", file=sys.stderr)
+        return path, ckpt
+    if problems:
         remove = " and ".join(str(p) for p in paths)
         raise ReproError(f"{'; '.join(problems)}; remove {remove} to start this run over")
     return None
@@ -504,7 +493,7 @@ class Engine:
     stack of K models (repro.runtime.stacked); `noise_hook` collects each rank's gradient norm
     under DDP."""
 
-    forward: Callable[[torch.Tensor], torch.Tensor]  # tokens [B, T] -> logits [K, B, T, vocab]
+    forward: Callable[[torch.Tensor], torch.Tensor]  # tokens [K, B, T] -> logits [K, B, T, vocab]
     train_model: torch.nn.Module | None  # the single model as trained (DDP's no_sync lives here)
     stack: StackedForward | None
     noise_hook: dict | None
@@ -545,7 +534,7 @@ def build_engine(
         train_model = torch.compile(train_model)
 
     def forward(tokens: torch.Tensor) -> torch.Tensor:
-        return train_model(tokens)[None]
+        return train_model(tokens[0])[None]
 
     return Engine(forward, train_model, None, noise_hook, autocast, device, rank, world_size)
 
@@ -599,7 +588,8 @@ def _forward_backward(
     micro: int,
     n_micro: int,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Accumulate the gradients of `batch` (this rank's sequences) over its micro-batches; returns
+    """Accumulate the gradients of `batch` ([members, B, T + 1]: each member's share of its global
+    batch on this rank) over its micro-batches; returns
     the step's training loss per member and, with noise_scale, the mean squared gradient norm of
     the small batches (micro-batches, or ranks under DDP) per member."""
     world_size = engine.world_size
@@ -611,11 +601,11 @@ def _forward_backward(
         else None
     )
     for m in range(n_micro):
-        chunk = batch[m * micro : (m + 1) * micro]
+        chunk = batch[:, m * micro : (m + 1) * micro]
         sync = world_size == 1 or m == n_micro - 1
         with nullcontext() if sync else engine.train_model.no_sync(), engine.autocast:
-            logits = engine.forward(chunk[:, :-1])  # [members, B, T, vocab]
-            loss = _member_losses(logits, chunk[:, 1:], len(active)) / n_micro
+            logits = engine.forward(chunk[..., :-1])  # [members, B, T, vocab]
+            loss = _member_losses(logits, chunk[..., 1:]) / n_micro
         loss.sum().backward()
         step_loss += loss.detach()
         if micro_norms is not None:
@@ -642,22 +632,26 @@ def training_step(
     n_micro: int,
     batch_size: int,
 ) -> torch.Tensor:
-    """One optimizer step of the active members on `batch` (this rank's share of a global batch of
-    `batch_size` sequences, in `n_micro` micro-batches of `micro`): forward and backward, the
-    noise-scale EMA, clipping and AdamW. Returns the step's training loss per member."""
+    """One optimizer step of the active members on `batch` ([members, B, T + 1]: each member's
+    share on this rank of its global batch of `batch_size` sequences, in `n_micro` micro-batches of
+    `micro`): forward and backward, the noise-scale EMA, clipping and AdamW. Returns the step's
+    training loss per member."""
     losses, small_sq = _forward_backward(engine, active, batch, micro, n_micro)
     b_small = batch_size // engine.world_size if engine.noise_hook is not None else micro
     _optimizer_steps(active, small_sq, b_small, batch_size)
     return losses
 
 
-def _member_losses(logits: torch.Tensor, targets: torch.Tensor, k: int) -> torch.Tensor:
-    """Mean cross-entropy per member: logits [K, B, T, vocab], targets [B, T] -> [K]. Each member's
-    loss is reduced on its own, exactly as a run alone reduces it, so that a run's bits do not
-    depend on the stack it trains in."""
-    flat = logits.float().reshape(k, -1, logits.shape[-1])
-    targets = targets.reshape(-1)
-    return torch.stack([F.cross_entropy(flat[j], targets) for j in range(k)])
+def _member_losses(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy per member: logits [K, B, T, vocab], targets [K, B, T] -> [K]. Each
+    member's loss is reduced on its own, exactly as a run alone reduces it, so that a run's bits do
+    not depend on the stack it trains in."""
+    k = logits.shape[0]
+    # unbind, not indexing: its backward stacks the K gradients (indexing would zero-fill a
+    # [K, B, T, vocab] gradient per member)
+    flat = logits.float().reshape(k, -1, logits.shape[-1]).unbind(0)
+    targets = targets.reshape(k, -1).unbind(0)
+    return torch.stack([F.cross_entropy(f, t) for f, t in zip(flat, targets)])
 
 
 def _optimizer_steps(
@@ -682,13 +676,11 @@ def _progress(config: RunConfig, step: int, steps: EpochSteps) -> dict:
     }
 
 
-def _step_record(
-    member: Member, step: int, steps: EpochSteps, lr: float, batch_size: int, loss: float
-) -> dict:
-    """The metrics line of `member` after `step` (before any evaluation); updates its running
+def _step_record(member: Member, lr: float, batch_size: int, loss: float) -> dict:
+    """The metrics line of `member` after its step (before any evaluation); updates its running
     training loss (the mean since the last evaluation)."""
     config = member.config
-    record = _progress(config, step, steps) | {"lr": lr}
+    record = _progress(config, member.step, member.timeline.steps) | {"lr": lr}
     if config.batch_schedule:
         record["step_batch"] = batch_size
     if config.noise_scale:
@@ -700,11 +692,9 @@ def _step_record(
     return record | {"train_loss": member.loss_sum / member.loss_steps}
 
 
-def _evaluate_member(
-    member: Member, record: dict, step: int, timeline: _Timeline, engine: Engine
-) -> bool:
+def _evaluate_member(member: Member, record: dict, engine: Engine) -> bool:
     """Validation loss into `record` and the member's best; returns whether it diverged."""
-    e, model = engine, member.model
+    e, model, step, timeline = engine, member.model, member.step, member.timeline
     val = timeline.val_sequences, timeline.eval_batch
     val_loss, per_doc = evaluate(
         model, *val, e.device, e.autocast, e.rank, e.world_size, timeline.val_documents
@@ -734,13 +724,12 @@ def _save_document_losses(out: Path, step: int, per_doc: np.ndarray, timeline: _
         np.save(f, np.pad(per_doc, (0, n - len(per_doc))))
 
 
-def _after_step(
-    member: Member, record: dict, step: int, timeline: _Timeline, engine: Engine
-) -> bool:
+def _after_step(member: Member, record: dict, engine: Engine) -> bool:
     """Evaluate, log and checkpoint `member` as its timeline says; returns whether it diverged."""
+    step, timeline = member.step, member.timeline
     diverged = record.get("diverged", False)
     if step in timeline.eval_steps and not diverged:
-        diverged = _evaluate_member(member, record, step, timeline, engine)
+        diverged = _evaluate_member(member, record, engine)
     log_every, rank = member.config.log_every, engine.rank
     if rank == 0 and (diverged or "val_loss" in record or (log_every and step % log_every == 0)):
         member.log(record | {"wall_s": record.get("wall_s", member.wall_s())})
@@ -761,15 +750,14 @@ def _after_step(
     return False
 
 
-def _final_status(
-    member: Member, status: str, step: int, timeline: _Timeline, n_members: int, rank: int
-) -> dict:
+def _final_status(member: Member, status: str, n_members: int, rank: int) -> dict:
     """The member's status.json (written by rank 0), also returned."""
+    steps = member.timeline.steps
     final = {
         "status": status,
-        "step": step,
-        "total_steps": timeline.steps.total_steps,
-        "steps_per_epoch": timeline.steps.steps_by_epoch[0],
+        "step": member.step,
+        "total_steps": steps.total_steps,
+        "steps_per_epoch": steps.steps_by_epoch[0],
         "wall_s": member.wall_s(),
         "stacked": n_members,
         **member.best,
@@ -780,72 +768,78 @@ def _final_status(
     return final
 
 
-def _mark_running(members: list[Member], step: int, steps: EpochSteps, rank: int) -> None:
+def _mark_running(members: list[Member], rank: int) -> None:
     """status.json says running (rank 0); each member's wall clock starts (resumed time kept)."""
     for member in members:
+        steps = member.timeline.steps
         if rank == 0:
-            running = _running_status(_progress(member.config, step, steps), steps.total_steps)
+            where = _progress(member.config, member.step, steps)
+            running = _running_status(where, steps.total_steps)
             write_json(member.out / "status.json", running)
         member.started = time.perf_counter() - member.wall_offset
 
 
-def _set_lr(active: list[Member], multiplier: float) -> None:
-    """Each member's lr: its peak lr times the schedule's (and the batch schedule's) multiplier."""
+def _next_batch(
+    active: list[Member], rank: int, world_size: int, device: torch.device
+) -> tuple[torch.Tensor, int]:
+    """Each active member's next batch on this rank ([members, B, T + 1]) and the global batch size
+    (sequences; equal in a stack); sets each member's lr for the step."""
+    rows = []
     for member in active:
+        steps, total = member.timeline.steps, member.timeline.steps.total_steps
+        epoch, step_in_epoch, batch_size = steps.locate(member.step)
+        multiplier = lr_multiplier(member.timeline.schedule, member.step, total)
+        multiplier *= math.sqrt(batch_size / member.config.batch_size)
         for group in member.optimizer.param_groups:
             group["lr"] = member.config.lr * multiplier
+        per_rank = batch_size // world_size
+        sequences = member.loader.sequences(epoch, step_in_epoch * batch_size, batch_size)
+        rows.append(sequences[rank * per_rank : (rank + 1) * per_rank])
+    return torch.from_numpy(np.stack(rows)).to(device), batch_size
 
 
 def _run(
-    members: list[Member],
-    pool: Pool,
-    loader: EpochLoader,
-    device: torch.device,
-    rank: int,
-    world_size: int,
-    progress: bool,
+    members: list[Member], device: torch.device, rank: int, world_size: int, progress: bool
 ) -> dict[Path, dict]:
-    """Train the members (same shape, data order and schedule; all at the same step) to the end;
-    returns each member's final status by run directory (on every rank)."""
-    config, step = members[0].config, members[0].step
+    """Train the members (one model shape and batch; each with its own data, schedule and length,
+    each from its own step) to their ends; returns each member's final status by run directory (on
+    every rank). A member that ends or diverges leaves the stack; the others go on."""
     engine = build_engine(members, device, rank, world_size)
     attach_optimizers(members)
-    timeline = _timeline(config, pool, loader, world_size)
-    steps, total_steps = timeline.steps, timeline.steps.total_steps
-    _mark_running(members, step, steps, rank)
+    _mark_running(members, rank)
     finals: dict[Path, dict] = {}
     active = list(members)
+
+    def leave(member: Member, status: str) -> None:
+        finals[member.out] = _final_status(member, status, len(members), rank)
+        active.remove(member)
+        if engine.stack is not None:
+            engine.stack.drop(member.model)
+
+    for member in [m for m in members if m.step >= m.timeline.steps.total_steps]:
+        leave(member, "done")
     name = members[0].out.name + (f" +{len(members) - 1}" if len(members) > 1 else "")
-    show = progress and rank == 0
     bar = tqdm(
-        total=total_steps, initial=step, desc=name, unit="step", disable=not show, leave=False
+        total=sum(m.timeline.steps.total_steps for m in members),
+        initial=sum(m.step for m in members),
+        desc=name,
+        unit="step",
+        disable=not (progress and rank == 0),
+        leave=False,
     )
-    while step < total_steps and active:
-        epoch, step_in_epoch, batch_size = steps.locate(step)
-        per_rank = batch_size // world_size
-        micro, n_micro = micro_batches(config, batch_size, world_size)
-        multiplier = lr_multiplier(timeline.schedule, step, total_steps)
-        multiplier *= math.sqrt(batch_size / config.batch_size)
-        _set_lr(active, multiplier)
-        rows = loader.sequences(epoch, step_in_epoch * batch_size, batch_size)
-        batch = torch.from_numpy(rows[rank * per_rank : (rank + 1) * per_rank]).to(device)
+    while active:
+        batch, batch_size = _next_batch(active, rank, world_size, device)
+        micro, n_micro = micro_batches(active[0].config, batch_size, world_size)
         losses = training_step(engine, active, batch, micro, n_micro, batch_size)
-        step += 1
-        bar.update()
+        bar.update(len(active))
         for member, loss in zip(list(active), losses.tolist()):
-            record = _step_record(
-                member, step, steps, member.config.lr * multiplier, batch_size, loss
-            )
-            if _after_step(member, record, step, timeline, engine):
-                finals[member.out] = _final_status(
-                    member, "diverged", step, timeline, len(members), rank
-                )
-                active.remove(member)
-                if engine.stack is not None:
-                    engine.stack.drop(members.index(member))
+            member.step += 1
+            lr = member.optimizer.param_groups[0]["lr"]
+            if _after_step(member, _step_record(member, lr, batch_size, loss), engine):
+                leave(member, "diverged")
+            elif member.step == member.timeline.steps.total_steps:
+                leave(member, "done")
         if len(members) == 1:
             bar.set_postfix(val=f"{members[0].best['best_val_loss'] or float('nan'):.3f}")
     bar.close()
-    for member in active:
-        finals[member.out] = _final_status(member, "done", step, timeline, len(members), rank)
     return finals
