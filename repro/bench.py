@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -97,12 +98,14 @@ def throughput(
     peak_flops: float | None = None,
     stack: int = 1,
     compile: bool = False,
+    bf16: bool = False,
 ) -> dict:
     """Training tokens/s of one model size through the trainer's own step
     (repro.runtime.train.training_step: forward, backward, clipping and AdamW; float32 on CPU,
-    bf16 autocast on CUDA). With stack = K, K configs of the size train at once
-    (repro.runtime.stacked) and tokens/s counts all K. With `peak_flops` (FLOP/s, measured in the
-    same run), also model FLOPs utilisation: flops_per_token * tokens/s / peak_flops."""
+    bf16 autocast on CUDA, and on CPU too with `bf16`). With stack = K, K configs of the size train
+    at once (repro.runtime.stacked) and tokens/s counts all K. With `peak_flops` (FLOP/s, measured
+    in the same run), also model FLOPs utilisation: flops_per_token * tokens/s / peak_flops.
+    first_step_s is the first step's seconds (with `compile`, mostly compilation)."""
     members = []
     for k in range(stack):
         torch.manual_seed(k)
@@ -111,6 +114,8 @@ def throughput(
         config = make_run_config(fields | {"lr": 1e-3 * (k + 1), "device": device})
         members.append(Member(config, Path("."), model, checkpoint=None))
     engine = build_engine(members, torch.device(device))
+    if bf16:
+        engine.autocast = torch.autocast(torch.device(device).type, dtype=torch.bfloat16)
     attach_optimizers(members)  # after stacking: over the views
     # each member its own batch, as in a sweep's stacks
     batch = torch.randint(0, vocab_size, (stack, micro_batch, seq_len + 1), device=device)
@@ -118,10 +123,13 @@ def throughput(
     if device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
     for i in range(warmup + steps):
-        if i == warmup:
+        if i in (0, warmup):
             sync()
             t0 = time.perf_counter()
         training_step(engine, members, batch, micro_batch, 1, micro_batch)
+        if i == 0:
+            sync()
+            first_step_s = time.perf_counter() - t0
     sync()
     elapsed = time.perf_counter() - t0
     tokens_per_s = stack * steps * micro_batch * seq_len / elapsed
@@ -134,7 +142,9 @@ def throughput(
         "stack": stack,
         "device": device,
         "compile": compile,
+        "bf16": bf16,
         "threads": torch.get_num_threads(),
+        "first_step_s": first_step_s,
         "step_s": elapsed / steps,
         "tokens_per_s": tokens_per_s,
         "model_flops_per_s": model_flops,
@@ -148,56 +158,119 @@ def stacked_vs_sequential(
     vocab_size: int,
     seq_len: int,
     batch_sizes: list[int],
-    stack: int,
+    stacks: list[int],
     threads: list[int],
     rounds: int = 3,
 ) -> list[dict]:
-    """Aggregate training tokens/s of K = `stack` configs run one after another (a single run's
-    tokens/s) against the K trained as one stack, per batch size and thread count. The two are
-    measured alternately, `rounds` times, and the medians kept; MFU against the matmul peak measured
-    at the same thread count in the same run."""
+    """Training tokens/s of runs one after another (a single run's tokens/s) against K runs trained
+    as one stack, each on its own batch as in a sweep, for each K in `stacks`, batch size and
+    thread count. Sequential and stacks are measured alternately, `rounds` times, and the medians
+    kept; MFU against the matmul peak measured at the same thread count in the same run."""
     rows = []
     for n_threads in threads:
         torch.set_num_threads(n_threads)
         peak = peak_matmul_flops()
         for batch_size in batch_sizes:
-            alone, stacked = [], []
+            measured: dict[int, list[dict]] = {k: [] for k in [1, *stacks]}
             for _ in range(rounds):
-                alone.append(
-                    throughput(
-                        size, vocab_size, seq_len, batch_size, steps=6, warmup=2, peak_flops=peak
+                for k in measured:
+                    measured[k].append(
+                        throughput(
+                            size, vocab_size, seq_len, batch_size, 6, 2, peak_flops=peak, stack=k
+                        )
                     )
-                )
-                stacked.append(
-                    throughput(
-                        size,
-                        vocab_size,
-                        seq_len,
-                        batch_size,
-                        steps=6,
-                        warmup=2,
-                        peak_flops=peak,
-                        stack=stack,
-                    )
-                )
-            a = sorted(alone, key=lambda r: r["tokens_per_s"])[rounds // 2]
-            b = sorted(stacked, key=lambda r: r["tokens_per_s"])[rounds // 2]
-            rows.append(
+            median = {
+                k: sorted(runs, key=lambda r: r["tokens_per_s"])[rounds // 2]
+                for k, runs in measured.items()
+            }
+            rows += [
                 {
                     "model": size,
                     "seq_len": seq_len,
                     "batch_size": batch_size,
-                    "stack": stack,
+                    "stack": k,
                     "threads": n_threads,
                     "peak_matmul_flops_per_s": peak,
-                    "sequential_tokens_per_s": a["tokens_per_s"],
-                    "sequential_mfu": a["mfu"],
-                    "stacked_tokens_per_s": b["tokens_per_s"],
-                    "stacked_mfu": b["mfu"],
-                    "speedup": b["tokens_per_s"] / a["tokens_per_s"],
+                    "sequential_tokens_per_s": median[1]["tokens_per_s"],
+                    "sequential_mfu": median[1]["mfu"],
+                    "stacked_tokens_per_s": median[k]["tokens_per_s"],
+                    "stacked_mfu": median[k]["mfu"],
+                    "speedup": median[k]["tokens_per_s"] / median[1]["tokens_per_s"],
                 }
-            )
+                for k in stacks
+            ]
     return rows
+
+
+def side_by_side(
+    size: str, vocab_size: int, seq_len: int, micro_batches: list[int], option: str, rounds: int = 3
+) -> list[dict]:
+    """Tokens/s without and with `option` ("bf16": CPU bf16 autocast; "compile": torch.compile)
+    per micro-batch on this CPU, alternated `rounds` times; medians and their ratio, and the first
+    step's seconds with the option in the first round (compilation, in this process)."""
+    rows = []
+    for micro_batch in micro_batches:
+        runs: dict[bool, list[dict]] = {False: [], True: []}
+        for _ in range(rounds):
+            for on in (False, True):
+                runs[on].append(
+                    throughput(size, vocab_size, seq_len, micro_batch, 6, 2, **{option: on})
+                )
+        off, on = (sorted(runs[k], key=lambda r: r["tokens_per_s"])[rounds // 2] for k in runs)
+        rows.append(
+            {
+                "model": size,
+                "option": option,
+                "micro_batch": micro_batch,
+                "threads": torch.get_num_threads(),
+                "tokens_per_s_without": off["tokens_per_s"],
+                "tokens_per_s_with": on["tokens_per_s"],
+                "ratio": on["tokens_per_s"] / off["tokens_per_s"],
+                "first_step_s_with": runs[True][0]["first_step_s"],
+            }
+        )
+    return rows
+
+
+def bf16_loss_gap(pool_path: str, size: str, batch_size: int, epochs: int, seed: int) -> dict:
+    """Validation loss (nats/token, evaluated in float32) after the same `epochs` of training
+    (cosine to 0, lr 3e-3, REPACK) in float32 and under CPU bf16 autocast, and after float32
+    training with the next seed (the seed-to-seed spread to compare the gap with)."""
+    from repro.runtime.loaders import validation_sequences
+    from repro.runtime.optim import Schedule, lr_multiplier
+    from repro.runtime.train import evaluate
+
+    pool = load_pool(pool_path)
+    val = validation_sequences(pool.val, pool.eos_id, 128)
+    losses = {}
+    arms = (("fp32", False, seed), ("bf16", True, seed), ("fp32+1", False, seed + 1))
+    for name, bf16, run_seed in arms:
+        torch.manual_seed(run_seed)
+        model = Transformer(model_config(size, pool.vocab_size))
+        config = make_run_config({"model": size, "batch_size": batch_size, "lr": 3e-3})
+        member = Member(config, Path("."), model, checkpoint=None)
+        engine = build_engine([member], torch.device("cpu"))
+        if bf16:
+            engine.autocast = torch.autocast("cpu", dtype=torch.bfloat16)
+        attach_optimizers([member])
+        loader = EpochLoader(pool.train, pool.eos_id, 128, batch_size, "repack", run_seed)
+        total = loader.steps_per_epoch * epochs
+        for step in range(total):
+            for group in member.optimizer.param_groups:
+                group["lr"] = 3e-3 * lr_multiplier(Schedule("cosine", 0.01), step, total)
+            epoch, index = divmod(step, loader.steps_per_epoch)
+            batch = torch.from_numpy(loader.batch(epoch, index))[None]
+            training_step(engine, [member], batch, batch_size, 1, batch_size)
+        losses[name] = evaluate(model, val, 16, torch.device("cpu"), nullcontext())[0]
+    return {
+        "model": size,
+        "batch_size": batch_size,
+        "epochs": epochs,
+        "seed": seed,
+        "val_loss": losses,
+        "bf16_minus_fp32": losses["bf16"] - losses["fp32"],
+        "next_seed_minus_fp32": losses["fp32+1"] - losses["fp32"],
+    }
 
 
 def noise_scale_overhead(

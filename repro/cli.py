@@ -201,35 +201,87 @@ def _bench_step_time(args: argparse.Namespace) -> dict:
     return rows
 
 
+def _integers(text: str) -> list[int]:
+    """ "1,2,4" -> [1, 2, 4]; a one-line ReproError otherwise."""
+    try:
+        return [int(x) for x in text.split(",")]
+    except ValueError:
+        raise ReproError(f"{text!r} is not a comma-separated list of whole numbers") from None
+
+
 def _bench_stacked(args: argparse.Namespace) -> list:
-    """Tokens/s and MFU of --stack sequential runs vs one stacked run, per thread count x batch."""
+    """Tokens/s and MFU of sequential runs vs stacks of K runs, per thread count x batch x K."""
     from repro import bench
 
     rows = bench.stacked_vs_sequential(
         _first_model(args),
         args.vocab_size,
         args.seq_len or 128,
-        [int(b) for b in args.batch_sizes.split(",")],
-        args.stack,
-        [int(t) for t in args.thread_counts.split(",")],
+        _integers(args.batch_sizes),
+        _integers(args.stacks),
+        _integers(args.thread_counts),
     )
     print(
-        f"{rows[0]['model']}, seq_len {rows[0]['seq_len']}, {args.stack} configs: "
-        "sequential runs vs one stack (medians of 3)"
+        f"{rows[0]['model']}, seq_len {rows[0]['seq_len']}: "
+        "sequential runs vs one stack of K, each run on its own batch (medians of 3)"
     )
     print(
-        f"{'threads':>7} {'batch':>5} {'peak GFLOP/s':>12} {'seq tok/s':>10} {'seq MFU':>8} "
-        f"{'stack tok/s':>11} {'stack MFU':>9} {'speed-up':>8}"
+        f"{'threads':>7} {'batch':>5} {'K':>3} {'peak GFLOP/s':>12} {'seq tok/s':>10} "
+        f"{'seq MFU':>8} {'stack tok/s':>11} {'stack MFU':>9} {'speed-up':>8}"
     )
     for r in rows:
         print(
-            f"{r['threads']:>7} {r['batch_size']:>5} "
+            f"{r['threads']:>7} {r['batch_size']:>5} {r['stack']:>3} "
             f"{r['peak_matmul_flops_per_s'] / 1e9:>12.1f} "
             f"{r['sequential_tokens_per_s']:>10,.0f} {r['sequential_mfu']:>8.1%} "
             f"{r['stacked_tokens_per_s']:>11,.0f} {r['stacked_mfu']:>9.1%} "
             f"{r['speedup']:>7.2f}x"
         )
     return rows
+
+
+def _bench_option(args: argparse.Namespace, option: str) -> list:
+    """Tokens/s without and with bf16 autocast or torch.compile per micro-batch, on this CPU."""
+    from repro import bench
+
+    rows = bench.side_by_side(
+        _first_model(args),
+        args.vocab_size,
+        args.seq_len or 128,
+        _integers(args.micro_batches or "1,8,32"),
+        option,
+    )
+    print(
+        f"{rows[0]['model']}, {rows[0]['threads']} thread(s): "
+        f"without vs with {option} (medians of 3)"
+    )
+    print(
+        f"{'micro-batch':>11} {'without tok/s':>13} {'with tok/s':>10} {'ratio':>6} "
+        f"{'1st step s':>10}"
+    )
+    for r in rows:
+        print(
+            f"{r['micro_batch']:>11} {r['tokens_per_s_without']:>13,.0f} "
+            f"{r['tokens_per_s_with']:>10,.0f} {r['ratio']:>5.2f}x {r['first_step_s_with']:>10.2f}"
+        )
+    return rows
+
+
+def _bench_bf16(args: argparse.Namespace) -> dict:
+    """CPU bf16 autocast: speed per micro-batch and, with --pool, the loss gap at equal steps."""
+    from repro import bench
+
+    result = {"speed": _bench_option(args, "bf16")}
+    if args.pool:
+        gap = bench.bf16_loss_gap(args.pool, _first_model(args), args.batch_size or 8, 8, 0)
+        print(
+            f"val loss after {gap['epochs']} epochs at batch {gap['batch_size']}: "
+            + ", ".join(f"{k} {v:.4f}" for k, v in gap["val_loss"].items())
+            + f"; bf16 - fp32 {gap['bf16_minus_fp32']:+.4f}, "
+            f"next seed - fp32 {gap['next_seed_minus_fp32']:+.4f}"
+        )
+        result["loss_gap"] = gap
+    return result
 
 
 def _bench_noise_scale(args: argparse.Namespace) -> dict:
@@ -276,11 +328,7 @@ def _bench_throughput(args: argparse.Namespace) -> dict:
 
     device = _device()
     peak = bench.peak_matmul_flops(device)
-    micro_batches = (
-        [int(m) for m in args.micro_batches.split(",")]
-        if args.micro_batches
-        else [args.batch_size or 16]
-    )
+    micro_batches = _integers(args.micro_batches) if args.micro_batches else [args.batch_size or 16]
     rows = [
         bench.throughput(
             m,
@@ -321,6 +369,8 @@ _BENCHMARKS = {
     "repack": _bench_repack,
     "throughput": _bench_throughput,
     "stacked": _bench_stacked,
+    "bf16": _bench_bf16,
+    "compile": lambda args: _bench_option(args, "compile"),
     "noise-scale": _bench_noise_scale,
     "step-time": _bench_step_time,
     "load-results": _bench_load_results,
@@ -567,8 +617,8 @@ def _add_bench_command(commands) -> None:
         commands,
         "bench",
         (
-            "benchmarks: repack cost, training throughput and MFU, step time per micro-batch, "
-            "loading sweep results"
+            "benchmarks: repack cost, training throughput and MFU, stacks, bf16 and compile on a "
+            "CPU, step time per micro-batch, loading sweep results"
         ),
     )
     bench.add_argument("what", help="the benchmark", choices=list(_BENCHMARKS))
@@ -590,16 +640,17 @@ def _add_bench_inputs(bench: argparse.ArgumentParser) -> None:
         help="noise-scale: sequences per micro-batch (default 4)",
     )
     bench.add_argument(
-        "--stack",
-        type=int,
-        default=6,
-        help="stacked: configs trained at once (the cpu preset's lr x wd grid: 6)",
+        "--stacks", default="6,16,32", help="stacked: runs trained at once (K), comma-separated"
     )
-    bench.add_argument("--batch-sizes", default="1,2,4,8,16,32", help="stacked: sequences per step")
+    bench.add_argument("--batch-sizes", default="1,2,4", help="stacked: sequences per step")
     bench.add_argument(
         "--thread-counts", default="1,2", help="stacked: CPU thread counts to compare"
     )
-    bench.add_argument("--pool", default=None, help="repack: take document lengths from this pool")
+    bench.add_argument(
+        "--pool",
+        default=None,
+        help="repack: take document lengths from this pool; bf16: measure the loss gap on it",
+    )
     bench.add_argument("--tokens", default="200M", help="repack: pool size in tokens")
 
 
@@ -630,7 +681,10 @@ def _add_bench_shape(bench: argparse.ArgumentParser) -> None:
     bench.add_argument(
         "--micro-batches",
         default=None,
-        help="throughput: comma-separated micro-batches (default: --batch-size)",
+        help=(
+            "throughput: comma-separated micro-batches (default: --batch-size); "
+            "bf16, compile: the same (default: 1,8,32)"
+        ),
     )
     bench.add_argument("--compile", action="store_true", help="throughput: torch.compile the model")
 

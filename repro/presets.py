@@ -345,13 +345,13 @@ PRESETS: dict[str, Preset] = {
         batch_schedules={"ramp-up": "0:2,0.5:8", "ramp-down": "0:8,0.5:2"},
         schedule_batch=8,
     ),
-    # for a 2-core machine: the whole series (pools, 1,269 runs, notebooks 01-05) in 58 minutes
-    # (README); every tuned budget is 8 epochs, the largest here (censored)
+    # for a 2-core machine: the whole series (pools, runs, notebooks 01-05) within 20 minutes
+    # (README)
     "cpu": Preset(
         name="cpu",
-        pool=PoolSpec(source="synthetic", tokens=24_000, val_tokens=8_000, vocab_size=512),
+        pool=PoolSpec(source="synthetic", tokens=16_000, val_tokens=8_000, vocab_size=512),
         pool_seeds=(0, 1),
-        models=("cpu-s",),
+        models=("cpu-xs",),
         seq_len=128,
         batch_sizes=(1, 2, 4, 8, 16, 32),
         lrs=_lr_ladder((1, 2, 4, 8, 16, 32), 8, (1e-3, 3e-3, 1e-2)),
@@ -361,9 +361,9 @@ PRESETS: dict[str, Preset] = {
         ablation_batch_sizes=(2, 16),
         embedding_weight_decays=(0.0, 1.0),
         workers=2,
-        stack=9,
+        stack=8,
         max_stacked_batch=4,
-        scaling_pool_tokens=(6_000, 12_000),
+        scaling_pool_tokens=(4_000, 8_000),
         noise_scale_batches=(8, 32),
         noise_micro_batch=2,
         batch_schedules={"ramp-up": "0:2,0.5:8,0.75:32", "ramp-down": "0:32,0.5:8,0.75:2"},

@@ -122,7 +122,7 @@ def test_model_config_sizes():
     shape = (c.d_model, c.n_layers, c.n_heads, c.n_kv_heads, c.d_ff, c.max_seq_len)
     assert shape == (1024, 24, 16, 8, 3584, 4096)
     assert c.tie_embeddings and c.vocab_size == 128256
-    for name in ("tiny", "cpu-s", "cpu-m", "cpu-l"):
+    for name in ("tiny", "cpu-xs", "cpu-s", "cpu-m", "cpu-l"):
         assert model_config(name, VOCAB).max_seq_len == 512
 
 
@@ -134,7 +134,7 @@ def test_unknown_size():
     assert "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize("name", ["tiny", "cpu-s", "cpu-m"])
+@pytest.mark.parametrize("name", ["tiny", "cpu-xs", "cpu-s", "cpu-m"])
 def test_param_count_table_matches_models(name):
     row = {r["name"]: r for r in param_count_table(VOCAB)}[name]
     assert row["d_model"] == SIZES[name].d_model

@@ -157,6 +157,6 @@ def test_readme_states_every_built_in_presets_regime():
 
 def test_deviations_from_the_reference_recipe_are_listed():
     cpu, gpu = PRESETS["cpu"].deviations(), PRESETS["gpu"].deviations()
-    assert any(n.startswith("models cpu-s: not in the reference ladder") for n in cpu)
+    assert any(n.startswith("models cpu-xs: not in the reference ladder") for n in cpu)
     assert any(n.startswith("seq_len 128") for n in cpu) and any("float32" in n for n in cpu)
     assert gpu == ["epoch budgets 4, 8, 16, 32, each its own run (reference grid: 1 to 64 epochs)"]

@@ -67,6 +67,7 @@ class ModelShape:
 SIZES: dict[str, ModelShape] = {
     # CPU sizes for a 2-core laptop; "tiny" is for tests and CI smoke runs.
     "tiny": ModelShape(32, 2, 2, 2, 96, 512),
+    "cpu-xs": ModelShape(64, 2, 2, 2, 176, 512),
     "cpu-s": ModelShape(96, 3, 3, 3, 256, 512),
     "cpu-m": ModelShape(128, 4, 4, 4, 352, 512),
     "cpu-l": ModelShape(192, 6, 6, 6, 512, 512),
