@@ -38,7 +38,10 @@ class Preset:
     lrs: dict[int, tuple[float, ...]]  # lr grid per batch size
     weight_decays: tuple[float, ...]
     # epoch budgets, a tuned axis like lr: each budget is its own run whose schedule ends there
+    # (cosine to 0), or with wsd_branches a WSD cool-down (the last 20% of its steps, linear to 0)
+    # branched from one run of the largest budget: the cheap equivalent (sweep.plan_grid)
     epochs: tuple[int, ...]
+    wsd_branches: bool = False
     eval_every: float = 0.5  # epochs (the within-run curve; the tuned point is each run's end)
     # notebook 03: loaders at a small and a large batch; tying x embedding decay
     ablation_batch_sizes: tuple[int, int] = (4, 32)
@@ -166,10 +169,17 @@ class Preset:
                 f"pool: {self.pool.source}, {self.pool.tokens:,} tokens "
                 "(reference: DCLM-Baseline, 200M tokens)"
             )
-        notes.append(
-            f"epoch budgets {', '.join(map(str, self.epochs))}, each its own run (reference "
-            "grid: 1 to 64 epochs)"
-        )
+        budgets = ", ".join(map(str, self.epochs))
+        if self.wsd_branches:
+            notes.append(
+                f"epoch budgets {budgets} as WSD cool-downs (the last 20% of each budget's steps, "
+                f"linear to 0, warmup 1% of {max(self.epochs)} epochs) branched from one run "
+                "(reference: a cosine run per budget, 1 to 64 epochs)"
+            )
+        else:
+            notes.append(
+                f"epoch budgets {budgets}, each its own run (reference grid: 1 to 64 epochs)"
+            )
         if self.extra.get("device") != "cuda":
             notes.append("float32 on CPU (reference: bfloat16 compute)")
         return notes
@@ -204,6 +214,8 @@ class Preset:
             "eval_every": self.eval_every,
             "micro_batch": self.micro_batch,
         }
+        if self.wsd_branches:
+            base["schedule"] = "wsd"
         return base | self.extra | changes
 
     def batch_sweep_grid(
@@ -219,7 +231,8 @@ class Preset:
         arms, notebook 03): every arm is tuned over the same grid."""
         batch_sizes = list(batch_sizes or self.batch_sizes)
         rules = [{"if": {"batch_size": b}, "axes": {"lr": list(self.lrs[b])}} for b in batch_sizes]
-        return {
+        branches = {"wsd_branches": True} if self.wsd_branches else {}
+        return branches | {
             "fixed": self.run_fields(**(ORIGINAL_RECIPE | recipe)),
             "axes": {
                 "pool": [str(p) for p in pools],
@@ -357,6 +370,7 @@ PRESETS: dict[str, Preset] = {
         lrs=_lr_ladder((1, 2, 4, 8, 16, 32), 8, (1e-3, 3e-3, 1e-2)),
         weight_decays=(0.3, 1.0, 3.0),
         epochs=(1, 2, 4, 8),
+        wsd_branches=True,
         eval_every=1.0,
         ablation_batch_sizes=(2, 16),
         embedding_weight_decays=(0.0, 1.0),

@@ -151,16 +151,16 @@ def expand(grid: dict) -> list[RunConfig]:
 
 
 def plan_grid(grid: dict, store: Path) -> list[PlannedRun]:
-    """The runs of a grid; with wsd_branches, shorter WSD runs become branches of the longest."""
+    """The runs of a grid; with wsd_branches, shorter WSD runs become branches of the longest (a
+    family: runs equal but for epochs), all with the warmup of the longest in steps (warmup_steps,
+    or `warmup` of the longest run's steps)."""
     configs = expand(grid)
     if not grid.get("wsd_branches"):
         return [PlannedRun(c, run_id(c)) for c in configs]
     families: dict[str, list[RunConfig]] = {}
     for c in configs:
-        if c.schedule != "wsd" or not c.warmup_steps:
-            raise ReproError(
-                "wsd_branches needs schedule: wsd and a fixed warmup_steps in every run"
-            )
+        if c.schedule != "wsd":
+            raise ReproError("wsd_branches needs schedule: wsd in every run")
         if c.batch_schedule:
             raise ReproError(
                 "wsd_branches does not support batch_schedule "
@@ -170,8 +170,11 @@ def plan_grid(grid: dict, store: Path) -> list[PlannedRun]:
     planned: list[PlannedRun] = []
     for members in families.values():
         members.sort(key=lambda c: c.epochs)
+        steps_per_epoch = _steps_per_epoch(members[-1])
+        if not members[-1].warmup_steps:  # the family's warmup: `warmup` of its longest run
+            warmup = math.ceil(members[-1].warmup * members[-1].epochs * steps_per_epoch)
+            members = [replace(c, warmup_steps=warmup) for c in members]
         longest = members[-1]
-        steps_per_epoch = _steps_per_epoch(longest)
         starts = {c.epochs: _decay_start(c, steps_per_epoch) for c in members[:-1]}
         trunk = replace(longest, save_steps=tuple(sorted(set(starts.values()))))
         trunk_id = run_id(trunk)

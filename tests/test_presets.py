@@ -1,6 +1,7 @@
 """Presets: built-in names and preset YAML files (a base plus overrides), validated where defined;
 the example preset reads a local corpus split into paragraphs; `repro preset show`."""
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -160,3 +161,12 @@ def test_deviations_from_the_reference_recipe_are_listed():
     assert any(n.startswith("models cpu-xs: not in the reference ladder") for n in cpu)
     assert any(n.startswith("seq_len 128") for n in cpu) and any("float32" in n for n in cpu)
     assert gpu == ["epoch budgets 4, 8, 16, 32, each its own run (reference grid: 1 to 64 epochs)"]
+
+
+def test_a_wsd_branches_preset_branches_its_budgets_from_one_run(tmp_path):
+    preset = replace(PRESETS["smoke"], wsd_branches=True)
+    grid = preset.batch_sweep_grid(["p0"])
+    assert grid["wsd_branches"] and grid["fixed"]["schedule"] == "wsd"
+    assert "wsd_branches" not in PRESETS["smoke"].batch_sweep_grid(["p0"])
+    assert any("as WSD cool-downs" in note for note in preset.deviations())
+    assert any("each its own run" in note for note in PRESETS["smoke"].deviations())

@@ -225,6 +225,21 @@ def test_wsd_branches_equal_standalone_runs(synthetic_pool, tmp_path):
         )
 
 
+def test_a_wsd_family_warms_up_over_one_percent_of_its_longest_run(synthetic_pool, tmp_path):
+    fixed = TINY | {"pool": str(synthetic_pool), "schedule": "wsd", "batch_size": 4}
+    grid = {"fixed": fixed, "axes": {"epochs": [1, 4], "lr": [1e-3, 1e-2]}, "wsd_branches": True}
+    from repro.data.pool import load_pool
+    from repro.runtime.loaders import EpochLoader
+
+    pool = load_pool(synthetic_pool)
+    spe = EpochLoader(pool.train, pool.eos_id, 32, 4, "repack", 0).steps_per_epoch
+    planned = plan_grid(grid, tmp_path)
+    assert {p.config.warmup_steps for p in planned} == {-(-4 * spe // 100)}  # ceil(1% of 4 epochs)
+    assert sum(p.after is None for p in planned) == 2  # a trunk per lr
+    with pytest.raises(ReproError, match="wsd_branches needs schedule: wsd in every run"):
+        plan_grid(grid | {"fixed": fixed | {"schedule": "cosine"}}, tmp_path)
+
+
 def test_moving_the_checkout_keeps_pools_and_runs(tmp_path):
     import shutil
 
