@@ -30,7 +30,7 @@ def _hf_llama(config: ModelConfig, device: str) -> torch.nn.Module:
     try:
         import transformers
     except ImportError:
-        raise ReproError("repro bench peers needs transformers; pip install -e '.[dev]'") from None
+        raise ReproError("repro bench peers needs transformers; pip install -e '.[bench]'") from None
     hf_config = transformers.LlamaConfig(
         vocab_size=config.vocab_size,
         hidden_size=config.d_model,
@@ -64,9 +64,10 @@ def _hf_tokens_per_s(
     model: torch.nn.Module, micro_batch: int, seq_len: int, device: str, steps: int, warmup: int
 ) -> float:
     """Training tokens/s of the HF model: forward and backward (bf16 autocast on CUDA), clipping to
-    GRAD_CLIP and torch AdamW (foreach), one micro-batch per step."""
+    GRAD_CLIP and torch's fused AdamW (as repro's optimizer, and HF Trainer's default), one
+    micro-batch per step."""
     optimizer = torch.optim.AdamW(
-        model.parameters(), lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1, foreach=True
+        model.parameters(), lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1, fused=True
     )
     vocab_size = model.config.vocab_size
     batch = torch.randint(0, vocab_size, (micro_batch, seq_len + 1), device=device)
@@ -120,7 +121,7 @@ def peer_step_times(
     rounds: int,
 ) -> list[dict]:
     """Training tokens/s of repro's own step (repro.bench.throughput) against transformers'
-    LlamaForCausalLM of identical shape with torch AdamW (foreach), per model size and micro-batch
+    LlamaForCausalLM of identical shape with torch's fused AdamW, per model size and micro-batch
     (sequences of seq_len tokens, one micro-batch per step). Same device, thread count and dtype
     (float32 on CPU, bf16 autocast on CUDA); the two alternate `rounds` times, each on fresh models,
     and the medians are kept. ratio = repro / hf tokens/s. Raises if the parameter counts differ."""

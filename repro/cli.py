@@ -284,6 +284,48 @@ def _bench_bf16(args: argparse.Namespace) -> dict:
     return result
 
 
+def _bench_peers(args: argparse.Namespace) -> dict:
+    """repro's step vs transformers' LlamaForCausalLM per size x micro-batch; with --pool, K runs
+    as K `repro train` processes vs one stack."""
+    from repro import bench_peers
+
+    device = _device()
+    rows = bench_peers.peer_step_times(
+        args.models.split(","),
+        _integers(args.micro_batches or "1,16"),
+        args.seq_len or 128,
+        args.vocab_size,
+        device,
+        steps=6,
+        warmup=2,
+        rounds=3,
+    )
+    print(f"{device}, {rows[0]['threads']} thread(s): repro vs transformers (medians of 3)")
+    print(
+        f"{'model':>7} {'params':>11} {'micro-batch':>11} {'repro tok/s':>11} "
+        f"{'HF tok/s':>10} ratio"
+    )
+    for r in rows:
+        print(
+            f"{r['size']:>7} {r['params']:>11,} {r['micro_batch']:>11} "
+            f"{r['repro_tokens_per_s']:>11,.0f} {r['hf_tokens_per_s']:>10,.0f} {r['ratio']:.2f}x"
+        )
+    result = {"step": rows}
+    if args.pool:
+        k = _integers(args.stacks)[0]
+        sweep = bench_peers.sweep_processes_vs_stack(
+            args.pool, _first_model(args), k, args.batch_size or 1, args.seq_len or 128, 1, 1
+        )
+        print(
+            f"{k} runs of {sweep['model']} (batch {sweep['batch_size']}, 1 epoch, 1 thread): "
+            f"{k} processes {sweep['processes_s']:.1f} s, one stack {sweep['stack_s']:.1f} s "
+            f"({sweep['ratio']:.2f}x; one process's start-up {sweep['startup_s']:.1f} s); "
+            f"largest loss difference {sweep['max_abs_loss_diff']:g}"
+        )
+        result["sweep"] = sweep
+    return result
+
+
 def _bench_noise_scale(args: argparse.Namespace) -> dict:
     """Step-time overhead (fraction) of measuring the gradient noise scale while training."""
     from repro import bench
@@ -370,6 +412,7 @@ _BENCHMARKS = {
     "throughput": _bench_throughput,
     "stacked": _bench_stacked,
     "bf16": _bench_bf16,
+    "peers": _bench_peers,
     "compile": lambda args: _bench_option(args, "compile"),
     "noise-scale": _bench_noise_scale,
     "step-time": _bench_step_time,
@@ -640,7 +683,9 @@ def _add_bench_inputs(bench: argparse.ArgumentParser) -> None:
         help="noise-scale: sequences per micro-batch (default 4)",
     )
     bench.add_argument(
-        "--stacks", default="6,16,32", help="stacked: runs trained at once (K), comma-separated"
+        "--stacks",
+        default="6,16,32",
+        help="stacked: runs trained at once (K), comma-separated; peers: the sweep's K (the first)",
     )
     bench.add_argument("--batch-sizes", default="1,2,4", help="stacked: sequences per step")
     bench.add_argument(
@@ -649,7 +694,10 @@ def _add_bench_inputs(bench: argparse.ArgumentParser) -> None:
     bench.add_argument(
         "--pool",
         default=None,
-        help="repack: take document lengths from this pool; bf16: measure the loss gap on it",
+        help=(
+            "repack: take document lengths from this pool; bf16: measure the loss gap on it; "
+            "peers: time a sweep on it"
+        ),
     )
     bench.add_argument("--tokens", default="200M", help="repack: pool size in tokens")
 
@@ -683,7 +731,7 @@ def _add_bench_shape(bench: argparse.ArgumentParser) -> None:
         default=None,
         help=(
             "throughput: comma-separated micro-batches (default: --batch-size); "
-            "bf16, compile: the same (default: 1,8,32)"
+            "bf16, compile: the same (default: 1,8,32); peers: default 1,16"
         ),
     )
     bench.add_argument("--compile", action="store_true", help="throughput: torch.compile the model")

@@ -4,7 +4,8 @@ including the cases a review found wrongly judged."""
 import pandas as pd
 import pytest
 
-from repro.analysis.analyses import batch_sweep_claims, pool_claims, recipe_claims
+from repro.analysis.analyses import _little_verdict, batch_sweep_claims, pool_claims, recipe_claims
+from repro.analysis.intervals import Difference
 from repro.analysis.selection import tuned
 
 POOLS = ("p0", "p1")
@@ -196,6 +197,24 @@ def test_tying_does_little_is_judged_against_zero(hand_made, tie_shift, verdict)
     }
     claims, _ = _recipe(hand_made, emb=emb, combined_later=2.9)
     assert claims[TYING] == verdict
+
+
+@pytest.mark.parametrize(
+    "value,censored,verdict",
+    [
+        (0.0, (False, False), "agrees"),
+        (0.0, (True, False), "undetermined"),  # the censored arm might still pull away
+        (0.05, (False, False), "disagrees"),
+        (0.05, (False, True), "disagrees"),  # the better arm can only get better
+        (0.05, (True, False), "undetermined"),  # the worse arm might still catch up
+        (-0.05, (False, True), "undetermined"),
+        (-0.05, (True, False), "disagrees"),
+        (0.012, (False, False), "undetermined"),  # the interval straddles +0.01
+    ],
+)
+def test_does_little_respects_censored_arms(value, censored, verdict):
+    diff = Difference(value, value - 0.005, value + 0.005, [value], censored)
+    assert _little_verdict(diff) == verdict
 
 
 def test_an_edge_whose_best_budget_is_the_largest_tried_leaves_the_u_undetermined(hand_made):

@@ -10,8 +10,6 @@ import torch.nn.functional as F
 from repro import bench_peers
 from repro.runtime.model import Transformer, model_config
 
-pytest.importorskip("transformers")
-
 VOCAB = 300
 RENAME = {  # repro's module names -> LlamaForCausalLM's (repro/runtime/model.py's docstring)
     "tok_embeddings": "model.embed_tokens",

@@ -372,10 +372,13 @@ def _loader_claims(runs, evals, store) -> list[list[str]]:
 
 
 def _little_verdict(diff: Difference) -> str:
-    """An effect "does little": its interval within +-LITTLE agrees, wholly outside disagrees."""
-    if diff.low > -LITTLE and diff.high < LITTLE:
+    """An effect "does little": its interval within +-LITTLE agrees, wholly outside disagrees. A
+    censored arm's loss might still fall: it blocks "agrees" (a gap might open) and "disagrees"
+    when it is the worse arm (the gap might close)."""
+    first_worse, second_worse = diff.low > LITTLE, diff.high < -LITTLE
+    if diff.low > -LITTLE and diff.high < LITTLE and not any(diff.censored):
         return "agrees"
-    if diff.low > LITTLE or diff.high < -LITTLE:
+    if (first_worse and not diff.censored[0]) or (second_worse and not diff.censored[1]):
         return "disagrees"
     return "undetermined"
 

@@ -1,13 +1,13 @@
 """Tuned endpoints without a selection bonus, and paired comparisons between them.
 
 A group's candidates are its finished runs (every lr, weight decay and epoch budget tried), each
-judged at its final evaluation: a run's schedule ends at its own epoch budget (cosine to 0), so the
-budget is a tuned axis like lr, as in Kim et al. The validation documents are split into two halves
-(even and odd index). The run that is best on one half is reported on the other half, so no choice
-is judged on the documents that chose it; the two reported halves together give the endpoint's
-per-document losses and its loss (nats/token). Endpoints of different arms compare document by
-document (`compare`), on each pool and averaged over pools (the pools share their validation
-documents).
+judged at its final evaluation: a run's schedule ends at its own epoch budget (cosine to 0, or a WSD
+cool-down branched from a longer run), so the budget is a tuned axis like lr, as in Kim et al. The
+validation documents are split into two halves (even and odd index). The run that is best on one
+half is reported on the other half, so no choice is judged on the documents that chose it; the two
+reported halves together give the endpoint's per-document losses and its loss (nats/token).
+Endpoints of different arms compare document by document (`compare`), on each pool and averaged over
+pools (the pools share their validation documents).
 
 The best evaluation inside the chosen run (within-run early stopping) is reported beside it,
 never mixed with the budgets.
