@@ -7,8 +7,9 @@
 #
 # **Method.** For every model size and batch size (in sequences of `seq_len` tokens) we sweep the
 # learning rate (a grid that moves with √batch), the weight decay and the epoch budget. As in Kim
-# et al., each epoch budget is its own run whose cosine schedule ends at that budget, and each run
-# is judged at its end. The *tuned endpoint* of a batch size is chosen without a selection bonus
+# et al., each epoch budget is its own run whose cosine schedule ends at that budget (a preset may
+# instead branch each budget's WSD cool-down from one run, and says so below), and each run is
+# judged at its end. The *tuned endpoint* of a batch size is chosen without a selection bonus
 # (`repro.analysis.selection`): the validation documents are split in two halves, the (lr, weight
 # decay, budget) best on one half is scored on the other, and the two halves together give the
 # reported loss. Every comparison below is a paired difference over validation documents with a 90%
@@ -59,10 +60,11 @@ endpoints[[*columns, "val_loss", "train_loss", "early_stop_epoch"]]
 # %% [markdown]
 # ## Tuned validation loss vs batch size
 #
-# Mean over pools with its 90% interval over validation documents; the training loss at the end of
-# the same runs shows the over-fitting signature the paper reads (a batch whose training loss falls
-# while its validation loss rises). The dotted line is the validation split's Bayes floor, where
-# the source knows it.
+# One curve per model size. Left: the tuned validation loss, mean over pools with its 90% interval
+# over validation documents; the dotted line is the validation split's Bayes floor, where the
+# source knows it. Right: the training loss at the end of the same runs. A batch whose training
+# loss is lower while its validation loss is higher shows the over-fitting signature the paper
+# reads.
 
 # %%
 fig = figures.best_loss_vs_batch(endpoints, P.batch_sizes, analyses.bayes_floor(pools[0]))
@@ -93,6 +95,16 @@ optimum = analyses.optimum_table(endpoints, models)
 study.save_table(optimum, "02_optimum_per_size")
 optimum
 
+# %% [markdown]
+# ## The optimal batch vs model size
+#
+# The batch with the lowest pool-mean tuned loss at each model size (line), each pool's own optimum
+# (crosses), and the batches whose 90% interval overlaps the optimum's: the range the data cannot
+# tell apart from it.
+# %%
+optimal = analyses.optimal_batches(endpoints, models, vocab)
+study.save(figures.optimal_batch_vs_size(optimal), "02_optimal_batch_vs_size")
+optimal
 # %% [markdown]
 # ## Training and validation curves
 #

@@ -20,17 +20,19 @@ import torch.nn.functional as F
 from repro.bench import throughput
 from repro.errors import ReproError
 from repro.runtime.config import make_run_config
-from repro.runtime.model import ModelConfig, model_config
+from repro.runtime.model import ModelConfig, Transformer, model_config
 from repro.runtime.optim import GRAD_CLIP
 
 
-def _hf_llama(config: ModelConfig, device: str) -> torch.nn.Module:
+def hf_llama(config: ModelConfig, device: str, attention: str = "sdpa") -> torch.nn.Module:
     """transformers.LlamaForCausalLM of the same shape as repro's Transformer(config): float32
-    weights, SDPA attention, no KV cache (training), in training mode."""
+    weights, `attention` ("sdpa" or "eager"), no KV cache (training), in training mode."""
     try:
         import transformers
     except ImportError:
-        raise ReproError("repro bench peers needs transformers; pip install -e '.[bench]'") from None
+        raise ReproError(
+            "repro bench peers needs transformers; pip install -e '.[bench]'"
+        ) from None
     hf_config = transformers.LlamaConfig(
         vocab_size=config.vocab_size,
         hidden_size=config.d_model,
@@ -47,9 +49,39 @@ def _hf_llama(config: ModelConfig, device: str) -> torch.nn.Module:
         use_cache=False,
     )
     model = transformers.LlamaForCausalLM._from_config(
-        hf_config, attn_implementation="sdpa", dtype=torch.float32
+        hf_config, attn_implementation=attention, dtype=torch.float32
     )
     return model.to(device).train()
+
+
+HF_NAMES = {
+    "tok_embeddings": "model.embed_tokens",
+    "norm": "model.norm",
+    "output": "lm_head",
+    "attention.wq": "self_attn.q_proj",
+    "attention.wk": "self_attn.k_proj",
+    "attention.wv": "self_attn.v_proj",
+    "attention.wo": "self_attn.o_proj",
+    "feed_forward.w1": "mlp.gate_proj",
+    "feed_forward.w2": "mlp.down_proj",
+    "feed_forward.w3": "mlp.up_proj",
+    "attention_norm": "input_layernorm",
+    "ffn_norm": "post_attention_layernorm",
+}
+"""repro's module names -> LlamaForCausalLM's (layers.i.<name> -> model.layers.i.<name>)."""
+
+
+def hf_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
+    """`model`'s weights under LlamaForCausalLM's names (load with strict=True)."""
+    out = {}
+    for key, value in model.state_dict().items():
+        module = key.removesuffix(".weight")
+        if module.startswith("layers."):
+            _, i, rest = module.split(".", 2)
+            out[f"model.layers.{i}.{HF_NAMES[rest]}.weight"] = value
+        else:
+            out[f"{HF_NAMES[module]}.weight"] = value
+    return out
 
 
 def _hf_loss(model: torch.nn.Module, batch: torch.Tensor) -> torch.Tensor:
@@ -96,7 +128,7 @@ def _one_round(
     ours = throughput(
         size, vocab_size, seq_len, micro_batch, steps=steps, warmup=warmup, device=device
     )
-    hf = _hf_llama(model_config(size, vocab_size), device)
+    hf = hf_llama(model_config(size, vocab_size), device)
     hf_params = sum(p.numel() for p in hf.parameters())
     if hf_params != ours["params"]:
         raise RuntimeError(

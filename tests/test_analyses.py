@@ -4,7 +4,14 @@ including the cases a review found wrongly judged."""
 import pandas as pd
 import pytest
 
-from repro.analysis.analyses import _little_verdict, batch_sweep_claims, pool_claims, recipe_claims
+from repro.analysis.analyses import (
+    _little_verdict,
+    batch_endpoints,
+    batch_sweep_claims,
+    optimal_batches,
+    pool_claims,
+    recipe_claims,
+)
 from repro.analysis.intervals import Difference
 from repro.analysis.selection import tuned
 
@@ -253,3 +260,14 @@ def test_loss_per_budget_tunes_within_each_budget(hand_made):
     table = loss_per_budget(runs, evals, hand_made.store)
     assert table.loc[("m", 4), 4] == pytest.approx(3.1, abs=0.01)
     assert table.loc[("m", 4), 8] == pytest.approx(3.0, abs=0.01)
+
+
+@pytest.mark.parametrize("at16,plausible", [(3.05, (4, 16)), (3.30, (4, 4))])
+def test_optimal_batch_and_the_batches_the_data_cannot_tell_apart(hand_made, at16, plausible):
+    """Per-document difficulty makes a single arm's interval about +-0.08 nats wide: batch 16 at
+    +0.05 overlaps the optimum (batch 4), at +0.30 it does not; batch 1 never does."""
+    runs, evals = _batch_sweep(hand_made, {1: 3.30, 4: 3.00, 16: at16}, {1: 2, 4: 2, 16: 2})
+    ends = batch_endpoints(runs, evals, hand_made.store).assign(model="tiny")
+    (row,) = optimal_batches(ends, ["tiny"], 300).to_dict("records")
+    assert row["batch"] == 4 and row["pool_batches"] == [4, 4] and row["params"] > 0
+    assert (row["plausible_low"], row["plausible_high"]) == plausible

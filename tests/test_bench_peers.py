@@ -11,32 +11,6 @@ from repro import bench_peers
 from repro.runtime.model import Transformer, model_config
 
 VOCAB = 300
-RENAME = {  # repro's module names -> LlamaForCausalLM's (repro/runtime/model.py's docstring)
-    "tok_embeddings": "model.embed_tokens",
-    "norm": "model.norm",
-    "output": "lm_head",
-    "attention.wq": "self_attn.q_proj",
-    "attention.wk": "self_attn.k_proj",
-    "attention.wv": "self_attn.v_proj",
-    "attention.wo": "self_attn.o_proj",
-    "feed_forward.w1": "mlp.gate_proj",
-    "feed_forward.w2": "mlp.down_proj",
-    "feed_forward.w3": "mlp.up_proj",
-    "attention_norm": "input_layernorm",
-    "ffn_norm": "post_attention_layernorm",
-}
-
-
-def _hf_names(model: Transformer) -> dict[str, torch.Tensor]:
-    out = {}
-    for key, value in model.state_dict().items():
-        module = key.removesuffix(".weight")
-        if module.startswith("layers."):
-            _, i, rest = module.split(".", 2)
-            out[f"model.layers.{i}.{RENAME[rest]}.weight"] = value
-        else:
-            out[f"{RENAME[module]}.weight"] = value
-    return out
 
 
 def test_peer_step_times_tiny():
@@ -52,7 +26,7 @@ def test_peer_step_times_tiny():
         "cpu",
     )
     assert row["params"] == Transformer(model_config("tiny", VOCAB)).num_params()
-    hf = bench_peers._hf_llama(model_config("tiny", VOCAB), "cpu")
+    hf = bench_peers.hf_llama(model_config("tiny", VOCAB), "cpu")
     assert row["params"] == sum(p.numel() for p in hf.parameters())
     assert row["repro_tokens_per_s"] > 0 and row["hf_tokens_per_s"] > 0
     assert row["ratio"] == pytest.approx(row["repro_tokens_per_s"] / row["hf_tokens_per_s"])
@@ -60,9 +34,9 @@ def test_peer_step_times_tiny():
 
 
 def test_peer_step_times_refuses_different_shapes(monkeypatch):
-    build = bench_peers._hf_llama
+    build = bench_peers.hf_llama
     monkeypatch.setattr(
-        bench_peers, "_hf_llama", lambda config, device: build(replace(config, d_ff=64), device)
+        bench_peers, "hf_llama", lambda config, device: build(replace(config, d_ff=64), device)
     )
     with pytest.raises(RuntimeError, match="parameters"):
         bench_peers.peer_step_times(
@@ -82,8 +56,8 @@ def test_hf_peer_with_repro_weights_has_repro_loss():
                 p.uniform_(0.5, 1.5)
             else:  # attention far from uniform, so that the rotary embedding counts
                 p.normal_(0.0, 0.3)
-    hf = bench_peers._hf_llama(config, "cpu")
-    hf.load_state_dict(_hf_names(ours), strict=True)
+    hf = bench_peers.hf_llama(config, "cpu")
+    hf.load_state_dict(bench_peers.hf_state_dict(ours), strict=True)
     batch = torch.randint(0, VOCAB, (3, 65), generator=torch.Generator().manual_seed(1))
     logits = ours(batch[:, :-1])
     expected = F.cross_entropy(logits.reshape(-1, VOCAB), batch[:, 1:].reshape(-1))
@@ -92,7 +66,7 @@ def test_hf_peer_with_repro_weights_has_repro_loss():
     hf_own = hf(input_ids=batch, labels=batch).loss
     assert hf_own.item() == pytest.approx(expected.item(), abs=1e-5)
     # and a different model really gives a different loss
-    other = bench_peers._hf_llama(config, "cpu")
+    other = bench_peers.hf_llama(config, "cpu")
     assert abs(bench_peers._hf_loss(other, batch).item() - expected.item()) > 1e-3
 
 

@@ -95,6 +95,17 @@ def _all_figures():
     return {
         "02_best_loss_vs_batch": figures.best_loss_vs_batch(ends, BATCHES, 1.2),
         "02_curves": figures.curves(evals, picks, "Tuned runs"),
+        "02_optimal_batch": figures.optimal_batch_vs_size(
+            pd.DataFrame(
+                {
+                    "params": [6e4, 4.3e5],
+                    "batch": [4, 2],
+                    "plausible_low": [2, 1],
+                    "plausible_high": [8, 4],
+                    "pool_batches": [[4, 8], [2, 2]],
+                }
+            )
+        ),
         "03_loaders": figures.loaders(loaders[loaders["batch_size"].isin([2, 16])]),
         "03_tying": figures.tying_embedding_decay(ablation, 2),
         "03_combined": figures.combined_vs_original({"original": ends, "combined": ends}, BATCHES),

@@ -3,6 +3,7 @@ import math
 import pytest
 import torch
 
+from repro.bench_peers import hf_llama, hf_state_dict
 from repro.runtime.model import (
     SIZES,
     ModelConfig,
@@ -172,62 +173,17 @@ def test_flops_per_token():
 # --- Oracle: transformers.LlamaForCausalLM with our weights copied in ---------------------
 
 
-def hf_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
-    """Our state dict renamed to LlamaForCausalLM's keys."""
-    rename = {
-        "tok_embeddings": "model.embed_tokens",
-        "norm": "model.norm",
-        "output": "lm_head",
-        "attention.wq": "self_attn.q_proj",
-        "attention.wk": "self_attn.k_proj",
-        "attention.wv": "self_attn.v_proj",
-        "attention.wo": "self_attn.o_proj",
-        "feed_forward.w1": "mlp.gate_proj",
-        "feed_forward.w2": "mlp.down_proj",
-        "feed_forward.w3": "mlp.up_proj",
-        "attention_norm": "input_layernorm",
-        "ffn_norm": "post_attention_layernorm",
-    }
-    out = {}
-    for key, value in model.state_dict().items():
-        module = key.removesuffix(".weight")
-        if module.startswith("layers."):
-            _, i, rest = module.split(".", 2)
-            out[f"model.layers.{i}.{rename[rest]}.weight"] = value
-        else:
-            out[f"{rename[module]}.weight"] = value
-    return out
-
-
 def oracle_max_abs_diff(
     config: ModelConfig, batch: int = 2, seq_len: int = 48, seed: int = 0
 ) -> float:
     """Max |logits_ours - logits_hf| (float32) for a random model of this config."""
-    transformers = pytest.importorskip("transformers")
     torch.manual_seed(seed)
     ours = Transformer(config).eval()
     with torch.no_grad():  # non-unit norms so a mis-mapped norm would show
         for p in ours.parameters():
             if p.ndim == 1:
                 p.uniform_(0.5, 1.5)
-    hf_config = transformers.LlamaConfig(
-        vocab_size=config.vocab_size,
-        hidden_size=config.d_model,
-        intermediate_size=config.d_ff,
-        num_hidden_layers=config.n_layers,
-        num_attention_heads=config.n_heads,
-        num_key_value_heads=config.n_kv_heads,
-        rms_norm_eps=config.norm_eps,
-        rope_theta=config.rope_theta,
-        max_position_embeddings=config.max_seq_len,
-        tie_word_embeddings=config.tie_embeddings,
-        attention_bias=False,
-        mlp_bias=False,
-    )
-    hf = transformers.LlamaForCausalLM._from_config(
-        hf_config, attn_implementation="eager", dtype=torch.float32
-    )
-    hf.eval()
+    hf = hf_llama(config, "cpu", attention="eager").eval()
     hf.load_state_dict(hf_state_dict(ours), strict=True)
     if config.tie_embeddings:
         assert hf.lm_head.weight is hf.model.embed_tokens.weight

@@ -76,6 +76,25 @@ def _assert_same_run(a, b):
     assert wa.keys() == wb.keys() and all(torch.equal(wa[name], wb[name]) for name in wa)
 
 
+def _kill_at_evaluation(n, configs, outs, monkeypatch):
+    """Train the stack into `outs` until its n-th evaluation (of any member) raises
+    KeyboardInterrupt, as a kill would stop it."""
+    import repro.runtime.train
+
+    evaluate, calls = repro.runtime.train.evaluate, []
+
+    def evaluate_then_die(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == n:
+            raise KeyboardInterrupt
+        return evaluate(*args, **kwargs)
+
+    monkeypatch.setattr(repro.runtime.train, "evaluate", evaluate_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        train_stacked(configs, outs, progress=False)
+    monkeypatch.setattr(repro.runtime.train, "evaluate", evaluate)
+
+
 @pytest.mark.parametrize("tie", [False, True])
 def test_stacked_forward_equals_each_model(tie):
     models = []
@@ -127,7 +146,6 @@ def test_diverging_member_leaves_the_others_unchanged(synthetic_pool, tmp_path):
 def test_interrupted_stack_resumes(synthetic_pool, tmp_path, monkeypatch):
     """A kill between two members' checkpoint writes leaves them at different steps; both resume
     exactly."""
-    import repro.runtime.train
 
     configs = [make_run_config(BASE | c | {"pool": str(synthetic_pool)}) for c in CONFIGS[:2]]
     straight, killed = (
@@ -135,18 +153,8 @@ def test_interrupted_stack_resumes(synthetic_pool, tmp_path, monkeypatch):
         [tmp_path / "killed_a", tmp_path / "killed_b"],
     )
     train_stacked(configs, straight, progress=False)
-    evaluate, calls = repro.runtime.train.evaluate, []
-
-    def evaluate_then_die(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == 6:  # member b's third evaluation, after member a's third checkpoint
-            raise KeyboardInterrupt
-        return evaluate(*args, **kwargs)
-
-    monkeypatch.setattr(repro.runtime.train, "evaluate", evaluate_then_die)
-    with pytest.raises(KeyboardInterrupt):
-        train_stacked(configs, killed, progress=False)
-    monkeypatch.setattr(repro.runtime.train, "evaluate", evaluate)
+    # killed at member b's third evaluation, after member a's third checkpoint
+    _kill_at_evaluation(6, configs, killed, monkeypatch)
     steps = [torch.load(k / "checkpoint.pt", weights_only=False)["step"] for k in killed]
     assert steps[0] > steps[1]
     assert [json.loads((k / "status.json").read_text())["status"] for k in killed] == [
@@ -273,24 +281,12 @@ def test_a_wide_stack_equals_separate_runs(synthetic_pool, other_pool, tmp_path)
 
 
 def test_a_killed_wide_stack_resumes_exactly(synthetic_pool, other_pool, tmp_path, monkeypatch):
-    import repro.runtime.train
 
     configs = _wide_configs(synthetic_pool, other_pool)
     straight = [tmp_path / f"a{i}" for i in range(len(configs))]
     killed = [tmp_path / f"k{i}" for i in range(len(configs))]
     train_stacked(configs, straight, progress=False)
-    evaluate, calls = repro.runtime.train.evaluate, []
-
-    def evaluate_then_die(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == 7:
-            raise KeyboardInterrupt
-        return evaluate(*args, **kwargs)
-
-    monkeypatch.setattr(repro.runtime.train, "evaluate", evaluate_then_die)
-    with pytest.raises(KeyboardInterrupt):
-        train_stacked(configs, killed, progress=False)
-    monkeypatch.setattr(repro.runtime.train, "evaluate", evaluate)
+    _kill_at_evaluation(7, configs, killed, monkeypatch)
     steps = {
         torch.load(k / "checkpoint.pt", weights_only=True)["step"]
         if (k / "checkpoint.pt").exists()

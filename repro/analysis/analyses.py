@@ -249,6 +249,33 @@ def optimum_table(endpoints: pd.DataFrame, models: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def optimal_batches(endpoints: pd.DataFrame, models: list[str], vocab_size: int) -> pd.DataFrame:
+    """Per model size (parameters at `vocab_size`): the batch with the lowest pool-mean tuned loss,
+    each pool's own best batch, and the smallest and largest batch whose pool-mean 90% interval
+    (over validation documents) overlaps the optimum's: the batches the data cannot tell apart
+    from it."""
+    params = {row["name"]: row["params"] for row in param_count_table(vocab_size)}
+    rows = []
+    for model in models:
+        ends = endpoints[endpoints["model"] == model]
+        means = across_pools(ends)
+        best = means.loc[means["mean"].idxmin()]
+        overlaps = (means["low"] <= best["high"]) | (means["batch_size"] == best["batch_size"])
+        plausible = means[overlaps]["batch_size"]
+        per_pool = ends.loc[ends.groupby("pool")["val_loss"].idxmin(), "batch_size"]
+        rows.append(
+            {
+                "model": model,
+                "params": params[model],
+                "batch": int(best["batch_size"]),
+                "plausible_low": int(plausible.min()),
+                "plausible_high": int(plausible.max()),
+                "pool_batches": sorted(int(b) for b in per_pool),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
 def _u_shape_claim(runs, evals, store, batches: list[int]) -> tuple[list[str], str]:
     """The best interior batch (tuned among the interior batches) against each edge batch."""
     claim = "best val loss vs batch size is U-shaped (interior optimum)"

@@ -75,35 +75,70 @@ def split_tokens(table: pd.DataFrame) -> plt.Figure:
 def best_loss_vs_batch(
     endpoints: pd.DataFrame, batch_sizes, floor: float | None = None
 ) -> plt.Figure:
-    """Tuned validation loss per batch size and model (mean over pools, 90% interval over
-    validation documents) and the final training loss of the same runs (mean, min-max over
-    pools); the Bayes floor where known."""
-    fig, ax = plt.subplots()
-    series = (
-        ("val_loss", "validation (tuned, 90% interval)", "o", "-", ("low", "high")),
-        ("train_loss", "training, end of the tuned run (min-max)", "s", "--", ("min", "max")),
+    """Left: tuned validation loss per batch size, one curve per model size (mean over pools, 90%
+    interval over validation documents), and the Bayes floor where known. Right: the final training
+    loss of the same runs (mean, min-max over pools): a batch whose training loss is lower while its
+    validation loss is higher over-fits."""
+    fig, (val_ax, train_ax) = plt.subplots(1, 2, figsize=(11, 4.2))
+    panels = (
+        (val_ax, "val_loss", "validation loss, tuned (nats/token)", ("low", "high"), "-"),
+        (train_ax, "train_loss", "training loss, end of the tuned run", ("min", "max"), "--"),
     )
     models = sorted(endpoints["model"].unique())
-    for value, label, marker, style, (lo, hi) in series:
+    for ax, value, ylabel, (lo, hi), style in panels:
         for model, group in across_pools(endpoints, value=value).groupby("model"):
             ax.errorbar(
                 group["batch_size"],
                 group["mean"],
                 yerr=_interval(group["mean"], group[lo], group[hi]),
                 capsize=3,
-                marker=marker,
+                marker="o",
                 linestyle=style,
                 color=plots.PALETTE[models.index(model)],
-                label=f"{label}, {model}",
+                label=model,
             )
-    note = f"mean over {int(endpoints.groupby(['model', 'batch_size']).size().max())} pools"
+        plots.batch_axis(ax, batch_sizes)
+        ax.set_ylabel(ylabel)
     if floor is not None:
-        ax.axhline(
-            floor, color="k", linestyle=":", label=f"Bayes floor of the val split ({floor:.3f})"
+        val_ax.axhline(floor, color="k", linestyle=":", label=f"Bayes floor ({floor:.3f})")
+    pools = int(endpoints.groupby(["model", "batch_size"]).size().max())
+    val_ax.set_title(f"Validation (mean over {pools} pools, 90% interval)")
+    train_ax.set_title("Training (mean, min-max over pools)")
+    handles, labels = val_ax.get_legend_handles_labels()  # the models, and the floor if drawn
+    plots.legend_outside(train_ax, title="model", handles=handles, labels=labels)
+    return fig
+
+
+def optimal_batch_vs_size(table: pd.DataFrame) -> plt.Figure:
+    """The tuned optimal batch per model size (analyses.optimal_batches): the optimum of the
+    pool-mean loss (line), each pool's own optimum (dots), and the range of batches whose 90%
+    interval overlaps the optimum's (bar)."""
+    fig, ax = plt.subplots()
+    ax.errorbar(
+        table["params"],
+        table["batch"],
+        yerr=_interval(table["batch"], table["plausible_low"], table["plausible_high"]),
+        capsize=4,
+        marker="o",
+        color=plots.PALETTE[0],
+        label="optimum of the pool mean (bar: batches whose 90% interval overlaps it)",
+    )
+    for i, (_, row) in enumerate(table.iterrows()):
+        pools = row["pool_batches"]
+        ax.scatter(
+            [row["params"]] * len(pools),
+            pools,
+            marker="x",
+            color=plots.PALETTE[1],
+            zorder=3,  # over the pool-mean marker where they coincide
+            label="optimum on each pool" if i == 0 else None,
         )
-    plots.batch_axis(ax, batch_sizes)
-    ax.set_ylabel("loss (nats/token)")
-    ax.set_title(f"Tuned loss vs batch size ({note})")
+    ax.set_xscale("log")
+    ax.set_yscale("log", base=2)
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.set_xlabel("parameters (untied)")
+    ax.set_ylabel("optimal batch size (sequences)")
+    ax.set_title("Optimal batch vs model size")
     plots.legend_outside(ax)
     return fig
 
