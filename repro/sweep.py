@@ -23,12 +23,15 @@ is taken over by the next executor, which resumes the run from its last checkpoi
 
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import hashlib
 import itertools
 import json
 import math
 import os
+import signal
+import sys
 import traceback
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -331,8 +334,16 @@ def member_bytes(config: RunConfig) -> int:
     return 16 * parameter_count(model) + 4 * micro * config.seq_len * per_token
 
 
-def _gpu_initializer(queue) -> None:
-    os.environ["CUDA_VISIBLE_DEVICES"] = str(queue.get())
+def _worker_initializer(sweep_pid: int, gpu_queue=None) -> None:
+    """A local worker dies with the sweep process that started it (Linux: PR_SET_PDEATHSIG), so a
+    killed sweep leaves no worker training on; its runs resume from their checkpoints. With GPUs,
+    the worker takes one device."""
+    if sys.platform == "linux":
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
+        if os.getppid() != sweep_pid:  # the sweep died before the line above
+            os._exit(1)
+    if gpu_queue is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu_queue.get())
 
 
 def run_sweep(
@@ -424,13 +435,11 @@ def _executor(kind: str, workers: int, slurm: dict | None, store: Path) -> Calla
                     yield execute_stack(*job, threads=threads)
                 return
             context = get_context("spawn")
-            kwargs = {}
-            if gpus:
-                queue = context.Queue()
-                for i in range(n):
-                    queue.put(i)
-                kwargs = {"initializer": _gpu_initializer, "initargs": (queue,)}
-            with ProcessPoolExecutor(n, mp_context=context, **kwargs) as pool:
+            queue = context.Queue() if gpus else None
+            for i in range(n if gpus else 0):
+                queue.put(i)
+            init = {"initializer": _worker_initializer, "initargs": (os.getpid(), queue)}
+            with ProcessPoolExecutor(n, mp_context=context, **init) as pool:
                 futures = [pool.submit(execute_stack, *job, threads=threads) for job in jobs]
                 for future in as_completed(futures):
                     yield future.result()

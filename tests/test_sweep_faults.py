@@ -76,3 +76,27 @@ def test_killed_sweep_resumes_to_the_uninterrupted_result(
             assert got == expected, f"run {rid} step {expected['step']}: {differ}"
     leftovers = [p for p in store.rglob("*") if ".tmp" in p.name or ".old-" in p.name]
     assert not leftovers, leftovers
+
+
+def test_a_sweep_killed_alone_takes_its_workers_with_it(synthetic_pool, straight, tmp_path):
+    """SIGTERM to the sweep process only (not its group): its workers stop too, instead of
+    training on unseen; the sweep then resumes to the uninterrupted result."""
+    store = tmp_path / "store"
+    proc = subprocess.Popen(_sweep(synthetic_pool, store), start_new_session=True)
+    while _lines_written(store) < 2 and proc.poll() is None:
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGTERM)
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(proc.pid, 0)  # anyone left in the sweep's process group?
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail("the sweep's workers outlived it by 10 s")
+    subprocess.run(_sweep(synthetic_pool, store), check=True)
+    assert sweep_status(store) == {"done": 4}
+    assert _store_contents(store) == _store_contents(straight)
