@@ -612,7 +612,7 @@ def _add_sweep_run(sweep) -> None:
         "--stack",
         type=int,
         default=1,
-        help="train up to this many configs that differ only in lr / weight decay at once",
+        help="train up to this many runs of one model shape and batch at once (a stack)",
     )
     run.add_argument(
         "--max-stacked-batch",

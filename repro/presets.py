@@ -50,7 +50,7 @@ class Preset:
     frontier_micro_batch: int = 4  # notebook 04: sequences one GPU processes per step unit
     gpu_counts: tuple[int, ...] = (1, 2, 4, 8)  # notebook 04
     workers: int = 2  # runs in parallel
-    # sweeps train up to this many lr / weight-decay configs of one shape at once
+    # sweeps train up to this many runs of one model shape and batch at once
     # (repro.runtime.stacked), but only runs with batches up to max_stacked_batch
     # (sequences; 0: all)
     stack: int = 1
