@@ -135,7 +135,14 @@ def test_regime_states_the_presets_ratios_against_the_papers():
 
 @pytest.mark.parametrize(
     "ratio,verdict",
-    [((1e-3, 5e-3), "inside"), ((1e-4, 5e-3), "outside"), ((1e-3, 0.1), "outside")],
+    [
+        ((1e-3, 5e-3), "inside"),
+        ((1e-4, 0.1), "covers it"),
+        ((1e-4, 5e-3), "overlaps it from 0.00033 to 0.005"),
+        ((5.3e-4, 0.017), "overlaps it from 0.00053 to 0.01"),
+        ((0.02, 0.1), "outside"),
+        ((1e-5, 1e-4), "outside"),
+    ],
 )
 def test_describe_regime_says_inside_only_when_the_whole_range_is(ratio, verdict):
     from repro.presets import describe_regime
@@ -148,7 +155,7 @@ def test_readme_states_every_built_in_presets_regime():
     from repro.presets import describe_regime
 
     readme = (EXAMPLES.parent / "README.md").read_text()
-    vocab = {"smoke": 300, "cpu": 512, "gpu-small": 8192, "gpu": 128256}  # gpu: Llama 3's
+    vocab = {"smoke": 300, "cpu": 512, "cpu-regime": 512, "gpu-small": 8192, "gpu": 128256}  # gpu: Llama 3's
     assert set(vocab) == set(PRESETS)
     for name, preset in PRESETS.items():
         assert preset.pool.tokenizer or preset.pool.vocab_size == vocab[name]
@@ -170,3 +177,25 @@ def test_a_wsd_branches_preset_branches_its_budgets_from_one_run(tmp_path):
     assert "wsd_branches" not in PRESETS["smoke"].batch_sweep_grid(["p0"])
     assert any("as WSD cool-downs" in note for note in preset.deviations())
     assert any("each its own run" in note for note in PRESETS["smoke"].deviations())
+
+
+def test_the_regime_preset_sits_in_the_papers_ratios():
+    """cpu-regime (issue: the paper's regime on a CPU): smallest batch about 5e-4 of the pool or
+    less, largest 1e-2 or more; 3+ sizes spanning 6x+, largest first, at 0.1-1.5 pool tokens per
+    parameter; budgets up to 32 epochs; 2 independent pools."""
+    from repro.runtime.model import model_config, parameter_count
+
+    preset = PRESETS["cpu-regime"]
+    batch_low, batch_high = preset.regime(512)["batch / pool (tokens)"]
+    assert batch_low <= 5.5e-4 and batch_high >= 1e-2
+    params = [parameter_count(model_config(m, 512)) for m in preset.models]
+    assert len(params) >= 3 and params == sorted(params, reverse=True)
+    assert params[0] / params[-1] >= 6
+    assert all(0.1 <= preset.pool.tokens / p <= 1.5 for p in params)
+    assert max(preset.epochs) == 32 and len(preset.pool_seeds) >= 2
+
+
+def test_the_pool_size_sweep_trains_only_the_model_notebook_05_reads():
+    grid = PRESETS["smoke"].scaling_grid(["p4k", "p8k"])
+    assert grid["axes"]["model"] == [PRESETS["smoke"].models[0]]
+    assert grid["axes"]["weight_decay"] == [PRESETS["smoke"].weight_decays[0]]

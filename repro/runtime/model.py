@@ -66,6 +66,7 @@ class ModelShape:
 
 SIZES: dict[str, ModelShape] = {
     # CPU sizes for a 2-core laptop; "tiny" is for tests and CI smoke runs.
+    "nano": ModelShape(16, 2, 2, 2, 48, 512),
     "tiny": ModelShape(32, 2, 2, 2, 96, 512),
     "cpu-xs": ModelShape(64, 2, 2, 2, 176, 512),
     "cpu-s": ModelShape(96, 3, 3, 3, 256, 512),
