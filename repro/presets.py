@@ -342,7 +342,8 @@ def _lr_ladder(
     """lr grids that move with (batch / base_batch) ** exponent: 0.5 is the Adam square-root rule;
     a smaller exponent where scouting found the tuned lr flatter in batch."""
     return {
-        b: tuple(round(lr * (b / base_batch) ** exponent, 6) for lr in base_lrs) for b in batch_sizes
+        b: tuple(round(lr * (b / base_batch) ** exponent, 6) for lr in base_lrs)
+        for b in batch_sizes
     }
 
 

@@ -155,7 +155,13 @@ def test_readme_states_every_built_in_presets_regime():
     from repro.presets import describe_regime
 
     readme = (EXAMPLES.parent / "README.md").read_text()
-    vocab = {"smoke": 300, "cpu": 512, "cpu-regime": 512, "gpu-small": 8192, "gpu": 128256}  # gpu: Llama 3's
+    vocab = {
+        "smoke": 300,
+        "cpu": 512,
+        "cpu-regime": 512,
+        "gpu-small": 8192,
+        "gpu": 128256,
+    }  # gpu: Llama 3's
     assert set(vocab) == set(PRESETS)
     for name, preset in PRESETS.items():
         assert preset.pool.tokenizer or preset.pool.vocab_size == vocab[name]
