@@ -152,6 +152,14 @@ def _reproduce(args: argparse.Namespace) -> None:
     print(f"{'total':<28} {sum(s for _, s in times):8.1f}")
 
 
+def _plan(args: argparse.Namespace) -> None:
+    from repro.paths import project_root
+    from repro.plan import plan_text
+    from repro.presets import get_preset
+
+    print(plan_text(get_preset(args.preset), project_root(), _integers(args.gpus), args.vocab))
+
+
 def _preset_show(args: argparse.Namespace) -> None:
     from repro.presets import get_preset, preset_yaml
 
@@ -644,6 +652,17 @@ def _add_reproduce_command(commands) -> None:
         help="copy the executed outputs back into notebooks/*.ipynb (the committed copies)",
     )
     reproduce.set_defaults(func=_reproduce)
+    plan = _add_command(
+        commands, "plan", "what a preset costs: runs, tokens, FLOPs, GPU-hours per notebook"
+    )
+    plan.add_argument(
+        "--preset", required=True, help="smoke | cpu | gpu-small | gpu | a preset FILE.yaml"
+    )
+    plan.add_argument("--gpus", default="1,8", help="GPU counts to show the wall time on")
+    plan.add_argument(
+        "--vocab", type=int, default=None, help="vocab size (default: the built pool's)"
+    )
+    plan.set_defaults(func=_plan)
 
 
 def _add_preset_commands(commands) -> None:

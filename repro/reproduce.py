@@ -17,6 +17,7 @@ from jupyter_client.manager import KernelManager
 
 from repro.errors import ReproError
 from repro.paths import project_root
+from repro.plan import plan_text
 from repro.presets import get_preset
 from repro.study import open_study
 
@@ -70,6 +71,7 @@ def reproduce(
         preset = str(Path(preset).resolve() if Path(preset).is_file() else project_root() / preset)
     root = project_root()
     selected = notebooks(root, only)
+    print(plan_text(chosen, root), flush=True)
     out_dir = root / "runs" / chosen.name / "notebooks"
     out_dir.mkdir(parents=True, exist_ok=True)
     parameters = {"preset": preset} | ({"workers": workers} if workers else {})

@@ -1,0 +1,101 @@
+"""`repro plan`: runs, tokens, FLOPs and GPU-hours of a preset, before anything is built."""
+
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from repro.errors import ReproError
+from repro.plan import (
+    ASSUMED_MFU,
+    ASSUMED_PEAK_FLOPS,
+    GPU_BENCHMARK,
+    GpuSpeed,
+    gpu_speed,
+    notebook_grids,
+    plan,
+    plan_text,
+    pool_vocab,
+    run_rows,
+    wall_hours,
+)
+from repro.presets import PRESETS
+from repro.runtime.model import flops_per_token, model_config
+from repro.sweep import expand
+
+ROOT = Path(__file__).resolve().parents[1]
+SMOKE = PRESETS["smoke"]
+SPEED = GpuSpeed(1e12, "test")
+
+
+def _rows(preset, grid):
+    return run_rows(grid, {"p0": preset.pool.tokens}, preset.pool.val_tokens, 300)
+
+
+def test_each_cosine_budget_trains_in_full_and_pays_its_evaluations():
+    grid = SMOKE.batch_sweep_grid(["p0"], [2], ["tiny"])
+    rows = _rows(SMOKE, grid)
+    assert len(rows) == len(expand(grid))
+    per_token = flops_per_token(model_config("tiny", 300), SMOKE.seq_len)
+    for row, config in zip(rows, expand(grid), strict=True):
+        assert row["tokens"] == config.epochs * SMOKE.pool.tokens
+        evals = math.floor(config.epochs / config.eval_every) + 1
+        expected = per_token * (row["tokens"] + evals * SMOKE.pool.val_tokens / 3)
+        assert row["flops"] == pytest.approx(expected)
+
+
+def test_a_wsd_family_trains_its_longest_budget_and_only_the_other_cool_downs():
+    preset = replace(SMOKE, epochs=(1, 2, 4), wsd_branches=True)
+    rows = _rows(preset, preset.batch_sweep_grid(["p0"], [2], ["tiny"]))
+    tokens = sorted({row["tokens"] / preset.pool.tokens for row in rows})
+    assert tokens == pytest.approx([0.2, 0.4, 4.0])
+
+
+def test_a_run_two_notebooks_share_counts_once_where_first_needed():
+    table = plan(SMOKE, 300, SPEED).set_index("notebook")
+    grids = notebook_grids(SMOKE)
+    loader, embedding, combined = (len(expand(g)) for g in grids["03"])
+    shuffle_in_02 = loader // 3  # the original recipe's loader is 02's
+    tied_off_in_02 = embedding // 4  # untied, no embedding decay
+    assert table.loc["02", "runs"] == len(expand(grids["02"][0]))
+    assert table.loc["03", "runs"] == loader - shuffle_in_02 + embedding - tied_off_in_02 + combined
+    assert table.loc["all", "runs"] == table.drop(index="all")["runs"].sum()
+    assert table.loc["all", "GPU-h"] == pytest.approx(table.loc["all", "FLOPs"] / 1e12 / 3600)
+
+
+def test_the_gpu_speed_is_the_latest_benchmark_when_there_is_one(tmp_path):
+    assumed = gpu_speed(tmp_path)
+    assert assumed.flops_per_s == ASSUMED_MFU * ASSUMED_PEAK_FLOPS
+    assert assumed.source.startswith("assumed")
+    path = tmp_path / GPU_BENCHMARK
+    path.parent.mkdir(parents=True)
+    runs = [
+        {"model": "150m", "micro_batch": 4, "mfu": 0.31},
+        {"model": "150m", "micro_batch": 16, "mfu": 0.45},
+    ]
+    path.write_text(json.dumps({"peak_matmul_flops_per_s": 7e14, "runs": runs}))
+    measured = gpu_speed(tmp_path)
+    assert measured.flops_per_s == pytest.approx(0.45 * 7e14)
+    assert measured.source.startswith("measured: MFU 45% (150m, micro-batch 16)")
+
+
+def test_the_wall_time_is_never_below_the_longest_run():
+    assert wall_hours(100.0, 2.0, 8) == 12.5
+    assert wall_hours(100.0, 40.0, 8) == 40.0
+
+
+def test_a_hub_tokenizer_of_unknown_size_asks_for_the_pool_or_vocab():
+    preset = replace(PRESETS["gpu"], pool=replace(PRESETS["gpu"].pool, tokenizer="someone/tok"))
+    with pytest.raises(ReproError, match="build it .* or pass --vocab"):
+        pool_vocab(preset, None)
+    assert pool_vocab(preset, {"vocab_size": 1234}) == 1234
+    assert pool_vocab(PRESETS["gpu"], None) == 128_256
+
+
+def test_the_readme_shows_the_gpu_presets_plans():
+    readme = (ROOT / "README.md").read_text()
+    for name in ("gpu-small", "gpu"):
+        text = plan_text(PRESETS[name], ROOT, (1, 8))
+        assert text in readme, f"README's plan of {name} is stale:\n{text}"
