@@ -69,8 +69,8 @@ def _sweep_run(args: argparse.Namespace) -> None:
     from repro.sweep import run_sweep
 
     slurm = None
-    if args.executor == "slurm":  # one run per job, one GPU each (train() is a single process)
-        slurm = {"gpus_per_node": 1, "timeout_min": args.timeout_min} | (
+    if args.executor in ("slurm", "submitit-local"):  # a job per run, a task per GPU (run: gpus)
+        slurm = {"node_gpus": args.gpus_per_node, "timeout_min": args.timeout_min} | (
             {"slurm_partition": args.partition} if args.partition else {}
         )
     started = time.perf_counter()
@@ -630,6 +630,12 @@ def _add_sweep_run(sweep) -> None:
     )
     run.add_argument("--partition", default=None, help="slurm partition")
     run.add_argument("--timeout-min", type=int, default=240, help="slurm: minutes per job")
+    run.add_argument(
+        "--gpus-per-node",
+        type=int,
+        default=8,
+        help="slurm: GPUs of one node; a run of more (gpus=) spans whole nodes",
+    )
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.set_defaults(func=_sweep_run)
 

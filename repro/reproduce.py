@@ -71,7 +71,10 @@ def reproduce(
         preset = str(Path(preset).resolve() if Path(preset).is_file() else project_root() / preset)
     root = project_root()
     selected = notebooks(root, only)
-    print(plan_text(chosen, root), flush=True)
+    try:
+        print(plan_text(chosen, root), flush=True)
+    except ReproError as exc:  # a hub tokenizer's vocab: known once the pools are built
+        print(f"plan: {exc}", flush=True)
     out_dir = root / "runs" / chosen.name / "notebooks"
     out_dir.mkdir(parents=True, exist_ok=True)
     parameters = {"preset": preset} | ({"workers": workers} if workers else {})

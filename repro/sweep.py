@@ -45,6 +45,7 @@ from tqdm.auto import tqdm
 
 from repro.data.pool import built_meta, packed_sequences
 from repro.errors import ReproError
+from repro.launch import job_resources, join_job_processes, train_with_torchrun
 from repro.runtime.config import (
     RunConfig,
     batch_sizes,
@@ -223,56 +224,105 @@ def execute_stack(
     store: str, members: list[tuple[str, dict]], retry_failed: bool = False, threads: int = 0
 ) -> dict[str, str]:
     """Claim and run configs (run_id, config) that may train as one stack (train_stacked); a member
-    that is finished or held by another process is left out. Returns what happened to each, by
-    run id."""
+    that is finished or held by another process is left out. A run on several processes (gpus > 1,
+    alone in its job) starts them with torchrun. Returns what happened to each, by run id."""
     from repro.runtime.train import train_stacked  # the runtime, loaded only where runs execute
 
-    outcomes: dict[str, str] = {}
     with ExitStack() as locks:
-        claimed = []
-        for rid, config in members:
-            run_dir = Path(store) / rid
-            run_dir.mkdir(parents=True, exist_ok=True)
-            lock = locks.enter_context(open(run_dir / ".lock", "w"))
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                outcomes[rid] = "busy"
-                continue
-            status = run_status(run_dir)
-            if status in FINISHED or (status == "failed" and not retry_failed):
-                outcomes[rid] = f"skipped ({status})"
-                continue
-            if status == "failed":
-                (run_dir / "status.json").unlink()
-            claimed.append((rid, make_run_config(config)))
-        if claimed:
+        claimed, outcomes = _claim(Path(store), members, retry_failed, locks)
+        if claimed and claimed[0][1].gpus > 1:
+            config, run_dir = claimed[0][1], Path(store) / claimed[0][0]
+            outcomes |= _train_claimed(
+                Path(store), claimed, lambda: [train_with_torchrun(config, run_dir, threads)]
+            )
+        elif claimed:
             if threads:
                 import torch
 
                 torch.set_num_threads(threads)
-            try:
-                statuses = train_stacked(
-                    [c for _, c in claimed],
-                    [Path(store) / rid for rid, _ in claimed],
-                    progress=False,
-                )
-                outcomes |= {rid: status["status"] for (rid, _), status in zip(claimed, statuses)}
-            except Exception as exc:  # one failing run never stops the sweep
-                for rid, _ in claimed:
-                    if run_status(Path(store) / rid) not in FINISHED:
-                        write_json(
-                            Path(store) / rid / "status.json",
-                            {
-                                "status": "failed",
-                                "error": f"{type(exc).__name__}: {exc}",
-                                "traceback": traceback.format_exc(),
-                            },
-                        )
-                        outcomes[rid] = "failed"
-                    else:
-                        outcomes[rid] = run_status(Path(store) / rid)
+            configs, outs = [c for _, c in claimed], [Path(store) / rid for rid, _ in claimed]
+            outcomes |= _train_claimed(
+                Path(store), claimed, lambda: train_stacked(configs, outs, progress=False)
+            )
     return {rid: outcomes[rid] for rid, _ in members}
+
+
+def execute_distributed(
+    store: str, members: list[tuple[str, dict]], retry_failed: bool = False
+) -> dict[str, str]:
+    """One task of a submitit job that trains one run on several processes (gpus > 1): every
+    task joins the process group (repro.launch); rank 0 claims the run and tells the others."""
+    import torch.distributed as dist
+
+    from repro.runtime.train import train_stacked
+
+    rank = join_job_processes()
+    try:
+        with ExitStack() as locks:
+            shared = (
+                list(_claim(Path(store), members, retry_failed, locks)) if rank == 0 else [0, 0]
+            )
+            dist.broadcast_object_list(shared, src=0)
+            claimed, outcomes = shared
+            if claimed:
+                configs, outs = [c for _, c in claimed], [Path(store) / rid for rid, _ in claimed]
+                outcomes |= _train_claimed(
+                    Path(store), claimed, lambda: train_stacked(configs, outs, progress=False)
+                )
+    finally:
+        dist.destroy_process_group()
+    return {rid: outcomes[rid] for rid, _ in members}
+
+
+def _claim(
+    store: Path, members: list[tuple[str, dict]], retry_failed: bool, locks: ExitStack
+) -> tuple[list[tuple[str, RunConfig]], dict[str, str]]:
+    """The members this process may train, each under its exclusive lock (held until `locks`
+    closes), and the outcomes of those it may not: busy, or skipped as finished or failed."""
+    claimed, outcomes = [], {}
+    for rid, config in members:
+        run_dir = store / rid
+        run_dir.mkdir(parents=True, exist_ok=True)
+        lock = locks.enter_context(open(run_dir / ".lock", "w"))
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            outcomes[rid] = "busy"
+            continue
+        status = run_status(run_dir)
+        if status in FINISHED or (status == "failed" and not retry_failed):
+            outcomes[rid] = f"skipped ({status})"
+            continue
+        if status == "failed":
+            (run_dir / "status.json").unlink()
+        claimed.append((rid, make_run_config(config)))
+    return claimed, outcomes
+
+
+def _train_claimed(
+    store: Path, claimed: list[tuple[str, RunConfig]], train: Callable[[], list[dict]]
+) -> dict[str, str]:
+    """Each claimed run's final status from `train`; if it raises, the unfinished runs are recorded
+    as failed with the error (one failing run never stops the sweep)."""
+    try:
+        statuses = train()
+        return {rid: status["status"] for (rid, _), status in zip(claimed, statuses)}
+    except Exception as exc:
+        outcomes = {}
+        for rid, _ in claimed:
+            if run_status(store / rid) not in FINISHED:
+                write_json(
+                    store / rid / "status.json",
+                    {
+                        "status": "failed",
+                        "error": f"{type(exc).__name__}: {exc}",
+                        "traceback": traceback.format_exc(),
+                    },
+                )
+                outcomes[rid] = "failed"
+            else:
+                outcomes[rid] = run_status(store / rid)
+        return outcomes
 
 
 def estimated_cost(config: RunConfig) -> float:
@@ -312,7 +362,8 @@ def stacks(
     groups: dict[str, list[PlannedRun]] = {}
     for p in planned:
         largest = max(batch_sizes(p.config))
-        stackable = size > 1 and not p.config.compile and (not max_batch or largest <= max_batch)
+        stackable = size > 1 and not p.config.compile and p.config.gpus == 1
+        stackable = stackable and (not max_batch or largest <= max_batch)
         groups.setdefault(stack_key(p.config) if stackable else p.run_id, []).append(p)
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / (2 * workers)
     jobs = []
@@ -337,7 +388,7 @@ def member_bytes(config: RunConfig) -> int:
 def _worker_initializer(sweep_pid: int, gpu_queue=None) -> None:
     """A local worker dies with the sweep process that started it (Linux: PR_SET_PDEATHSIG), so a
     killed sweep leaves no worker training on; its runs resume from their checkpoints. With GPUs,
-    the worker takes one device."""
+    the worker takes its block of devices ("0,1")."""
     if sys.platform == "linux":
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
         if os.getppid() != sweep_pid:  # the sweep died before the line above
@@ -423,46 +474,61 @@ def _executor(kind: str, workers: int, slurm: dict | None, store: Path) -> Calla
     """A function that runs a list of execute_stack argument tuples and yields their outcome
     lists."""
     if kind == "local":
-
-        def local(jobs):
-            import torch
-
-            gpus = torch.cuda.device_count()
-            n = min(workers, gpus) if gpus else workers
-            threads = 0 if gpus else max(1, (os.cpu_count() or 1) // n)
-            if n == 1 or len(jobs) <= 1:
-                for job in jobs:
-                    yield execute_stack(*job, threads=threads)
-                return
-            context = get_context("spawn")
-            queue = context.Queue() if gpus else None
-            for i in range(n if gpus else 0):
-                queue.put(i)
-            init = {"initializer": _worker_initializer, "initargs": (os.getpid(), queue)}
-            with ProcessPoolExecutor(n, mp_context=context, **init) as pool:
-                futures = [pool.submit(execute_stack, *job, threads=threads) for job in jobs]
-                for future in as_completed(futures):
-                    yield future.result()
-
-        return local
+        return lambda jobs: _run_local(jobs, workers)
     if kind in ("slurm", "submitit-local"):
-
-        def submitted(jobs):
-            import submitit
-
-            folder = store / ".submitit"
-            if kind == "slurm":
-                ex = submitit.AutoExecutor(folder=folder)
-                ex.update_parameters(**(slurm or {}))
-            else:
-                ex = submitit.LocalExecutor(folder=folder)
-                ex.update_parameters(timeout_min=(slurm or {}).get("timeout_min", 60))
-            handles = ex.map_array(execute_stack, *zip(*jobs)) if jobs else []
-            for handle in handles:
-                yield handle.result()
-
-        return submitted
+        return lambda jobs: _run_submitit(jobs, kind, slurm or {}, store)
     raise ReproError(f"unknown executor {kind!r}; choose one of: local, slurm, submitit-local")
+
+
+def _job_gpus(job: tuple) -> int:
+    """Processes (GPUs) one job's run trains on: a run with gpus > 1 is alone in its job."""
+    return max(int(record.get("gpus", 1)) for _, record in job[1])
+
+
+def _run_local(jobs: list[tuple], workers: int):
+    """Jobs on this machine: up to `workers` at once, each worker with its own block of GPUs (as
+    many as the most any run needs) or, on a CPU, an equal share of the cores."""
+    import torch
+
+    per_run = max(map(_job_gpus, jobs), default=1)
+    gpus = torch.cuda.device_count()
+    if gpus and per_run > gpus:
+        raise ReproError(f"a run needs {per_run} GPUs (gpus={per_run}); this machine has {gpus}")
+    n = min(workers, gpus // per_run) if gpus else workers
+    threads = 0 if gpus else max(1, (os.cpu_count() or 1) // (n * per_run))
+    if n == 1 or len(jobs) <= 1:
+        for job in jobs:
+            yield execute_stack(*job, threads=threads)
+        return
+    context = get_context("spawn")
+    queue = context.Queue() if gpus else None
+    for i in range(n if gpus else 0):
+        queue.put(",".join(str(d) for d in range(i * per_run, (i + 1) * per_run)))
+    init = {"initializer": _worker_initializer, "initargs": (os.getpid(), queue)}
+    with ProcessPoolExecutor(n, mp_context=context, **init) as pool:
+        futures = [pool.submit(execute_stack, *job, threads=threads) for job in jobs]
+        for future in as_completed(futures):
+            yield future.result()
+
+
+def _run_submitit(jobs: list[tuple], kind: str, slurm: dict, store: Path):
+    """Jobs through submitit: one Slurm (or local) job each, with one task per GPU of its run
+    (execute_distributed) or one task for a single-process job (execute_stack)."""
+    import submitit
+
+    folder = store / ".submitit"
+    local = kind == "submitit-local"
+    ex = submitit.LocalExecutor(folder=folder) if local else submitit.AutoExecutor(folder=folder)
+    options = {k: v for k, v in slurm.items() if k != "node_gpus"}
+    handles = []
+    for gpus in sorted(set(map(_job_gpus, jobs))):
+        group = [job for job in jobs if _job_gpus(job) == gpus]
+        resources = job_resources(gpus, slurm.get("node_gpus", 8), local)
+        ex.update_parameters(**({"timeout_min": 60} | options | resources))
+        task = execute_distributed if gpus > 1 else execute_stack
+        handles += ex.map_array(task, *zip(*group))
+    for handle in handles:
+        yield handle.results()[0]  # rank 0's outcomes (the others' are the same)
 
 
 def _write_manifest(store: Path, spec: dict, planned: list[PlannedRun]) -> None:

@@ -57,6 +57,9 @@ class RunConfig:
     device: str = _field("auto", "auto | cpu | cuda")
     compile: bool = _field(False, "torch.compile the model")
     threads: int = _field(0, "CPU threads per process (0: torch's default)")
+    gpus: int = _field(
+        1, "processes the run trains on with DDP, a GPU each (gloo on a CPU); sweeps launch them"
+    )
     vocab_size: int = _field(0, "0: the pool's; otherwise must equal it")
     save_steps: tuple[int, ...] = _field((), "steps whose checkpoints are kept (WSD trunk): 10,20")
     init_from: str = _field("", "checkpoints/step-N.pt of another run to continue (WSD branch)")
@@ -286,7 +289,13 @@ def check_fields(config: RunConfig, world_size: int = 1) -> None:
             f"eval_every={config.eval_every} epochs must be 1/k for a whole number k "
             "(1, 0.5, 0.25, ...)"
         )
-    _check_batches(config, world_size)
+    if config.gpus < 1:
+        raise ReproError(f"gpus must be at least 1, got {config.gpus}")
+    if world_size > 1 and config.gpus not in (1, world_size):
+        raise ReproError(
+            f"gpus={config.gpus} but {world_size} processes were started; start {config.gpus}"
+        )
+    _check_batches(config, max(world_size, config.gpus))
     max_len = SIZES[config.model].max_seq_len
     if config.seq_len > max_len:
         raise ReproError(

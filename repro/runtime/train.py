@@ -192,6 +192,11 @@ def train_stacked(
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     _check_stack(configs, outs, world_size)
+    if configs[0].gpus > 1 and world_size == 1:
+        raise ReproError(
+            f"gpus={configs[0].gpus} trains in {configs[0].gpus} processes: run it through "
+            f"repro sweep run, or torchrun --nproc-per-node {configs[0].gpus} -m repro.cli train"
+        )
     pools = {c.pool: load_pool(c.pool) for c in configs}
     loaders = [check_config(c, pools[c.pool], world_size) for c in configs]
     finished = {i: _finished_status(c, o) for i, (c, o) in enumerate(zip(configs, outs))}

@@ -1,0 +1,103 @@
+"""How a run on several processes starts (the run field `gpus`; DDP through torch.distributed).
+
+On one machine (`repro sweep run`, local executor) the worker that claimed the run starts it with
+torchrun, over the GPUs the executor gave that worker (CUDA_VISIBLE_DEVICES), or over gloo processes
+on a CPU. Under submitit (Slurm, or its local executor) the job has one task per GPU, possibly over
+several nodes; each task reads the distributed environment from the job's variables (submitit's
+TorchDistributedEnvironment, from Slurm's) and joins the process group before training.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from repro.errors import ReproError
+from repro.runtime.config import RunConfig, config_record
+
+
+def train_with_torchrun(config: RunConfig, run_dir: Path, threads: int = 0) -> dict:
+    """Train `config` into `run_dir` in config.gpus processes started by torchrun (this machine);
+    returns the run's final status. `threads`: CPU threads per process (0: torch's default)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    launch = run_dir / "launch.json"  # the config the processes read (JSON is YAML)
+    launch.write_text(json.dumps(config_record(config)))
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        str(config.gpus),
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(_free_port()),
+        "-m",
+        "repro.cli",
+        "train",
+        "--pool",
+        config.pool,
+        "--out",
+        str(run_dir),
+        "--config",
+        str(launch),
+        "--quiet",
+    ]
+    env = os.environ | ({"OMP_NUM_THREADS": str(threads)} if threads else {})
+    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    status = json.loads((run_dir / "status.json").read_text()) if done.returncode == 0 else {}
+    if status.get("status") not in ("done", "diverged"):
+        errors = [line for line in done.stderr.splitlines() if "Error" in line]
+        raise ReproError(
+            f"torchrun of {config.gpus} processes exited with {done.returncode}: "
+            + (errors[-1] if errors else "see its output by running repro train under torchrun")
+        )
+    return status
+
+
+def join_job_processes() -> int:
+    """In a task of a submitit job (Slurm or local): export the distributed environment from the
+    job's variables and join the process group (NCCL on GPUs, gloo on CPUs); returns the rank."""
+    import torch
+    import torch.distributed as dist
+    from submitit import JobEnvironment
+    from submitit.helpers import TorchDistributedEnvironment
+
+    env = TorchDistributedEnvironment()
+    if JobEnvironment().cluster == "local":
+        env.master_addr = "127.0.0.1"
+    env.export(set_cuda_visible_devices=False, overwrite=True)
+    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    return env.rank
+
+
+def job_resources(gpus: int, gpus_per_node: int, local: bool) -> dict:
+    """submitit parameters for a run on `gpus` processes: one task per GPU, spread over whole
+    nodes of `gpus_per_node` GPUs (the local executor: one node, and on a machine without CUDA
+    gloo processes and no GPUs requested)."""
+    if gpus <= gpus_per_node or local:
+        nodes, per_node = 1, gpus
+    elif gpus % gpus_per_node:
+        raise ReproError(
+            f"gpus={gpus} does not fill whole nodes of {gpus_per_node} GPUs; use a multiple of "
+            f"{gpus_per_node} (or set --gpus-per-node)"
+        )
+    else:
+        nodes, per_node = math.ceil(gpus / gpus_per_node), gpus_per_node
+    resources = {"nodes": nodes, "tasks_per_node": per_node}
+    if local:
+        import torch
+
+        return resources | ({"gpus_per_node": per_node} if torch.cuda.is_available() else {})
+    return resources | {"gpus_per_node": per_node}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
