@@ -4,8 +4,9 @@ Per notebook: the runs it adds (a run two notebooks share counts once, where it 
 their training tokens, their FLOPs (training at `flops_per_token`, attention included, plus
 evaluation forward passes at a third of that per token), and GPU-hours at an achieved FLOP/s that is
 measured (the latest GPU benchmark, benchmarks/results/gpu-throughput.json) or assumed (and then
-said to be). Every run is a single-GPU job, so the wall time on G GPUs is the GPU-hours over G but
-never less than the longest run. Nothing here builds a pool or trains.
+said to be). Runs share the GPUs, so the wall time on G GPUs is the GPU-hours over G but
+never less than the longest run (a run on g GPUs: its GPU-hours over g). Nothing here builds a
+pool or trains.
 """
 
 from __future__ import annotations
@@ -115,6 +116,7 @@ def run_rows(grid: dict, pool_tokens: dict[str, int], val_tokens: int, vocab: in
                 "model": c.model,
                 "tokens": tokens,
                 "flops": per_token * (tokens + evals * val_tokens / 3),
+                "gpus": c.gpus,
             }
         )
     return rows
@@ -140,24 +142,28 @@ def plan(preset: Preset, vocab: int, speed: GpuSpeed) -> pd.DataFrame:
     everything = pd.DataFrame(table)
     total = everything.drop(columns="notebook").sum().to_dict()
     total["runs"] = int(total["runs"])
-    total["longest run GPU-h"] = everything["longest run GPU-h"].max()
+    total["longest run h"] = everything["longest run h"].max()
+    total["GPUs per run"] = int(everything["GPUs per run"].max())
     return pd.concat([everything, pd.DataFrame([{"notebook": "all", **total}])], ignore_index=True)
 
 
 def _totals(notebook: str, runs: pd.DataFrame, speed: GpuSpeed) -> dict:
-    hours = runs["flops"] / speed.flops_per_s / 3600 if len(runs) else pd.Series([0.0])
+    if not len(runs):
+        runs = pd.DataFrame([{"tokens": 0.0, "flops": 0.0, "gpus": 1}]).iloc[:0]
+    hours = runs["flops"] / speed.flops_per_s / 3600
     return {
         "notebook": notebook,
         "runs": len(runs),
-        "tokens": float(runs["tokens"].sum()) if len(runs) else 0.0,
-        "FLOPs": float(runs["flops"].sum()) if len(runs) else 0.0,
+        "tokens": float(runs["tokens"].sum()),
+        "FLOPs": float(runs["flops"].sum()),
         "GPU-h": float(hours.sum()),
-        "longest run GPU-h": float(hours.max()),
+        "longest run h": float((hours / runs["gpus"]).max()) if len(runs) else 0.0,
+        "GPUs per run": int(runs["gpus"].max()) if len(runs) else 1,
     }
 
 
 def wall_hours(gpu_hours: float, longest: float, gpus: int) -> float:
-    """Wall time of single-GPU runs spread over `gpus` GPUs: no less than the longest run."""
+    """Wall time of runs spread over `gpus` GPUs: no less than the longest run."""
     return max(gpu_hours / gpus, longest)
 
 
@@ -181,15 +187,22 @@ def describe_plan(table: pd.DataFrame, speed: GpuSpeed, gpus: tuple[int, ...]) -
     head = f"{'notebook':<8} {'runs':>6} {'tokens':>8} {'FLOPs':>8} {'GPU-h':>8} {'longest':>8}"
     lines = [head + "".join(f" {f'wall {g} GPU':>10}" for g in gpus)]
     for row in table.itertuples(index=False):
-        notebook, runs, tokens, flops, gpu_hours, longest = row
-        walls = "".join(f" {_hours(wall_hours(gpu_hours, longest, g)):>10}" for g in gpus)
+        notebook, runs, tokens, flops, gpu_hours, longest, per_run = row
+        walls = "".join(
+            f" {_hours(wall_hours(gpu_hours, longest, g)) if g >= per_run else '-':>10}"
+            for g in gpus
+        )
         lines.append(
             f"{notebook:<8} {runs:>6,} {tokens:>8.2g} {flops:>8.2g} {_hours(gpu_hours):>8} "
             f"{_hours(longest):>8}" + walls
         )
     lines.append(
-        f"hours at {speed.flops_per_s / 1e12:,.0f} TFLOP/s per GPU, one GPU per run "
-        "(small batches of small models run slower)"
+        f"hours at {speed.flops_per_s / 1e12:,.0f} TFLOP/s per GPU; small batches of small models "
+        "run slower"
+    )
+    lines.append(
+        "longest: one run on its GPUs (run field gpus), scaling perfectly; -: fewer GPUs than a "
+        "run needs"
     )
     lines.append(f"GPU speed {speed.source}")
     return "\n".join(lines)

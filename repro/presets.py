@@ -69,6 +69,8 @@ class Preset:
     # (lr * sqrt(B / schedule_batch) as B changes)
     batch_schedules: dict[str, str] = field(default_factory=dict)
     schedule_batch: int = 8
+    # model -> processes (GPUs) each of its runs trains on with DDP (run field gpus; default 1)
+    gpus_per_run: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         """One-line errors for a preset that could not run, before anything is built or trained."""
@@ -101,6 +103,9 @@ class Preset:
             raise ReproError(
                 f"{where}: scaling pool of {too_large[0]} tokens is not smaller than the pool"
             )
+        unknown = sorted(set(self.gpus_per_run) - set(self.models))
+        if unknown or min(self.gpus_per_run.values(), default=1) < 1:
+            raise ReproError(f"{where}: gpus_per_run needs models of this preset and values >= 1")
         if min(self.gpu_counts, default=1) < 1 or self.frontier_micro_batch < 1 or self.workers < 1:
             raise ReproError(f"{where}: gpu_counts, frontier_micro_batch and workers must be >= 1")
         try:
@@ -208,6 +213,9 @@ class Preset:
         return Path(str(self.pool_dir(data_dir, self.pool_seeds[0])) + f"-{tokens}tok")
 
     def run_fields(self, **changes) -> dict:
+        """The fields every run of this preset shares, with `changes`; a run of a model in
+        gpus_per_run gets its GPUs."""
+        gpus = self.gpus_per_run.get(changes.get("model", ""), 1)
         base = {
             "seq_len": self.seq_len,
             "epochs": max(self.epochs),
@@ -216,7 +224,7 @@ class Preset:
         }
         if self.wsd_branches:
             base["schedule"] = "wsd"
-        return base | self.extra | changes
+        return base | ({"gpus": gpus} if gpus > 1 else {}) | self.extra | changes
 
     def batch_sweep_grid(
         self,
@@ -230,13 +238,23 @@ class Preset:
         pool (default: all of the preset's models and batch sizes), over the extra `axes` (recipe
         arms, notebook 03): every arm is tuned over the same grid."""
         batch_sizes = list(batch_sizes or self.batch_sizes)
+        models = list(models or self.models)
         rules = [{"if": {"batch_size": b}, "axes": {"lr": list(self.lrs[b])}} for b in batch_sizes]
+        if self.gpus_per_run:  # lr per batch size and GPUs per model
+            rules = [
+                {
+                    "if": {"batch_size": b, "model": m},
+                    "axes": {"lr": list(self.lrs[b]), "gpus": [self.gpus_per_run.get(m, 1)]},
+                }
+                for b in batch_sizes
+                for m in models
+            ]
         branches = {"wsd_branches": True} if self.wsd_branches else {}
         return branches | {
             "fixed": self.run_fields(**(ORIGINAL_RECIPE | recipe)),
             "axes": {
                 "pool": [str(p) for p in pools],
-                "model": list(models or self.models),
+                "model": models,
                 "batch_size": batch_sizes,
                 "lr": list(self.lrs[batch_sizes[0]]),
                 "weight_decay": list(self.weight_decays),
@@ -267,7 +285,7 @@ class Preset:
             for b in self.noise_scale_batches
         ]
         return {
-            "fixed": self.run_fields(**recipe)
+            "fixed": self.run_fields(model=self.models[0], **recipe)
             | {
                 "pool": str(pool),
                 "model": self.models[0],
@@ -283,7 +301,7 @@ class Preset:
     def schedule_grid(self, pool: str | Path, **recipe) -> dict:
         """Every batch-size schedule with the lr grid of `schedule_batch` (the reference batch)."""
         return {
-            "fixed": self.run_fields(**recipe)
+            "fixed": self.run_fields(model=self.models[0], **recipe)
             | {
                 "pool": str(pool),
                 "model": self.models[0],
@@ -484,6 +502,7 @@ PRESETS: dict[str, Preset] = {
         noise_micro_batch=8,
         batch_schedules={"ramp-up": "0:32,0.5:64,0.75:256", "ramp-down": "0:256,0.5:64,0.75:32"},
         schedule_batch=64,
+        gpus_per_run={"600m": 2, "1.4b": 4, "1.5b": 4},  # no run over a day (repro plan)
         extra={"device": "cuda", "compile": True},
     ),
 }

@@ -13,6 +13,7 @@ from repro.plan import (
     ASSUMED_PEAK_FLOPS,
     GPU_BENCHMARK,
     GpuSpeed,
+    describe_plan,
     gpu_speed,
     notebook_grids,
     plan,
@@ -99,3 +100,13 @@ def test_the_readme_shows_the_gpu_presets_plans():
     for name in ("gpu-small", "gpu"):
         text = plan_text(PRESETS[name], ROOT, (1, 8))
         assert text in readme, f"README's plan of {name} is stale:\n{text}"
+
+
+def test_a_run_on_several_gpus_is_shorter_but_needs_them():
+    preset = replace(SMOKE, gpus_per_run={"cpu-s": 2})
+    one, two = plan(SMOKE, 300, SPEED), plan(preset, 300, SPEED)
+    assert two["GPU-h"].tolist() == pytest.approx(one["GPU-h"].tolist())
+    assert two["GPUs per run"].iloc[-1] == 2
+    text = describe_plan(two, SPEED, (1, 2))
+    total = text.splitlines()[-4]
+    assert total.startswith("all") and total.split()[-3] == "-"  # on 1 GPU: a run needs 2

@@ -10,6 +10,7 @@ import yaml
 from repro.cli import main
 from repro.errors import ReproError
 from repro.presets import PRESETS, get_preset, load_preset, preset_yaml
+from repro.sweep import expand
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -205,3 +206,14 @@ def test_the_pool_size_sweep_trains_only_the_model_notebook_05_reads():
     grid = PRESETS["smoke"].scaling_grid(["p4k", "p8k"])
     assert grid["axes"]["model"] == [PRESETS["smoke"].models[0]]
     assert grid["axes"]["weight_decay"] == [PRESETS["smoke"].weight_decays[0]]
+
+
+def test_gpus_per_run_gives_each_model_its_gpus_in_every_grid():
+    preset = replace(PRESETS["smoke"], gpus_per_run={"cpu-s": 2})
+    runs = expand(preset.batch_sweep_grid(["p0"]))
+    assert {(c.model, c.gpus) for c in runs} == {("tiny", 1), ("cpu-s", 2)}
+    assert len(runs) == len(expand(PRESETS["smoke"].batch_sweep_grid(["p0"])))
+    first = replace(PRESETS["smoke"], gpus_per_run={"tiny": 2})
+    assert {c.gpus for c in expand(first.schedule_grid("p0"))} == {2}
+    with pytest.raises(ReproError, match="gpus_per_run needs models of this preset"):
+        replace(PRESETS["smoke"], gpus_per_run={"1.5b": 8})
