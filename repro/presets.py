@@ -508,6 +508,70 @@ PRESETS: dict[str, Preset] = {
 }
 
 
+DRY_RUN = "-dry-run"  # get_preset("gpu-dry-run"): the gpu preset shrunk to a CPU (dry_run)
+CPU_SIZES = ("nano", "tiny", "cpu-xs", "cpu-s", "cpu-m", "cpu-l")  # smallest first
+
+
+def dry_run(preset: Preset) -> Preset:
+    """`preset` with every run kept (models, batch sizes, lr and weight-decay grids, epoch budgets,
+    ablations, schedules, noise-scale and pool-size runs) but shrunk to CPU-seconds: models become
+    the CPU sizes of the same rank by parameters, batches and epoch budgets their ranks (1, 2, ...;
+    micro-batches of 1 where the preset has micro-batches), sequences 16 tokens, pools of exactly
+    two largest batches (the smallest pool-size pool at least one), a Llama-3-sized vocab's uint32
+    token storage kept, float32 on the CPU without torch.compile, one process per run."""
+    from repro.runtime.model import model_config, parameter_count
+
+    if len(preset.models) > len(CPU_SIZES):
+        raise ReproError(f"preset {preset.name}: a dry run maps at most {len(CPU_SIZES)} models")
+    by_size = sorted(preset.models, key=lambda m: parameter_count(model_config(m, 512)))
+    phases = [p for s in preset.batch_schedules.values() for p in _phases(s)]
+    batch = _ranks([*preset.lrs, preset.schedule_batch, *(b for _, b in phases)])
+    epochs = _ranks(preset.epochs)
+    largest = max(batch.values()) * 17  # tokens of one batch of 16-token sequences (+1 target)
+    share = min(preset.scaling_pool_tokens, default=preset.pool.tokens) / preset.pool.tokens
+    tokens = max(2 * largest, math.ceil(largest / share))  # every pool holds a largest batch
+    large_vocab = preset.pool.tokenizer is not None or preset.pool.vocab_size > 65_535
+    dtype = "uint32" if large_vocab else "auto"
+    return replace(
+        preset,
+        name=preset.name + DRY_RUN,
+        pool=PoolSpec("synthetic", tokens, 1_000, vocab_size=300, dtype=dtype, exact_tokens=True),
+        models=tuple(CPU_SIZES[by_size.index(m)] for m in preset.models),
+        seq_len=16,
+        batch_sizes=tuple(batch[b] for b in preset.batch_sizes),
+        lrs={batch[b]: lrs for b, lrs in preset.lrs.items()},
+        epochs=tuple(epochs[e] for e in preset.epochs),
+        ablation_batch_sizes=tuple(batch[b] for b in preset.ablation_batch_sizes),
+        micro_batch=min(preset.micro_batch, 1),
+        frontier_micro_batch=1,
+        noise_micro_batch=1,
+        noise_scale_batches=tuple(batch[b] for b in preset.noise_scale_batches),
+        scaling_pool_tokens=tuple(
+            tokens * t // preset.pool.tokens for t in preset.scaling_pool_tokens
+        ),
+        batch_schedules={
+            name: ",".join(f"{at}:{batch[b]}" for at, b in _phases(schedule))
+            for name, schedule in preset.batch_schedules.items()
+        },
+        schedule_batch=batch[preset.schedule_batch],
+        one_pass_batch_size=batch.get(preset.one_pass_batch_size, 0),
+        gpus_per_run={},
+        extra={"device": "cpu"},
+        workers=2,
+        stack=8,
+    )
+
+
+def _ranks(values) -> dict[int, int]:
+    """Each distinct value -> its rank, 1 for the smallest."""
+    return {v: i + 1 for i, v in enumerate(sorted(set(values)))}
+
+
+def _phases(schedule: str) -> list[tuple[str, int]]:
+    """ "0:32,0.5:64" -> [("0", 32), ("0.5", 64)]."""
+    return [(at, int(b)) for at, b in (phase.split(":") for phase in schedule.split(","))]
+
+
 def get_preset(name: str | Path | None = None) -> Preset:
     """A built-in preset by name, or a preset YAML file (a path ending in .yaml / .yml, relative
     to the working directory or the project root); default: $REPRO_PRESET, else cpu."""
@@ -521,6 +585,8 @@ def get_preset(name: str | Path | None = None) -> Preset:
                 f"{project_root()})"
             )
         return load_preset(found)
+    if name.endswith(DRY_RUN) and name.removesuffix(DRY_RUN) in PRESETS:
+        return dry_run(PRESETS[name.removesuffix(DRY_RUN)])
     if name not in PRESETS:
         raise ReproError(
             f"unknown preset {name!r}; choose one of: {', '.join(PRESETS)}, or a preset .yaml file"

@@ -217,3 +217,32 @@ def test_gpus_per_run_gives_each_model_its_gpus_in_every_grid():
     assert {c.gpus for c in expand(first.schedule_grid("p0"))} == {2}
     with pytest.raises(ReproError, match="gpus_per_run needs models of this preset"):
         replace(PRESETS["smoke"], gpus_per_run={"1.5b": 8})
+
+
+@pytest.mark.parametrize("name", ["gpu-small", "gpu"])
+def test_a_dry_run_keeps_every_run_of_the_plan_at_cpu_size(name):
+    from repro.plan import GpuSpeed, plan
+    from repro.runtime.model import model_config, parameter_count
+
+    preset, dry = PRESETS[name], get_preset(name + "-dry-run")
+    speed = GpuSpeed(1e12, "test")
+    runs = plan(dry, 300, speed)["runs"].tolist()
+    assert runs == plan(preset, 8192, speed)["runs"].tolist()
+    sizes = [parameter_count(model_config(m, 300)) for m in dry.models]
+    ladder = [parameter_count(model_config(m, 300)) for m in preset.models]
+    assert sorted(range(len(sizes)), key=sizes.__getitem__) == sorted(
+        range(len(ladder)), key=ladder.__getitem__
+    )  # the same order by size
+    assert dry.name == f"{name}-dry-run" and dry.seq_len == 16 and dry.extra == {"device": "cpu"}
+    assert dry.pool.dtype == ("uint32" if name == "gpu" else "auto")  # Llama 3: uint32 ids
+
+
+def test_a_dry_run_takes_a_built_in_preset_and_keeps_the_notebooks_outputs(capsys):
+    for args in (
+        ["--preset", "own.yaml", "--dry-run"],
+        ["--preset", "gpu", "--dry-run", "--store-outputs"],
+    ):
+        with pytest.raises(SystemExit):
+            main(["reproduce", *args])
+    errors = capsys.readouterr().err.splitlines()
+    assert "--dry-run takes a built-in preset" in errors[0] and "--store-outputs" in errors[1]

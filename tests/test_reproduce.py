@@ -123,3 +123,16 @@ def test_two_smoke_reproductions_with_different_worker_counts_agree(tmp_path, mo
             path.name: path.read_bytes() for path in (root / "figures" / "smoke").glob("*_claims.*")
         }
     assert len(tables["1"]) == 10 and tables["1"] == tables["2"]
+
+
+def test_the_gpu_small_preset_dry_runs_every_notebook_on_a_cpu(tmp_path, monkeypatch):
+    """Every run of gpu-small (776), shrunk to CPU-seconds, and every notebook end to end."""
+    notebooks = Path(__file__).resolve().parents[1] / "notebooks"
+    (tmp_path / "repro").mkdir()
+    (tmp_path / "pyproject.toml").write_text("")
+    shutil.copytree(notebooks, tmp_path / "notebooks")
+    monkeypatch.chdir(tmp_path)
+    main(["reproduce", "--preset", "gpu-small", "--dry-run"])
+    figures = tmp_path / "figures" / "gpu-small-dry-run"
+    assert len(list(figures.glob("0*_claims.md"))) == 5
+    assert len(list((tmp_path / "runs" / "gpu-small-dry-run" / "notebooks").glob("*.ipynb"))) == 5

@@ -431,3 +431,13 @@ def test_a_kill_while_keeping_a_trunk_step_writes_it_on_resume(
     )
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert _metrics(tmp_path / "killed") == _metrics(tmp_path / "straight")
+
+
+def test_a_gpu_presets_compile_and_bf16_fall_back_cleanly_on_a_cpu(synthetic_pool, tmp_path):
+    """compile=True on a CPU compiles for the CPU, and bf16 autocast (CUDA only) stays off: the
+    losses are the eager float32 ones."""
+    fields = BASE | {"pool": str(synthetic_pool), "epochs": 1, "device": "auto"}
+    eager = train(make_run_config(fields), tmp_path / "eager", progress=False)
+    compiled = train(make_run_config(fields | {"compile": True}), tmp_path / "c", progress=False)
+    assert eager["status"] == compiled["status"] == "done"
+    assert compiled["best_val_loss"] == pytest.approx(eager["best_val_loss"], abs=1e-3)
