@@ -6,6 +6,7 @@ import argparse
 import sys
 import time
 from dataclasses import fields
+from pathlib import Path
 
 from repro.errors import ReproError
 from repro.units import parse_count
@@ -158,6 +159,19 @@ def _reproduce(args: argparse.Namespace) -> None:
     print(f"{'total':<28} {sum(s for _, s in times):8.1f}")
 
 
+def _eval(args: argparse.Namespace) -> None:
+    try:
+        from repro.downstream import evaluate_run
+    except ImportError as exc:
+        raise ReproError(f"repro eval needs lm-eval ({exc}); pip install -e '.[eval]'") from None
+
+    tasks = [t for t in args.tasks.split(",") if t]
+    results = evaluate_run(args.run, tasks, args.include, args.limit, _device(), args.batch_size)
+    for task, r in results.items():
+        print(f"{task:<24} acc {r['acc']:.4f} +- {r['acc_stderr']:.4f} ({r['n']} examples)")
+    print(f"written: {Path(args.run) / 'downstream.json'}")
+
+
 def _plan(args: argparse.Namespace) -> None:
     from repro.paths import project_root
     from repro.plan import plan_text
@@ -173,7 +187,7 @@ def _preset_show(args: argparse.Namespace) -> None:
 
 
 def _device() -> str:
-    """The device benchmarks run on: "cuda" when a GPU is visible, else "cpu"."""
+    """The device benchmarks and evaluations run on: "cuda" when a GPU is visible, else "cpu"."""
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
@@ -670,6 +684,19 @@ def _add_reproduce_command(commands) -> None:
         "runs/<preset>-dry-run/: checks every code path and notebook before a GPU run",
     )
     reproduce.set_defaults(func=_reproduce)
+    evaluate = _add_command(
+        commands, "eval", "downstream accuracy of a finished run (lm-evaluation-harness)"
+    )
+    evaluate.add_argument("run", help="a finished run directory")
+    evaluate.add_argument(
+        "--tasks", default="arc_easy,piqa,sciq", help="lm-eval tasks, comma-separated"
+    )
+    evaluate.add_argument(
+        "--include", default=None, help="a folder of lm-eval task YAML files (local tasks)"
+    )
+    evaluate.add_argument("--limit", type=int, default=None, help="examples per task (all)")
+    evaluate.add_argument("--batch-size", type=int, default=16, help="sequences per forward")
+    evaluate.set_defaults(func=_eval)
     plan = _add_command(
         commands, "plan", "what a preset costs: runs, tokens, FLOPs, GPU-hours per notebook"
     )

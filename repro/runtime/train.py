@@ -377,6 +377,21 @@ def _keep_metrics(source: Path, dest: Path, step: int) -> None:
         f.write("".join(line + "\n" for line in lines))
 
 
+def load_final_model(run: Path, device: torch.device) -> tuple[Transformer, RunConfig, str]:
+    """The finished run's model at its last step (checkpoint.pt), in eval mode, with its config
+    and pool directory; a one-line ReproError for a run that is not done."""
+    status = _status(run)
+    if status.get("status") != "done":
+        raise ReproError(
+            f"{run} is not a finished run (status: {status.get('status', 'none')}); train it first"
+        )
+    config = make_run_config(json.loads((run / "config.json").read_text()))
+    vocab = load_pool(config.pool).vocab_size
+    model = Transformer(model_config(config.model, vocab, config.tie_embeddings)).to(device)
+    model.load_state_dict(_read_checkpoint(run / LATEST, model, device)["model"])
+    return model.eval(), config, config.pool
+
+
 def _read_checkpoint(path: Path, model: Transformer, device: torch.device) -> dict:
     """The checkpoint at `path`, checked to fit `model`. Only tensors and plain values load
     (weights_only: a checkpoint cannot run code); a one-line ReproError says what is wrong."""

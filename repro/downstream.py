@@ -1,0 +1,137 @@
+"""Downstream evaluation of a trained run with lm-evaluation-harness (`repro eval RUN --tasks ...`).
+
+`ReproLM` serves a run's final checkpoint and its pool's tokenizer as an lm-eval model: the
+log-likelihood of each continuation given its context, in batches, on CPU or CUDA. Multiple-choice
+tasks (ARC-Easy, PIQA, SciQ, ...) need nothing else; tasks that generate text are refused.
+`evaluate_run` writes RUN/downstream.json: per task, accuracy, its standard error and the number of
+examples. Task data come from the Hugging Face hub unless a task is defined locally
+(`include`: a folder of lm-eval task YAML files, e.g. over a local JSON file).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from lm_eval.api.model import LM
+from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
+from tokenizers import Tokenizer
+
+from repro.errors import ReproError
+from repro.runtime.files import write_json
+from repro.runtime.train import load_final_model
+
+KIM_TASKS = ("arc_easy", "piqa", "sciq")  # multiple-choice tasks Kim et al. report
+
+
+class ReproLM(LM):
+    """A repro run as an lm-eval model (log-likelihoods only). Contexts are cut from the left to
+    the run's sequence length (tokens)."""
+
+    def __init__(self, run: str | Path, device: str = "cpu", batch_size: int = 16) -> None:
+        super().__init__()
+        self.model, config, pool_dir = load_final_model(Path(run), torch.device(device))
+        self.tokenizer = Tokenizer.from_file(str(Path(pool_dir) / "tokenizer.json"))
+        self.eos_id = json.loads((Path(pool_dir) / "meta.json").read_text())["eos_id"]
+        self.max_length = config.seq_len
+        self.batch_size = batch_size
+        self.torch_device = torch.device(device)
+
+    def _encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False).ids
+
+    def loglikelihood(self, requests) -> list[tuple[float, bool]]:
+        """(sum of log p(continuation tokens | context), whether each is the greedy choice)."""
+        pairs = []
+        for request in requests:
+            context, continuation = request.args
+            spaces = len(context) - len(context.rstrip())  # trailing spaces go with the answer
+            context, continuation = (
+                context[: len(context) - spaces],
+                context[-spaces:] + continuation,
+            )
+            context_ids = self._encode(context) if context else [self.eos_id]
+            pairs.append((context_ids, self._encode(continuation)))
+        return self.score(pairs)
+
+    def loglikelihood_rolling(self, requests) -> list[float]:
+        """Log-likelihood of whole texts, in disjoint windows of the sequence length."""
+        results = []
+        for request in requests:
+            windows = get_rolling_token_windows(
+                self._encode(request.args[0]), self.eos_id, self.max_length, 1
+            )
+            pairs = [make_disjoint_window(w) for w in windows]
+            results.append(sum(logp for logp, _ in self.score(pairs)))
+        return results
+
+    def generate_until(self, requests) -> list[str]:
+        raise ReproError(
+            "repro eval scores multiple-choice (log-likelihood) tasks; this task generates text"
+        )
+
+    @torch.no_grad()
+    def score(self, pairs: list[tuple[list[int], list[int]]]) -> list[tuple[float, bool]]:
+        """(log-likelihood, greedy) of each (context ids, continuation ids), `batch_size` at a
+        time, right-padded; the context cut from the left so that both fit the sequence length."""
+        longest = max((len(t) for _, t in pairs), default=0)
+        if longest > self.max_length:
+            raise ReproError(
+                f"a continuation of {longest} tokens is longer than the run's sequence length "
+                f"({self.max_length} tokens); evaluate a run trained on longer sequences"
+            )
+        results = []
+        for start in range(0, len(pairs), self.batch_size):
+            chunk = pairs[start : start + self.batch_size]
+            sequences = [(c + t)[-(self.max_length + 1) :] for c, t in chunk]
+            width = max(len(s) for s in sequences) - 1
+            inputs = torch.zeros(len(chunk), width, dtype=torch.long)
+            for i, s in enumerate(sequences):
+                inputs[i, : len(s) - 1] = torch.tensor(s[:-1])
+            logprobs = F.log_softmax(self.model(inputs.to(self.torch_device)).float(), dim=-1).cpu()
+            for i, ((_, target), s) in enumerate(zip(chunk, sequences)):
+                end = len(s) - 1
+                rows = logprobs[i, end - len(target) : end]
+                wanted = torch.tensor(target)
+                picked = rows.gather(1, wanted[:, None]).squeeze(1)
+                results.append((float(picked.sum()), bool((rows.argmax(-1) == wanted).all())))
+        return results
+
+
+def evaluate_run(
+    run: str | Path,
+    tasks: list[str],
+    include: str | Path | None = None,
+    limit: int | None = None,
+    device: str = "cpu",
+    batch_size: int = 16,
+) -> dict:
+    """Evaluate `run` on `tasks` with lm-eval and write RUN/downstream.json; returns it:
+    {task: {"acc", "acc_stderr", "n"}}."""
+    from lm_eval import simple_evaluate
+    from lm_eval.tasks import TaskManager
+
+    manager = TaskManager(include_path=str(include) if include else None)
+    for task in tasks:  # each task's data before any scoring: a one-line error naming it
+        try:
+            manager.load([task])
+        except Exception as exc:
+            first = (str(exc).splitlines() or [type(exc).__name__])[0]
+            raise ReproError(
+                f"task {task} could not be loaded ({first[:200]}); it needs its data from the "
+                "Hugging Face hub (network) or a local task definition (--include DIR)"
+            ) from None
+    model = ReproLM(run, device, batch_size)
+    output = simple_evaluate(model=model, tasks=tasks, task_manager=manager, limit=limit)
+    results = {
+        task: {
+            "acc": float(values["acc,none"]),
+            "acc_stderr": float(values["acc_stderr,none"]),
+            "n": int(output["n-samples"][task]["effective"]),
+        }
+        for task, values in output["results"].items()
+    }
+    write_json(Path(run) / "downstream.json", results)
+    return results
