@@ -28,7 +28,7 @@ preset = os.environ.get("REPRO_PRESET", "cpu")  # smoke | cpu | gpu-small | gpu 
 workers = None  # parallel runs; default: the preset's
 
 # %%
-from repro.analysis import analyses, figures
+from repro.analysis import accuracy, analyses, figures
 from repro.study import open_study
 
 study = open_study(preset, workers=workers)
@@ -122,6 +122,21 @@ study.save(
 )
 
 # %% [markdown]
+# ## Downstream accuracy
+#
+# Where the preset names downstream tasks (`P.downstream_tasks`), each tuned endpoint above is
+# scored with lm-evaluation-harness (`repro eval`, through `study.downstream`): accuracy per batch
+# size with a 90% interval from the standard errors over examples, to read beside the validation
+# loss. The paper finds downstream trends broadly follow the loss, with more noise.
+
+# %%
+tasks = list(P.downstream_tasks)
+scored = study.downstream(endpoints) if tasks else None
+if tasks:
+    study.save(figures.accuracy_vs_batch(scored, tasks, P.batch_sizes), "02_accuracy_vs_batch")
+print(f"downstream tasks: {', '.join(tasks) or 'none in this preset'}")
+
+# %% [markdown]
 # ## Claims vs measurement
 #
 # At each model size, largest first. "The usual batch" is the one-pass batch of this preset
@@ -138,5 +153,6 @@ usual = analyses.usual_batch(runs, evals, study.store, P)
 claims = analyses.batch_sweep_claims(
     runs, evals, study.store, models, usual, P.usual_batch_source()
 )
+claims = accuracy.with_accuracy_claims(claims, scored, tasks, models[0], "batch_size")
 study.save_table(claims, "02_claims")
 claims

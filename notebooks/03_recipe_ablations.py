@@ -23,7 +23,7 @@ preset = os.environ.get("REPRO_PRESET", "cpu")  # smoke | cpu | gpu-small | gpu 
 workers = None  # parallel runs; default: the preset's
 
 # %%
-from repro.analysis import analyses, figures
+from repro.analysis import accuracy, analyses, figures
 from repro.study import open_study
 
 study = open_study(preset, workers=workers)
@@ -91,6 +91,21 @@ analyses.across_pools(original_ends, ["batch_size"]).merge(
 ).round(4)
 
 # %% [markdown]
+# ## Downstream accuracy of each ablation
+#
+# Where the preset names downstream tasks, every tuned endpoint of the ablations is scored
+# (`study.downstream`): per arm, the mean validation loss and accuracy over its endpoints (pools,
+# batch sizes) with the accuracy's standard error.
+
+# %%
+tasks = list(P.downstream_tasks)
+ablations = {"loader": loader_ends, "embedding": embedding_ends, "recipe": combined_ends}
+scored = {name: study.downstream(ends) for name, ends in ablations.items()} if tasks else {}
+arms = {"loader": ["loader"], "embedding": embedding_fields, "recipe": ["batch_size"]}
+print(f"downstream tasks: {', '.join(tasks) or 'none in this preset'}")
+accuracy.ablation_accuracy(scored, arms, tasks).round(3)
+
+# %% [markdown]
 # ## Claims vs measurement
 #
 # Differences are in nats/token with 90% paired intervals over validation documents, then the
@@ -100,5 +115,6 @@ analyses.across_pools(original_ends, ["batch_size"]).merge(
 
 # %%
 claims = analyses.recipe_claims(loader, embedding, original, combined, study.store)
+claims = accuracy.with_accuracy_claims(claims, scored.get("loader"), tasks, model, "loader")
 study.save_table(claims, "03_claims")
 claims

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from lm_eval.api.model import LM
@@ -113,7 +114,10 @@ def evaluate_run(
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
 
-    manager = TaskManager(include_path=str(include) if include else None)
+    local = {path.stem for path in Path(include).glob("*.yaml")} if include else set()
+    manager = TaskManager(  # lm-eval's own task index (seconds to build) only when needed
+        include_path=str(include) if include else None, include_defaults=not set(tasks) <= local
+    )
     for task in tasks:  # each task's data before any scoring: a one-line error naming it
         try:
             manager.load([task])
@@ -135,3 +139,72 @@ def evaluate_run(
     }
     write_json(Path(run) / "downstream.json", results)
     return results
+
+
+POOL_TASK = "pool_continuation"  # the local task write_continuation_task defines
+
+
+def write_continuation_task(
+    pool: str | Path,
+    folder: str | Path,
+    questions: int = 200,
+    context_tokens: int = 24,
+    answer_tokens: int = 8,
+    choices: int = 4,
+    seed: int = 0,
+) -> Path:
+    """A local multiple-choice task from a pool's validation documents (never trained on): which of
+    `choices` spans of `answer_tokens` tokens continues `context_tokens` tokens of a document (the
+    others: spans from random places of the validation documents). Writes
+    <folder>/pool_continuation.{jsonl,yaml}; returns the folder (lm-eval's include path)."""
+    from repro.data.pool import load_pool
+
+    data = load_pool(pool)
+    tokenizer = Tokenizer.from_file(str(Path(pool) / "tokenizer.json"))
+    starts, ends = data.val.doc_offsets[:-1], data.val.doc_offsets[1:]
+    usable = np.flatnonzero(ends - starts >= context_tokens + answer_tokens)
+    if not len(usable):
+        raise ReproError(
+            f"{pool}: no validation document of {context_tokens + answer_tokens} tokens"
+        )
+    rng = np.random.default_rng(seed)
+    rows = []
+    for _ in range(questions):
+        doc, *others = rng.choice(usable, size=choices)
+        true = _span(data.val.tokens, starts[doc], ends[doc], rng, context_tokens + answer_tokens)
+        answer = int(rng.integers(choices))
+        options = [_span(data.val.tokens, starts[d], ends[d], rng, answer_tokens) for d in others]
+        options.insert(answer, true[context_tokens:])
+        rows.append(
+            {
+                "context": tokenizer.decode(true[:context_tokens].tolist()),
+                "choices": [tokenizer.decode(o.tolist()) for o in options],
+                "answer": answer,
+            }
+        )
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{POOL_TASK}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (folder / f"{POOL_TASK}.yaml").write_text(_task_yaml(folder / f"{POOL_TASK}.jsonl"))
+    return folder
+
+
+def _span(tokens: np.ndarray, start: int, end: int, rng, length: int) -> np.ndarray:
+    """`length` tokens at a random place of the document tokens[start:end]."""
+    at = int(rng.integers(start, end - length + 1))
+    return tokens[at : at + length]
+
+
+def _task_yaml(data: Path) -> str:
+    return (
+        f"task: {POOL_TASK}\n"
+        "dataset_path: json\n"
+        f"dataset_kwargs:\n  data_files:\n    test: {data}\n"
+        "test_split: test\n"
+        "output_type: multiple_choice\n"
+        'target_delimiter: ""\n'  # the answer continues the context's last token as it is
+        'doc_to_text: "{{context}}"\n'
+        'doc_to_choice: "{{choices}}"\n'
+        'doc_to_target: "{{answer}}"\n'
+        "metric_list:\n  - metric: acc\n    aggregation: mean\n    higher_is_better: true\n"
+    )

@@ -71,6 +71,9 @@ class Preset:
     schedule_batch: int = 8
     # model -> processes (GPUs) each of its runs trains on with DDP (run field gpus; default 1)
     gpus_per_run: dict[str, int] = field(default_factory=dict)
+    # lm-eval tasks scored at the tuned endpoints of notebooks 02 and 03 (repro eval);
+    # pool_continuation: a local task from pool 0's validation documents (repro.downstream)
+    downstream_tasks: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         """One-line errors for a preset that could not run, before anything is built or trained."""
@@ -472,6 +475,7 @@ PRESETS: dict[str, Preset] = {
         noise_micro_batch=16,
         batch_schedules={"ramp-up": "0:8,0.5:16,0.75:64", "ramp-down": "0:64,0.5:16,0.75:8"},
         schedule_batch=16,
+        downstream_tasks=("arc_easy", "piqa", "sciq"),
         extra={"device": "cuda", "compile": True},
     ),
     "gpu": Preset(
@@ -503,6 +507,7 @@ PRESETS: dict[str, Preset] = {
         batch_schedules={"ramp-up": "0:32,0.5:64,0.75:256", "ramp-down": "0:256,0.5:64,0.75:32"},
         schedule_batch=64,
         gpus_per_run={"600m": 2, "1.4b": 4, "1.5b": 4},  # no run over a day (repro plan)
+        downstream_tasks=("arc_easy", "piqa", "sciq"),  # Kim et al.'s multiple-choice tasks
         extra={"device": "cuda", "compile": True},
     ),
 }
@@ -556,6 +561,7 @@ def dry_run(preset: Preset) -> Preset:
         schedule_batch=batch[preset.schedule_batch],
         one_pass_batch_size=batch.get(preset.one_pass_batch_size, 0),
         gpus_per_run={},
+        downstream_tasks=("pool_continuation",) if preset.downstream_tasks else (),
         extra={"device": "cpu"},
         workers=2,
         stack=8,

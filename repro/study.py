@@ -10,6 +10,7 @@ notebooks need is trained once.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -171,6 +172,27 @@ class Study:
         result.raise_if_failed(self.store)
         return result
 
+    def downstream(self, endpoints: pd.DataFrame) -> pd.DataFrame:
+        """`endpoints` with each tuned run's accuracy on the preset's downstream tasks (repro eval,
+        once per run: RUN/downstream.json is reused): "<task> acc", "<task> acc_stderr",
+        "<task> n"."""
+        from repro.downstream import POOL_TASK, evaluate_run, write_continuation_task
+
+        tasks, include = list(self.preset.downstream_tasks), None
+        if POOL_TASK in tasks:
+            seq = self.preset.seq_len
+            include = write_continuation_task(
+                self.pools()[0], self.results_dir / "tasks", 100, seq * 3 // 4, seq // 4
+            )
+        rows = []
+        for run_id in endpoints["run_id"]:
+            path = self.store / run_id / "downstream.json"
+            done = json.loads(path.read_text()) if path.is_file() else {}
+            if not set(tasks) <= set(done):
+                done = evaluate_run(self.store / run_id, tasks, include, device=_device())
+            rows.append({f"{t} {k}": v for t in tasks for k, v in done[t].items()})
+        return pd.concat([endpoints.reset_index(drop=True), pd.DataFrame(rows)], axis=1)
+
     def save(self, fig: plt.Figure, name: str) -> None:
         plots.save(fig, self.preset.name, name, self.root / "figures" / self.preset.name)
 
@@ -188,6 +210,12 @@ class Study:
         lines.insert(1, "|" + "---|" * len(table.columns))
         (folder / f"{name}.md").write_text("\n".join(lines) + "\n")
         return folder / f"{name}.md"
+
+
+def _device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def open_study(

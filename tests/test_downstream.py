@@ -4,14 +4,19 @@ against a direct computation with the model."""
 
 import json
 
+import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
+from tokenizers import Tokenizer
 
 pytest.importorskip("lm_eval")
 
+from repro.analysis.accuracy import follows_loss_claim  # noqa: E402
+from repro.analysis.results import load_results  # noqa: E402
 from repro.cli import main  # noqa: E402
-from repro.downstream import ReproLM, evaluate_run  # noqa: E402
+from repro.data.pool import load_pool  # noqa: E402
+from repro.downstream import ReproLM, evaluate_run, write_continuation_task  # noqa: E402
 from repro.errors import ReproError  # noqa: E402
 from repro.runtime.config import make_run_config  # noqa: E402
 from repro.runtime.train import train  # noqa: E402
@@ -87,3 +92,63 @@ def test_a_continuation_longer_than_the_sequence_length_is_refused(trained_run):
     lm = ReproLM(trained_run)
     with pytest.raises(ReproError, match="continuation of 65 tokens is longer than the run's"):
         lm.score([([1, 2], list(range(65)))])
+
+
+def _endpoints(acc_by_batch, se=0.01, loss_by_batch=None):
+    """Hand-made tuned endpoints of one model on two pools."""
+    loss_by_batch = loss_by_batch or {1: 3.0, 4: 2.9, 16: 3.1}
+    return pd.DataFrame(
+        [
+            {
+                "model": "m",
+                "pool": pool,
+                "batch_size": b,
+                "val_loss": loss_by_batch[b],
+                "t acc": acc,
+                "t acc_stderr": se,
+            }
+            for pool in ("p0", "p1")
+            for b, acc in acc_by_batch.items()
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    "acc,verdict",
+    [
+        ({1: 0.5, 4: 0.6, 16: 0.4}, "agrees"),  # lowest loss (4) most accurate, highest (16) least
+        ({1: 0.5, 4: 0.4, 16: 0.6}, "disagrees"),
+        ({1: 0.5, 4: 0.505, 16: 0.5}, "undetermined"),  # within the interval
+    ],
+)
+def test_accuracy_follows_loss_in_all_three_directions(acc, verdict):
+    row = follows_loss_claim(_endpoints(acc), "t", "m")
+    assert row[-1] == verdict and "batch 4 (lowest loss) - batch 16 (highest)" in row[2]
+
+
+def test_accuracy_within_noise_of_chance_is_undetermined():
+    near_chance = {1: 0.26, 4: 0.27, 16: 0.10}  # pool_continuation: chance 0.25
+    frame = _endpoints(near_chance, se=0.02).rename(
+        columns={"t acc": "pool_continuation acc", "t acc_stderr": "pool_continuation acc_stderr"}
+    )
+    row = follows_loss_claim(frame, "pool_continuation", "m")
+    assert row[-1] == "undetermined" and "within noise of chance" in row[2]
+
+
+def test_the_pool_task_asks_which_span_continues_a_validation_document(synthetic_pool, tmp_path):
+    folder = write_continuation_task(synthetic_pool, tmp_path, questions=20)
+    rows = [json.loads(line) for line in (folder / "pool_continuation.jsonl").open()]
+    assert len(rows) == 20 and all(len(r["choices"]) == 4 for r in rows)
+    val = load_pool(synthetic_pool).val.tokens.tolist()
+    tokenizer = Tokenizer.from_file(str(synthetic_pool / "tokenizer.json"))
+    text = tokenizer.decode(val)
+    for r in rows[:5]:  # the true answer continues its context in a validation document
+        assert r["context"] + r["choices"][r["answer"]] in text
+    assert {r["answer"] for r in rows} == {0, 1, 2, 3}
+
+
+def test_evaluations_join_the_runs_table(trained_run, local_task):
+    evaluate_run(trained_run, ["repro_tiny_mc"], include=local_task)
+    runs, _ = load_results(trained_run.parent)
+    assert runs.loc[0, "repro_tiny_mc n"] == len(QUESTIONS)
+    assert 0 <= runs.loc[0, "repro_tiny_mc acc"] <= 1

@@ -126,7 +126,8 @@ def test_two_smoke_reproductions_with_different_worker_counts_agree(tmp_path, mo
 
 
 def test_the_gpu_small_preset_dry_runs_every_notebook_on_a_cpu(tmp_path, monkeypatch):
-    """Every run of gpu-small (776), shrunk to CPU-seconds, and every notebook end to end."""
+    """Every run of gpu-small (776), shrunk to CPU-seconds, and every notebook end to end, with
+    downstream accuracy (the local pool task in place of the hub's)."""
     notebooks = Path(__file__).resolve().parents[1] / "notebooks"
     (tmp_path / "repro").mkdir()
     (tmp_path / "pyproject.toml").write_text("")
@@ -135,4 +136,7 @@ def test_the_gpu_small_preset_dry_runs_every_notebook_on_a_cpu(tmp_path, monkeyp
     main(["reproduce", "--preset", "gpu-small", "--dry-run"])
     figures = tmp_path / "figures" / "gpu-small-dry-run"
     assert len(list(figures.glob("0*_claims.md"))) == 5
+    assert (figures / "02_accuracy_vs_batch.png").is_file()  # downstream: the pool task
+    for table in ("02_claims.md", "03_claims.md"):
+        assert "downstream accuracy follows validation loss" in (figures / table).read_text()
     assert len(list((tmp_path / "runs" / "gpu-small-dry-run" / "notebooks").glob("*.ipynb"))) == 5

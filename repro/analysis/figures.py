@@ -109,6 +109,34 @@ def best_loss_vs_batch(
     return fig
 
 
+def accuracy_vs_batch(endpoints: pd.DataFrame, tasks: list[str], batch_sizes) -> plt.Figure:
+    """One panel per downstream task: the accuracy of each tuned endpoint per batch size, one curve
+    per model size (mean over pools, 90% interval from the standard errors over examples), and
+    chance where known; read beside the validation loss of best_loss_vs_batch."""
+    from repro.analysis.accuracy import CHANCE, Z90, accuracy_per_batch
+
+    fig, axes = plt.subplots(1, len(tasks), figsize=(5.5 * len(tasks), 4.2), squeeze=False)
+    models = sorted(endpoints["model"].unique())
+    for ax, task in zip(axes[0], tasks):
+        for model, group in accuracy_per_batch(endpoints, task).groupby("model"):
+            ax.errorbar(
+                group["batch_size"],
+                group["acc"],
+                yerr=Z90 * group["acc_se"],
+                capsize=3,
+                marker="o",
+                color=plots.PALETTE[models.index(model)],
+                label=model,
+            )
+        if task in CHANCE:
+            ax.axhline(CHANCE[task], color="k", linestyle=":", label=f"chance ({CHANCE[task]})")
+        plots.batch_axis(ax, batch_sizes)
+        ax.set_ylabel(f"{task} accuracy (fraction)")
+        ax.set_title(f"{task}, tuned endpoints (90% interval)")
+    plots.legend_outside(axes[0][-1], title="model")
+    return fig
+
+
 def optimal_batch_vs_size(table: pd.DataFrame) -> plt.Figure:
     """The tuned optimal batch per model size (analyses.optimal_batches): the optimum of the
     pool-mean loss (line), each pool's own optimum (dots), and the range of batches whose 90%

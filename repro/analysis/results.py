@@ -62,6 +62,7 @@ def load_results(
                 "best_step": status.get("best_step"),
                 "steps_per_epoch": status.get("steps_per_epoch"),
                 "wall_s": status.get("wall_s"),
+                **_downstream(run_dir),
             }
         )
         metrics = run_dir / "metrics.jsonl"
@@ -80,6 +81,17 @@ def load_results(
     runs = pd.DataFrame(run_rows)
     evals = pd.DataFrame(eval_rows) if eval_rows else pd.DataFrame(columns=EVAL_COLUMNS)
     return runs, evals
+
+
+def _downstream(run_dir: Path) -> dict:
+    """RUN/downstream.json (repro eval) as columns "<task> acc", "<task> acc_stderr", "<task> n"."""
+    path = run_dir / "downstream.json"
+    if not path.is_file():
+        return {}
+    results = json.loads(path.read_text())
+    return {
+        f"{task} {key}": value for task, result in results.items() for key, value in result.items()
+    }
 
 
 def varying_fields(runs: pd.DataFrame) -> list[str]:
