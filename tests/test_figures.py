@@ -94,6 +94,11 @@ def _all_figures():
     noise = f_evals.assign(b_simple=f_evals["step"] / 10)
     return {
         "02_best_loss_vs_batch": figures.best_loss_vs_batch(ends, BATCHES, 1.2),
+        "02_accuracy": figures.accuracy_vs_batch(
+            ends.assign(**{"pool_continuation acc": 0.3, "pool_continuation acc_stderr": 0.02}),
+            ["pool_continuation"],
+            BATCHES,
+        ),
         "02_curves": figures.curves(evals, picks, "Tuned runs"),
         "02_optimal_batch": figures.optimal_batch_vs_size(
             pd.DataFrame(

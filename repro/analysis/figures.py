@@ -110,30 +110,30 @@ def best_loss_vs_batch(
 
 
 def accuracy_vs_batch(endpoints: pd.DataFrame, tasks: list[str], batch_sizes) -> plt.Figure:
-    """One panel per downstream task: the accuracy of each tuned endpoint per batch size, one curve
-    per model size (mean over pools, 90% interval from the standard errors over examples), and
-    chance where known; read beside the validation loss of best_loss_vs_batch."""
+    """Left: the tuned validation loss per batch size; then one panel per downstream task: the
+    accuracy of the same tuned endpoints, one curve per model size (mean over pools, 90% interval
+    from the standard errors over examples), and chance where known."""
     from repro.analysis.accuracy import CHANCE, Z90, accuracy_per_batch
 
-    fig, axes = plt.subplots(1, len(tasks), figsize=(5.5 * len(tasks), 4.2), squeeze=False)
+    fig, axes = plt.subplots(1, 1 + len(tasks), figsize=(5 * (1 + len(tasks)), 4.2))
     models = sorted(endpoints["model"].unique())
-    for ax, task in zip(axes[0], tasks):
+    for i, task in enumerate(tasks):
         for model, group in accuracy_per_batch(endpoints, task).groupby("model"):
-            ax.errorbar(
-                group["batch_size"],
-                group["acc"],
-                yerr=Z90 * group["acc_se"],
-                capsize=3,
-                marker="o",
-                color=plots.PALETTE[models.index(model)],
-                label=model,
+            style = {"marker": "o", "color": plots.PALETTE[models.index(model)], "label": model}
+            if i == 0:
+                axes[0].plot(group["batch_size"], group["val_loss"], **style)
+            axes[1 + i].errorbar(
+                group["batch_size"], group["acc"], yerr=Z90 * group["acc_se"], capsize=3, **style
             )
         if task in CHANCE:
-            ax.axhline(CHANCE[task], color="k", linestyle=":", label=f"chance ({CHANCE[task]})")
+            axes[1 + i].axhline(CHANCE[task], color="k", linestyle=":", label="chance")
+        axes[1 + i].set_ylabel(f"{task} accuracy (fraction)")
+        axes[1 + i].set_title(f"{task} (90% interval)")
+    axes[0].set_ylabel("validation loss, tuned (nats/token)")
+    axes[0].set_title("Validation loss (mean over pools)")
+    for ax in axes:
         plots.batch_axis(ax, batch_sizes)
-        ax.set_ylabel(f"{task} accuracy (fraction)")
-        ax.set_title(f"{task}, tuned endpoints (90% interval)")
-    plots.legend_outside(axes[0][-1], title="model")
+    plots.legend_outside(axes[-1], title="model")
     return fig
 
 
