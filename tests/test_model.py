@@ -123,13 +123,13 @@ def test_model_config_sizes():
     shape = (c.d_model, c.n_layers, c.n_heads, c.n_kv_heads, c.d_ff, c.max_seq_len)
     assert shape == (1024, 24, 16, 8, 3584, 4096)
     assert c.tie_embeddings and c.vocab_size == 128256
-    for name in ("tiny", "cpu-xs", "cpu-s", "cpu-m", "cpu-l"):
+    for name in ("nano", "tiny", "cpu-xs", "cpu-s", "cpu-m", "cpu-l"):
         assert model_config(name, VOCAB).max_seq_len == 512
 
 
 def test_unknown_size():
     with pytest.raises(
-        ValueError, match=r"unknown model size 'huge'; choose one of: tiny, "
+        ValueError, match=r"unknown model size 'huge'; choose one of: nano, tiny, "
     ) as err:
         model_config("huge", VOCAB)
     assert "\n" not in str(err.value)
