@@ -24,8 +24,6 @@ from repro.errors import ReproError
 from repro.runtime.files import write_json
 from repro.runtime.train import load_final_model
 
-KIM_TASKS = ("arc_easy", "piqa", "sciq")  # multiple-choice tasks Kim et al. report
-
 
 class ReproLM(LM):
     """A repro run as an lm-eval model (log-likelihoods only). Contexts are cut from the left to
@@ -48,11 +46,8 @@ class ReproLM(LM):
         pairs = []
         for request in requests:
             context, continuation = request.args
-            spaces = len(context) - len(context.rstrip())  # trailing spaces go with the answer
-            context, continuation = (
-                context[: len(context) - spaces],
-                context[-spaces:] + continuation,
-            )
+            cut = len(context.rstrip())  # trailing spaces go with the answer
+            context, continuation = context[:cut], context[cut:] + continuation
             context_ids = self._encode(context) if context else [self.eos_id]
             pairs.append((context_ids, self._encode(continuation)))
         return self.score(pairs)

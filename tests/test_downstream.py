@@ -12,6 +12,8 @@ from tokenizers import Tokenizer
 
 pytest.importorskip("lm_eval")
 
+from lm_eval.api.instance import Instance  # noqa: E402
+
 from repro.analysis.accuracy import follows_loss_claim  # noqa: E402
 from repro.analysis.results import load_results  # noqa: E402
 from repro.cli import main  # noqa: E402
@@ -73,6 +75,19 @@ def test_the_adapters_log_likelihoods_match_the_model(trained_run):
     for (context, target), (logp, _) in zip(pairs, scored, strict=True):
         ids = (context + target)[-(lm.max_length + 1) :]
         assert logp == pytest.approx(_direct(lm.model, ids, len(target)), abs=1e-4)
+
+
+def test_a_request_scores_its_continuation_given_its_context(trained_run):
+    """lm-eval's requests (context, continuation): the continuation alone is scored, and trailing
+    spaces of the context move to the continuation."""
+    lm = ReproLM(trained_run)
+    requests = [
+        Instance("loglikelihood", {}, (q, c), 0) for q, choices, _ in QUESTIONS for c in choices
+    ]
+    requests.append(Instance("loglikelihood", {}, ("A small dog ", "ran away."), 0))
+    expected = [(lm._encode(q), lm._encode(c)) for q, choices, _ in QUESTIONS for c in choices]
+    expected.append((lm._encode("A small dog"), lm._encode(" ran away.")))
+    assert lm.loglikelihood(requests) == lm.score(expected)
 
 
 def test_repro_eval_on_a_local_task_writes_accuracy(trained_run, local_task, capsys):
