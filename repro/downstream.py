@@ -127,13 +127,22 @@ def evaluate_run(
     results = {
         task: {
             "acc": float(values["acc,none"]),
-            "acc_stderr": float(values["acc_stderr,none"]),
+            "acc_stderr": _number(values.get("acc_stderr,none")),
             "n": int(output["n-samples"][task]["effective"]),
         }
         for task, values in output["results"].items()
+        if task in output["n-samples"] and "acc,none" in values  # tasks, not their groups
     }
     write_json(Path(run) / "downstream.json", results)
     return results
+
+
+def _number(value) -> float:
+    """lm-eval's standard error: a number, or "N/A" (one example) as NaN."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return float("nan")
 
 
 POOL_TASK = "pool_continuation"  # the local task write_continuation_task defines
@@ -168,7 +177,10 @@ def write_continuation_task(
         doc, *others = rng.choice(usable, size=choices)
         true = _span(data.val.tokens, starts[doc], ends[doc], rng, context_tokens + answer_tokens)
         answer = int(rng.integers(choices))
-        options = [_span(data.val.tokens, starts[d], ends[d], rng, answer_tokens) for d in others]
+        options = [
+            _other_span(data.val.tokens, starts[d], ends[d], rng, true[context_tokens:])
+            for d in others
+        ]
         options.insert(answer, true[context_tokens:])
         rows.append(
             {
@@ -188,6 +200,15 @@ def _span(tokens: np.ndarray, start: int, end: int, rng, length: int) -> np.ndar
     """`length` tokens at a random place of the document tokens[start:end]."""
     at = int(rng.integers(start, end - length + 1))
     return tokens[at : at + length]
+
+
+def _other_span(tokens: np.ndarray, start: int, end: int, rng, answer: np.ndarray) -> np.ndarray:
+    """A span as long as `answer` from the document tokens[start:end] that differs from it."""
+    for _ in range(100):
+        span = _span(tokens, start, end, rng, len(answer))
+        if not np.array_equal(span, answer):
+            return span
+    raise ReproError("the validation documents repeat one span; too few of them for a task")
 
 
 def _task_yaml(data: Path) -> str:

@@ -9,9 +9,11 @@ TorchDistributedEnvironment, from Slurm's) and joins the process group before tr
 
 from __future__ import annotations
 
+import ctypes
 import json
 import math
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -49,20 +51,34 @@ def train_with_torchrun(config: RunConfig, run_dir: Path, threads: int = 0) -> d
         "--quiet",
     ]
     env = os.environ | ({"OMP_NUM_THREADS": str(threads)} if threads else {})
-    done = subprocess.run(command, env=env, capture_output=True, text=True)
-    status = json.loads((run_dir / "status.json").read_text()) if done.returncode == 0 else {}
-    if status.get("status") not in ("done", "diverged"):
-        errors = [line for line in done.stderr.splitlines() if "Error" in line]
+    done = subprocess.run(
+        command, env=env, capture_output=True, text=True, preexec_fn=_die_with_parent
+    )
+    path = run_dir / "status.json"
+    status = json.loads(path.read_text()) if path.is_file() else {}
+    if done.returncode or status.get("status") not in ("done", "diverged"):
+        lines = done.stderr.splitlines()
+        errors = [line for line in lines if "repro: error:" in line] or [
+            line for line in lines if "Error" in line
+        ]
+        cause = status.get("error") or (errors[-1] if errors else "no error line printed")
         raise ReproError(
-            f"torchrun of {config.gpus} processes exited with {done.returncode}: "
-            + (errors[-1] if errors else "see its output by running repro train under torchrun")
+            f"torchrun of {config.gpus} processes exited with {done.returncode}: {cause}"
         )
     return status
 
 
-def join_job_processes() -> int:
+def _die_with_parent() -> None:
+    """In the torchrun child: die with the process that started it (Linux: PR_SET_PDEATHSIG), so a
+    killed sweep worker, whose run lock then drops, leaves no trainer behind."""
+    if sys.platform == "linux":
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
+
+
+def join_job_processes(device: str) -> int:
     """In a task of a submitit job (Slurm or local): export the distributed environment from the
-    job's variables and join the process group (NCCL on GPUs, gloo on CPUs); returns the rank."""
+    job's variables and join the process group (NCCL for a run on CUDA, else gloo; `device` is the
+    run field); returns the rank."""
     import torch
     import torch.distributed as dist
     from submitit import JobEnvironment
@@ -72,7 +88,8 @@ def join_job_processes() -> int:
     if JobEnvironment().cluster == "local":
         env.master_addr = "127.0.0.1"
     env.export(set_cuda_visible_devices=False, overwrite=True)
-    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
+    dist.init_process_group("nccl" if cuda else "gloo")
     return env.rank
 
 

@@ -201,8 +201,8 @@ def describe_plan(table: pd.DataFrame, speed: GpuSpeed, gpus: tuple[int, ...]) -
         "run slower"
     )
     lines.append(
-        "longest: one run on its GPUs (run field gpus), scaling perfectly; -: fewer GPUs than a "
-        "run needs"
+        "longest: one run on its GPUs (run field gpus), scaling perfectly; wall: a lower bound "
+        "(runs packed perfectly); -: fewer GPUs than a run needs"
     )
     lines.append(f"GPU speed {speed.source}")
     return "\n".join(lines)

@@ -186,6 +186,9 @@ class Study:
             )
         rows = []
         for run_id in endpoints["run_id"]:
+            if not isinstance(run_id, str):  # every run of the group diverged: no accuracy
+                rows.append({})
+                continue
             path = self.store / run_id / "downstream.json"
             done = json.loads(path.read_text()) if path.is_file() else {}
             if not set(tasks) <= set(done):

@@ -256,7 +256,7 @@ def execute_distributed(
 
     from repro.runtime.train import train_stacked
 
-    rank = join_job_processes()
+    rank = join_job_processes(members[0][1].get("device", "auto"))
     try:
         with ExitStack() as locks:
             shared = (
@@ -486,11 +486,19 @@ def _job_gpus(job: tuple) -> int:
 
 
 def _run_local(jobs: list[tuple], workers: int):
-    """Jobs on this machine: up to `workers` at once, each worker with its own block of GPUs (as
-    many as the most any run needs) or, on a CPU, an equal share of the cores."""
+    """Jobs on this machine, those of runs on most GPUs first: each group of jobs with one GPU
+    count in turn (_run_local_group)."""
+    for per_run in sorted(set(map(_job_gpus, jobs)), reverse=True):
+        yield from _run_local_group(
+            [job for job in jobs if _job_gpus(job) == per_run], workers, per_run
+        )
+
+
+def _run_local_group(jobs: list[tuple], workers: int, per_run: int):
+    """Jobs whose runs train on `per_run` processes each: up to `workers` at once, each worker with
+    its own block of `per_run` GPUs or, on a CPU, an equal share of the cores."""
     import torch
 
-    per_run = max(map(_job_gpus, jobs), default=1)
     gpus = torch.cuda.device_count()
     if gpus and per_run > gpus:
         raise ReproError(f"a run needs {per_run} GPUs (gpus={per_run}); this machine has {gpus}")

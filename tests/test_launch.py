@@ -2,6 +2,7 @@
 single-process result (gloo on this CPU, within the DDP tolerance of tests/test_train.py)."""
 
 import json
+import math
 
 import pytest
 
@@ -77,3 +78,24 @@ def test_slurm_jobs_take_a_task_per_gpu_over_whole_nodes():
     }
     with pytest.raises(ReproError, match="does not fill whole nodes of 8 GPUs"):
         job_resources(12, 8, local=False)
+
+
+def test_a_sweep_mixing_gpu_counts_runs_each_group_and_reports_a_childs_error(
+    synthetic_pool, tmp_path
+):
+    grid = {
+        "fixed": FIELDS | {"pool": str(synthetic_pool), "batch_size": 6},
+        "axes": {"gpus": [1, 2], "micro_batch": [2, 3]},
+    }
+    result = run_sweep(grid, tmp_path / "s", progress=False)
+    assert result.outcomes == {"done": 3, "failed": 1}  # 6 = 2 processes x 3, not x 2 x 2
+    (failed,) = result.failed
+    error = json.loads((tmp_path / "s" / failed / "status.json").read_text())["error"]
+    assert "batch_size 6 is not divisible by micro_batch 2 x world size 2" in error
+
+
+def test_lm_evals_missing_standard_error_is_nan():
+    pytest.importorskip("lm_eval")
+    from repro.downstream import _number
+
+    assert math.isnan(_number("N/A")) and _number("0.25") == 0.25
