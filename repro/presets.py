@@ -417,8 +417,7 @@ PRESETS: dict[str, Preset] = {
         batch_schedules={"ramp-up": "0:2,0.5:8,0.75:32", "ramp-down": "0:32,0.5:8,0.75:2"},
         schedule_batch=8,
     ),
-    # the paper's regime on a 2-core machine (README, "The paper's regime on a CPU"): the paper's
-    # dimensionless ratios, not its sizes.
+    # the paper's regime on a 2-core machine: the paper's dimensionless ratios, not its sizes.
     # | ratio                      | paper (Kim et al.)       | cpu-regime                      |
     # | batch tokens / pool tokens | 3.3e-4 .. 1.0e-2         | 5.3e-4 .. 1.7e-2 (batch 1..32)  |
     # | pool tokens per parameter  | 0.13 .. 1.3 (5 sizes)    | 0.18 .. 1.30 (3 sizes, 7.2x)    |
