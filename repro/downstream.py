@@ -101,11 +101,11 @@ def evaluate_run(
     tasks: list[str],
     include: str | Path | None = None,
     limit: int | None = None,
-    device: str = "cpu",
+    device: str = "auto",
     batch_size: int = 16,
 ) -> dict:
     """Evaluate `run` on `tasks` with lm-eval and write RUN/downstream.json; returns it:
-    {task: {"acc", "acc_stderr", "n"}}."""
+    {task: {"acc", "acc_stderr", "n"}}. device "auto": a GPU when one is visible, else the CPU."""
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
 
@@ -122,6 +122,8 @@ def evaluate_run(
                 f"task {task} could not be loaded ({first[:200]}); it needs its data from the "
                 "Hugging Face hub (network) or a local task definition (--include DIR)"
             ) from None
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
     model = ReproLM(run, device, batch_size)
     output = simple_evaluate(model=model, tasks=tasks, task_manager=manager, limit=limit)
     results = {

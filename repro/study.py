@@ -192,7 +192,7 @@ class Study:
             path = self.store / run_id / "downstream.json"
             done = json.loads(path.read_text()) if path.is_file() else {}
             if not set(tasks) <= set(done):
-                done = evaluate_run(self.store / run_id, tasks, include, device=_device())
+                done = evaluate_run(self.store / run_id, tasks, include)
             rows.append({f"{t} {k}": v for t in tasks for k, v in done[t].items()})
         return pd.concat([endpoints.reset_index(drop=True), pd.DataFrame(rows)], axis=1)
 
@@ -213,12 +213,6 @@ class Study:
         lines.insert(1, "|" + "---|" * len(table.columns))
         (folder / f"{name}.md").write_text("\n".join(lines) + "\n")
         return folder / f"{name}.md"
-
-
-def _device() -> str:
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def open_study(
