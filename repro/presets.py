@@ -74,6 +74,9 @@ class Preset:
     # lm-eval tasks scored at the tuned endpoints of notebooks 02 and 03 (repro eval);
     # pool_continuation: a local task from pool 0's validation documents (repro.downstream)
     downstream_tasks: tuple[str, ...] = ()
+    # rounds of grid growth after each tuned sweep (repro.growth): a group whose lr or weight
+    # decay is on the edge of what it tried gets one more point beyond it per round; 0: fixed grids
+    grid_growth: int = 0
 
     def __post_init__(self) -> None:
         """One-line errors for a preset that could not run, before anything is built or trained."""
@@ -111,6 +114,8 @@ class Preset:
             raise ReproError(f"{where}: gpus_per_run needs models of this preset and values >= 1")
         if min(self.gpu_counts, default=1) < 1 or self.frontier_micro_batch < 1 or self.workers < 1:
             raise ReproError(f"{where}: gpu_counts, frontier_micro_batch and workers must be >= 1")
+        if self.grid_growth < 0:
+            raise ReproError(f"{where}: grid_growth must be >= 0 (rounds; 0 keeps the grids fixed)")
         try:
             self._check_runs()
         except ReproError as exc:
@@ -448,6 +453,7 @@ PRESETS: dict[str, Preset] = {
         noise_micro_batch=2,
         batch_schedules={"ramp-up": "0:2,0.5:8,0.75:32", "ramp-down": "0:32,0.5:8,0.75:2"},
         schedule_batch=8,
+        grid_growth=3,
     ),
     # one GPU: `repro plan --preset gpu-small` prices it (README); 10M-token pools keep it inside
     # the paper's ratios, budgets are WSD cool-downs of one 8-epoch run

@@ -2,7 +2,8 @@
 
     study = open_study("cpu")          # or $REPRO_PRESET
     pools = study.pools()              # built once, reused afterwards
-    runs, evals = study.sweep(grid)    # runs what is missing, returns this grid's results
+    runs, evals = study.sweep(grid)    # runs what is missing (and grows the grid where a tuned
+                                       # choice is on its edge), returns this grid's results
 
 All sweeps of a preset share one run store (runs/<preset>/store), so a configuration that two
 notebooks need is trained once.
@@ -21,9 +22,10 @@ from repro.analysis import plots
 from repro.analysis.results import load_results
 from repro.data.build import build_pool
 from repro.data.pool import built_meta
+from repro.growth import extension_grids
 from repro.paths import project_root
 from repro.presets import ORIGINAL_RECIPE, Preset, describe_regime, get_preset
-from repro.sweep import SweepResult, run_sweep
+from repro.sweep import SweepResult, plan_grid, run_sweep
 
 
 @dataclass
@@ -148,15 +150,40 @@ class Study:
         ]
 
     def prefetch(self) -> None:
-        """Run every preset grid as one sweep, longest jobs first, so that no worker idles between
-        the notebooks' sweeps (`repro reproduce` does this first); the notebooks then find these
-        runs done."""
-        self._run(self.preset_grids())
+        """Run every preset grid and its growth, each round as one sweep, longest jobs first, so
+        that no worker idles between the notebooks' sweeps (`repro reproduce` does this first);
+        the notebooks then find these runs done."""
+        self._grow(self.preset_grids())
 
     def sweep(self, grid: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
-        """Run what is missing of `grid`, then return (runs, evals) of exactly its runs."""
-        result = self._run(grid)
-        return load_results(self.store, result.run_ids, result.pools)
+        """Run what is missing of `grid` and of its growth (the preset's grid_growth rounds), then
+        return (runs, evals) of exactly those runs."""
+        return self._results(self._grow([grid])[0])
+
+    def _grow(self, grids: list[dict]) -> list[list[dict]]:
+        """Each grid with its extension grids (repro.growth), up to grid_growth rounds; each
+        round's new runs train as one sweep."""
+        parts = [[grid] for grid in grids]
+        self._run(grids)
+        for _ in range(self.preset.grid_growth):
+            new = []
+            for grown in parts:
+                runs, evals = self._results(grown)
+                added = [
+                    g for g in extension_grids(grown[0], runs, evals, self.store) if g not in grown
+                ]
+                grown += added
+                new += added
+            if not new:
+                break
+            self._run(new)
+        return parts
+
+    def _results(self, grids: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """(runs, evals) of exactly the runs of `grids` (pools named as the grids name them)."""
+        planned = {p.run_id: p for grid in grids for p in plan_grid(grid, self.store)}
+        pools = {rid: p.config.pool for rid, p in planned.items()}
+        return load_results(self.store, list(planned), pools)
 
     def _run(self, grids: dict | list[dict]) -> SweepResult:
         """run_sweep into this study's store with its workers and the preset's stacking; a failed

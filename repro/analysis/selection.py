@@ -51,12 +51,20 @@ def cross_fit(
     return reported, chosen
 
 
+def tried_around(group: pd.DataFrame, best: pd.Series, name: str, tuned: tuple[str, ...]) -> list:
+    """The values of `name` the group tried at the best run's other tuned values (its epoch budget
+    aside), in order: the grid around the choice along one axis, diverged runs included."""
+    others = [t for t in tuned if t not in (name, "epochs")]
+    around = group[(group[others] == best[others]).all(axis=1)] if others else group
+    return sorted(around[name].unique())
+
+
 def _edges(group: pd.DataFrame, best: pd.Series, tuned: tuple[str, ...]) -> list[str]:
-    """A chosen value at the top of what the group tried, or at the bottom (weight decay 0 is a
-    natural floor), means the grid must be widened there."""
+    """A chosen value at the top of what the group tried around the choice, or at the bottom
+    (weight decay 0 is a natural floor), means the grid must be widened there (growth.py does)."""
     notes = []
     for name in tuned:
-        tried = sorted(group[name].unique())
+        tried = tried_around(group, best, name, tuned)
         at_top, at_bottom = best[name] == tried[-1], best[name] == tried[0]
         floor = name == "weight_decay" and tried[0] == 0
         if len(tried) > 1 and (at_top or (at_bottom and not floor)):
@@ -85,7 +93,7 @@ def _endpoint(
     best = done.set_index("run_id").loc[rid]
     curve = evals[evals["run_id"] == rid]
     early = curve.loc[curve["val_loss"].idxmin()]
-    edges = _edges(done, best, tuned)
+    edges = _edges(group[group["status"].isin(["done", "diverged"])], best, tuned)
     censored = "epochs" in tuned and best["epochs"] == done["epochs"].max()
     return row | {
         "val_loss": _mean(reported, tokens, everything),
