@@ -48,7 +48,9 @@ print(f"{len(runs)} runs over {counts}: {runs['status'].value_counts().to_dict()
 # validation documents, the cross-fitted loss `val_loss`, the final training loss of the chosen run
 # (mean over the steps since the previous evaluation), and within that run the epoch of its best
 # evaluation. `censored`: the chosen budget is the largest tried, so the best budget may lie
-# beyond. A line names every group whose choice sits on the edge of its grid.
+# beyond. Where the preset grows its grids (`grid_growth`, repro.growth), a group whose lr or weight
+# decay was chosen on the edge of what it tried got a run beyond it, round after round; a line names
+# every group whose choice still sits on an edge.
 
 # %%
 endpoints = analyses.pool_names(analyses.batch_endpoints(runs, evals, study.store))

@@ -222,4 +222,11 @@ def plan_text(
     vocab = vocab or pool_vocab(preset, built)
     speed = gpu_speed(root)
     table = plan(preset, vocab, speed)
-    return f"plan of preset {preset.name} (vocab {vocab:,}):\n" + describe_plan(table, speed, gpus)
+    growth = (
+        f"\ngrid growth: up to {preset.grid_growth} rounds add a run beyond each lr or weight "
+        "decay chosen on its grid's edge (repro.growth); not priced above"
+        if preset.grid_growth
+        else ""
+    )
+    text = describe_plan(table, speed, gpus) + growth
+    return f"plan of preset {preset.name} (vocab {vocab:,}):\n" + text

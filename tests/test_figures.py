@@ -210,3 +210,13 @@ def test_cbs_figure_draws_points_beyond_the_limit_or_outside_their_interval():
     fig = figures.cbs_vs_pool_size(scaling, {}, limit=320)
     assert fig.axes[0].get_ylim()[1] >= 320
     matplotlib.pyplot.close(fig)
+
+
+def test_model_curves_are_ordered_by_size_not_by_name():
+    assert figures.by_size(["tiny", "cpu-xs", "150m", "mine", "nano"]) == [
+        "nano",
+        "tiny",
+        "cpu-xs",
+        "150m",
+        "mine",
+    ]

@@ -50,7 +50,9 @@ def test_only_choices_on_an_edge_grow_and_a_diverged_run_counts_as_tried(hand_ma
     hand_made.add(9.9, pool="p2", lr=9e-3, status="diverged")
     runs, evals = hand_made.frames()
     grids = extension_grids(GRID, runs, evals, hand_made.store)
-    points = sorted((g["fixed"]["pool"], g["fixed"]["lr"], g["fixed"]["weight_decay"]) for g in grids)
+    points = sorted(
+        (g["fixed"]["pool"], g["fixed"]["lr"], g["fixed"]["weight_decay"]) for g in grids
+    )
     assert points == [("p0", 3e-3, 0.01), ("p0", 9e-3, 0.1)]
     assert all(g["fixed"]["model"] == "m" and g["axes"] == {"epochs": [4]} for g in grids)
     ends = tuned(runs, evals, hand_made.store, ["pool"]).set_index("pool")

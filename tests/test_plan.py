@@ -102,6 +102,12 @@ def test_the_readme_shows_the_gpu_presets_plans():
         assert text in readme, f"README's plan of {name} is stale:\n{text}"
 
 
+def test_a_growing_preset_says_its_growth_is_not_priced():
+    grown = replace(PRESETS["smoke"], grid_growth=2)
+    assert "up to 2 rounds" in plan_text(grown, ROOT, (1,), vocab=300)
+    assert "grid growth" not in plan_text(PRESETS["smoke"], ROOT, (1,), vocab=300)
+
+
 def test_a_run_on_several_gpus_is_shorter_but_needs_them():
     preset = replace(SMOKE, gpus_per_run={"cpu-s": 2})
     one, two = plan(SMOKE, 300, SPEED), plan(preset, 300, SPEED)

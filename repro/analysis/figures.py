@@ -17,6 +17,7 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator
 from repro.analysis import plots
 from repro.analysis.analyses import across_pools, endpoint_curve
 from repro.data.pool import load_pool
+from repro.runtime.model import SIZES
 
 LOSS = "tuned validation loss (nats/token)"
 DEADLINE = "deadline (step units)"
@@ -72,6 +73,12 @@ def split_tokens(table: pd.DataFrame) -> plt.Figure:
 # --- 02 -----------------------------------------------------------------------------------------
 
 
+def by_size(models) -> list[str]:
+    """Model names from the smallest to the largest (repro.runtime.model.SIZES), others last."""
+    order = list(SIZES)
+    return sorted(models, key=lambda m: (order.index(m) if m in order else len(order), m))
+
+
 def best_loss_vs_batch(
     endpoints: pd.DataFrame, batch_sizes, floor: float | None = None
 ) -> plt.Figure:
@@ -84,9 +91,11 @@ def best_loss_vs_batch(
         (val_ax, "val_loss", "validation loss, tuned (nats/token)", ("low", "high"), "-"),
         (train_ax, "train_loss", "training loss, end of the tuned run", ("min", "max"), "--"),
     )
-    models = sorted(endpoints["model"].unique())
+    models = by_size(endpoints["model"].unique())
     for ax, value, ylabel, (lo, hi), style in panels:
-        for model, group in across_pools(endpoints, value=value).groupby("model"):
+        means = across_pools(endpoints, value=value)
+        for model in models:
+            group = means[means["model"] == model]
             ax.errorbar(
                 group["batch_size"],
                 group["mean"],
@@ -116,9 +125,11 @@ def accuracy_vs_batch(endpoints: pd.DataFrame, tasks: list[str], batch_sizes) ->
     from repro.analysis.accuracy import CHANCE, Z90, accuracy_per_batch
 
     fig, axes = plt.subplots(1, 1 + len(tasks), figsize=(5 * (1 + len(tasks)), 4.2))
-    models = sorted(endpoints["model"].unique())
+    models = by_size(endpoints["model"].unique())
     for i, task in enumerate(tasks):
-        for model, group in accuracy_per_batch(endpoints, task).groupby("model"):
+        scores = accuracy_per_batch(endpoints, task)
+        for model in models:
+            group = scores[scores["model"] == model]
             style = {"marker": "o", "color": plots.PALETTE[models.index(model)], "label": model}
             if i == 0:
                 axes[0].plot(group["batch_size"], group["val_loss"], **style)
