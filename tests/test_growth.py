@@ -1,63 +1,90 @@
-"""Grid growth: a group whose lr or weight decay is chosen on an edge gets a point beyond it."""
+"""Grid growth: where lr or weight decay is not bracketed around a group's choice, the missing
+neighbours become runs."""
 
 from dataclasses import replace
 
 import pytest
 
-from repro.analysis.selection import tuned
-from repro.growth import _beyond, extension_grids
+from repro.analysis.selection import step_past, tuned
+from repro.growth import extension_grids
 from repro.presets import get_preset
 from repro.study import Study
 
 
 @pytest.mark.parametrize(
-    ("tried", "chosen", "beyond"),
+    ("values", "top", "past"),
     [
-        ([1e-3, 3e-3], 3e-3, 9e-3),  # top: one more step of the same width
-        ([1e-3, 3e-3, 9e-3], 1e-3, 3.33e-4),  # bottom
-        ([1e-3, 3e-3, 9e-3], 3e-3, None),  # interior
-        ([0.0, 0.1], 0.0, None),  # weight decay 0 is a floor
-        ([0.1], 0.1, None),  # one value: not a tuned axis here
+        ([1e-3, 3e-3], True, 9e-3),  # one more step of the same width
+        ([1e-3, 3e-3, 9e-3], False, 3.33e-4),  # 3 significant digits
+        ([0.0, 0.1], False, None),  # weight decay 0 is a floor
+        ([0.0, 0.1], True, None),  # no width to step by from 0
     ],
 )
-def test_the_next_value_continues_the_grid_geometrically(tried, chosen, beyond):
-    assert _beyond(tried, chosen) == beyond
+def test_a_grid_continues_geometrically_past_its_ends(values, top, past):
+    assert step_past(values, top) == past
 
 
 GRID = {
     "fixed": {"model": "m", "batch_size": 4},
-    "axes": {
-        "pool": ["p0", "p1", "p2"],
-        "lr": [1e-3, 3e-3],
-        "weight_decay": [0.1, 1.0],
-        "epochs": [4],
-    },
+    "axes": {"pool": ["p0"], "lr": [1e-3, 3e-3], "weight_decay": [0.1, 1.0], "epochs": [4]},
 }
 
 
-def test_only_choices_on_an_edge_grow_and_a_diverged_run_counts_as_tried(hand_made):
-    # p0: best lr 3e-3 (top) and weight decay 0.1 (bottom): one point beyond each
-    for lr, wd, loss in ((1e-3, 0.1, 3.2), (3e-3, 0.1, 3.0), (1e-3, 1.0, 3.3), (3e-3, 1.0, 3.1)):
-        hand_made.add(loss, pool="p0", lr=lr, weight_decay=wd)
-    # p1: lr and weight decay interior around the choice (lr 3e-3, wd 0.3): nothing grows
-    for lr, wd, loss in ((1e-3, 0.3, 3.2), (3e-3, 0.3, 3.0), (9e-3, 0.3, 3.1)):
-        hand_made.add(loss, pool="p1", lr=lr, weight_decay=wd)
-    for wd, loss in ((0.1, 3.05), (1.0, 3.05)):
-        hand_made.add(loss, pool="p1", lr=3e-3, weight_decay=wd)
-    # p2: the best lr is the top that finished, but the next one diverged: the edge is bounded
-    hand_made.add(3.2, pool="p2", lr=1e-3)
-    hand_made.add(3.0, pool="p2", lr=3e-3)
-    hand_made.add(9.9, pool="p2", lr=9e-3, status="diverged")
+def _points(hand_made) -> list[tuple]:
     runs, evals = hand_made.frames()
     grids = extension_grids(GRID, runs, evals, hand_made.store)
-    points = sorted(
-        (g["fixed"]["pool"], g["fixed"]["lr"], g["fixed"]["weight_decay"]) for g in grids
-    )
-    assert points == [("p0", 3e-3, 0.01), ("p0", 9e-3, 0.1)]
     assert all(g["fixed"]["model"] == "m" and g["axes"] == {"epochs": [4]} for g in grids)
-    ends = tuned(runs, evals, hand_made.store, ["pool"]).set_index("pool")
-    assert ends.loc["p1", "edge"] == "" and ends.loc["p2", "edge"] == ""
-    assert "lr=0.003 is on the edge" in ends.loc["p0", "edge"]
+    return sorted((g["fixed"]["lr"], g["fixed"]["weight_decay"]) for g in grids)
+
+
+def _square(hand_made, losses: dict[tuple[float, float], float]) -> None:
+    for (lr, wd), loss in losses.items():
+        hand_made.add(loss, lr=lr, weight_decay=wd)
+
+
+def test_a_choice_at_the_top_lr_and_bottom_weight_decay_grows_past_both(hand_made):
+    _square(hand_made, {(1e-3, 0.1): 3.2, (3e-3, 0.1): 3.0, (1e-3, 1.0): 3.3, (3e-3, 1.0): 3.1})
+    assert _points(hand_made) == [(3e-3, 0.01), (9e-3, 0.1)]
+
+
+def test_a_choice_at_the_bottom_lr_and_top_weight_decay_grows_past_both(hand_made):
+    _square(hand_made, {(1e-3, 0.1): 3.2, (3e-3, 0.1): 3.3, (1e-3, 1.0): 3.0, (3e-3, 1.0): 3.1})
+    assert _points(hand_made) == [(3.33e-4, 1.0), (1e-3, 10.0)]
+
+
+def test_a_bracketed_choice_grows_nothing(hand_made):
+    square = {(lr, wd): 3.2 for lr in (1e-3, 3e-3, 9e-3) for wd in (0.1, 0.3, 1.0)}
+    _square(hand_made, square | {(3e-3, 0.3): 3.0})
+    assert _points(hand_made) == []
+
+
+def test_a_choice_that_moved_past_the_grid_gets_the_other_axis_beside_it(hand_made):
+    """lr 9e-3 was tried at weight decay 0.3 only (a growth point) and won: weight decay is not
+    bracketed there, though the group tried 0.1 and 1.0 at other lrs."""
+    square = {(lr, wd): 3.2 for lr in (1e-3, 3e-3) for wd in (0.1, 0.3, 1.0)}
+    _square(hand_made, square | {(3e-3, 0.3): 3.1, (9e-3, 0.3): 3.0, (2.7e-2, 0.3): 3.3})
+    assert _points(hand_made) == [(9e-3, 0.1), (9e-3, 1.0)]
+
+
+def test_a_diverged_run_bounds_the_grid_and_all_diverged_grows_nothing(hand_made):
+    hand_made.add(3.2, lr=1e-3)
+    hand_made.add(3.0, lr=3e-3)
+    hand_made.add(9.9, lr=9e-3, status="diverged")
+    runs, evals = hand_made.frames()
+    assert extension_grids(GRID, runs, evals, hand_made.store) == []
+    assert tuned(runs, evals, hand_made.store, ["pool"]).loc[0, "edge"] == ""
+    for lr in (1e-3, 3e-3):
+        hand_made.add(9.9, lr=lr, status="diverged")
+    runs, evals = hand_made.frames()
+    assert extension_grids(GRID, runs, evals, hand_made.store) == []
+
+
+def test_the_edge_note_names_the_missing_neighbour_and_a_grid_without_a_step(hand_made):
+    _square(hand_made, {(1e-3, 0.0): 3.2, (1e-3, 0.1): 3.0, (3e-3, 0.0): 3.3, (3e-3, 0.1): 3.1})
+    runs, evals = hand_made.frames()
+    edge = tuned(runs, evals, hand_made.store, ["pool"]).loc[0, "edge"]
+    assert "lr=0.001 is not bracketed: no run at 0.000333 beside it" in edge
+    assert "weight_decay=0.1 is on the edge of [0, 0.1]" in edge  # no step from 0 to grow by
 
 
 @pytest.fixture
@@ -67,16 +94,22 @@ def growing_study(tmp_path):
     return Study(preset, tmp_path, tmp_path / "pools", tmp_path / "runs", 1, progress=False)
 
 
-def test_a_grown_sweep_trains_its_extensions_once_and_reuses_them(growing_study):
-    """Real runs (WSD trunks and branches): the grid's two lrs, then points beyond the chosen
-    edge until the choice is interior or the rounds run out; a second sweep trains nothing."""
+def test_grown_grids_train_their_extensions_once_and_reuse_them(growing_study):
+    """Real runs: two grids grown together (as prefetch does), each past its chosen lr edge until
+    the choice is bracketed or the rounds run out; the extensions are WSD trunks with branches,
+    and sweeping a grid again trains nothing."""
     study = growing_study
-    grid = study.preset.batch_sweep_grid(study.pools(), [8], ["tiny"])
+    pools = study.pools()
+    grid = study.preset.batch_sweep_grid(pools, [8], ["tiny"])
+    repeat = study.preset.batch_sweep_grid(pools, [8], ["tiny"], {"loader": ["repeat"]})
+    study._grow([grid, repeat])
     runs, _ = study.sweep(grid)
     lrs = sorted(runs["lr"].unique())
     assert len(lrs) in (3, 4) and set(grid["when"][0]["axes"]["lr"]) < set(lrs)
     assert (runs.groupby("lr")["epochs"].nunique() == 2).all()  # every budget at every point
+    assert runs.loc[runs["epochs"] == 1, "init_from"].str.contains("checkpoints").all()
     stamps = {rid: (study.store / rid / "status.json").stat().st_mtime for rid in runs["run_id"]}
     again, _ = study.sweep(grid)
     assert sorted(again["run_id"]) == sorted(stamps)
     assert all((study.store / r / "status.json").stat().st_mtime == t for r, t in stamps.items())
+    assert len(study.sweep(repeat)[0]) >= 6  # its own growth, done by _grow

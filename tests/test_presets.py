@@ -132,7 +132,7 @@ def test_regime_states_the_presets_ratios_against_the_papers():
         max(preset.batch_sizes) * preset.seq_len / tokens,
     )
     assert regime["pool tokens per parameter"] == (tokens / params, tokens / params)
-    assert regime["epochs"] == (1.0, 32.0)
+    assert regime["epochs"] == (1.0, 8.0)
 
 
 @pytest.mark.parametrize(

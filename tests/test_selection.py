@@ -39,7 +39,7 @@ def test_tuned_reports_choices_edges_censoring_and_the_within_run_best(hand_made
     runs, evals = hand_made.frames()
     row = tuned(runs, evals, hand_made.store, ["pool"]).iloc[0]
     assert (row["lr"], row["epochs"], row["n_runs"], row["n_diverged"]) == (3e-3, 4, 5, 1)
-    assert row["censored"] and "lr=0.003 is on the edge" in row["edge"]
+    assert row["censored"] and "lr=0.003 is not bracketed: no run at 0.009" in row["edge"]
     assert row["val_loss"] == pytest.approx(3.0, abs=0.01)
     assert row["early_stop_epoch"] == 4  # hand-made curves improve to their end
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from repro.errors import ReproError
-from repro.runtime.config import RunConfig
+from repro.runtime.config import RunConfig, config_record
 
 TUNED = ("lr", "weight_decay", "epochs")
 BOOKKEEPING = (
@@ -31,6 +31,7 @@ BOOKKEEPING = (
 )
 EVAL_COLUMNS = ["run_id", "step", "epoch", "tokens", "lr_t", "train_loss", "val_loss", "wall_s"]
 CONFIG_FIELDS = [f.name for f in fields(RunConfig)]
+DEFAULTS = config_record(RunConfig())  # a field a run's config.json predates has its default
 
 
 def load_results(
@@ -46,7 +47,7 @@ def load_results(
     dirs = [store / rid for rid in run_ids] if run_ids is not None else sorted(store.iterdir())
     for run_dir in (p for p in dirs if (p / "config.json").is_file()):
         rid = run_dir.name
-        config = json.loads((run_dir / "config.json").read_text())
+        config = DEFAULTS | json.loads((run_dir / "config.json").read_text())
         status_path = run_dir / "status.json"
         status = (
             json.loads(status_path.read_text()) if status_path.exists() else {"status": "pending"}

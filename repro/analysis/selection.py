@@ -51,25 +51,60 @@ def cross_fit(
     return reported, chosen
 
 
-def tried_around(group: pd.DataFrame, best: pd.Series, name: str, tuned: tuple[str, ...]) -> list:
-    """The values of `name` the group tried at the best run's other tuned values (its epoch budget
-    aside), in order: the grid around the choice along one axis, diverged runs included."""
+GROWN = ("lr", "weight_decay")
+"""Axes judged around the choice, and grown where the choice is not bracketed (repro.growth)."""
+
+
+def step_past(values: list[float], top: bool) -> float | None:
+    """One geometric step past the top (or bottom) of sorted `values`, as wide as the grid's step
+    there (3 significant digits); None from or to 0 (weight decay's floor): no width to step by."""
+    edge, inner = (values[-1], values[-2]) if top else (values[0], values[1])
+    if edge <= 0 or inner <= 0:
+        return None
+    return float(f"{edge * edge / inner:.3g}")
+
+
+def untried_neighbours(
+    group: pd.DataFrame, best: pd.Series, name: str, tuned: tuple[str, ...]
+) -> list[float]:
+    """The values beside the choice along `name` (lr or weight decay) that were not tried at the
+    best run's other tuned values (its epoch budget aside; a diverged run counts as tried): the
+    nearest value below and above among all the group tried on this axis, or past an end of
+    those, step_past. Empty when the choice is bracketed."""
+    values = sorted(group[name].unique())
+    if len(values) < 2:
+        return []
+    chosen = best[name]
+    below = [v for v in values if v < chosen]
+    above = [v for v in values if v > chosen]
+    beside = [
+        below[-1] if below else step_past(values, top=False),
+        above[0] if above else step_past(values, top=True),
+    ]
     others = [t for t in tuned if t not in (name, "epochs")]
-    around = group[(group[others] == best[others]).all(axis=1)] if others else group
-    return sorted(around[name].unique())
+    tried = set(group.loc[(group[others] == best[others]).all(axis=1), name])
+    return [float(v) for v in beside if v is not None and v not in tried]
 
 
 def _edges(group: pd.DataFrame, best: pd.Series, tuned: tuple[str, ...]) -> list[str]:
-    """A chosen value at the top of what the group tried around the choice, or at the bottom
-    (weight decay 0 is a natural floor), means the grid must be widened there (growth.py does)."""
+    """Where the grid must be widened: lr or weight decay not bracketed around the choice (growth
+    adds the runs named), or at the top of a grid that has no step to grow by; any other tuned
+    value at the top of what the group finished, or at its bottom (weight decay 0 is a floor)."""
     notes = []
+    done = group[group["status"] == "done"]
     for name in tuned:
-        tried = tried_around(group, best, name, tuned)
+        tried = sorted((group if name in GROWN else done)[name].unique())
+        grid = ", ".join(f"{float(t):g}" for t in tried)
+        missing = untried_neighbours(group, best, name, tuned) if name in GROWN else []
+        if missing:
+            runs = ", ".join(f"{v:g}" for v in missing)
+            notes.append(f"{name}={best[name]:g} is not bracketed: no run at {runs} beside it")
+            continue
         at_top, at_bottom = best[name] == tried[-1], best[name] == tried[0]
         floor = name == "weight_decay" and tried[0] == 0
         if len(tried) > 1 and (at_top or (at_bottom and not floor)):
-            grid = ", ".join(f"{float(t):g}" for t in tried)
-            notes.append(f"{name}={best[name]:g} is on the edge of [{grid}]")
+            if name not in GROWN or (at_top and step_past(tried, top=True) is None):
+                notes.append(f"{name}={best[name]:g} is on the edge of [{grid}]")
     return notes
 
 
