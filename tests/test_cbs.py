@@ -453,12 +453,14 @@ def _store_run(store, rid: str, mean: float, seed: int, steps=(10, 20)) -> list[
 
 
 def _schedule_study(store, ramp_up_shift: float):
-    """Fixed batches 2 and 8 (lr 1e-3 and 3e-3; batch 8 at lr 3e-3 best, 3.0 nats) at 2 epochs,
-    batch 8 also at 1 epoch (a different budget: left out), and ramp-up / ramp-down schedules
-    whose best lr is `ramp_up_shift` from the best fixed batch (ramp-down 0.1 worse)."""
+    """Fixed batches 2 and 8 (lr 1e-3, 3e-3 and 9e-3; batch 8 at lr 3e-3 best, 3.0 nats) at 2
+    epochs, batch 8 also at 1 epoch (a different budget: left out), and ramp-up / ramp-down
+    schedules whose best lr is `ramp_up_shift` from the best fixed batch (ramp-down 0.1 worse);
+    every arm's lr is bracketed."""
     fixed = [(2, 1e-3, 3.2), (2, 3e-3, 3.1), (8, 1e-3, 3.05), (8, 3e-3, 3.0)]
+    fixed += [(2, 9e-3, 3.15), (8, 9e-3, 3.1)]
     ramps = [("0:2,0.5:8", 1e-3, 3.0 + ramp_up_shift), ("0:8,0.5:2", 1e-3, 3.1)]
-    ramps += [(s, 3e-3, 3.3) for s in ("0:2,0.5:8", "0:8,0.5:2")]
+    ramps += [(s, lr, 3.3) for s in ("0:2,0.5:8", "0:8,0.5:2") for lr in (3.33e-4, 3e-3)]
     base = {"pool": "/pools/p0", "model": "tiny", "weight_decay": 0.1, "status": "done"}
     runs, evals, schedule_runs, schedule_evals = [], [], [], []
     for i, (batch, lr, mean) in enumerate([*fixed, (8, 3e-3, 2.5)]):
@@ -523,5 +525,5 @@ def test_schedules_without_a_matching_fixed_budget_are_a_one_line_error(tmp_path
             runs[runs["epochs"] == 1], evals, schedule_runs, schedule_evals, SCHEDULES, tmp_path
         )
     with pytest.raises(ReproError, match="share one epoch budget"):
-        mixed = schedule_runs.assign(epochs=[1, 2, 2, 2])
+        mixed = schedule_runs.assign(epochs=[1] + [2] * (len(schedule_runs) - 1))
         schedules_vs_fixed(runs, evals, mixed, schedule_evals, SCHEDULES, tmp_path)

@@ -54,3 +54,17 @@ def test_compare_pairs_documents_and_reports_each_pool(hand_made):
     assert diff.value == pytest.approx(-0.075, abs=0.005)
     assert diff.low < diff.value < diff.high < 0
     assert [round(d, 2) for d in diff.per_pool] == [-0.1, -0.05]
+
+
+def test_an_arm_whose_lr_is_not_bracketed_counts_as_censored(hand_made):
+    """Its loss might still fall past the grid: compare flags it, so it cannot be found worse."""
+    for lr, loss in ((1e-3, 3.2), (3e-3, 3.1)):  # best at the top: nothing tried above
+        hand_made.add(loss, loader="repack", lr=lr)
+    for lr, loss in ((1e-3, 3.1), (3e-3, 3.0), (9e-3, 3.05)):  # bracketed
+        hand_made.add(loss, loader="shuffle", lr=lr)
+    runs, evals = hand_made.frames()
+    ends = tuned(runs, evals, hand_made.store, ["pool", "loader"]).set_index("loader")
+    assert not ends.loc["repack", "bracketed"] and ends.loc["shuffle", "bracketed"]
+    ends = ends.reset_index()
+    diff = compare(ends[ends["loader"] == "repack"], ends[ends["loader"] == "shuffle"])
+    assert diff.value > 0 and diff.censored == (True, False)

@@ -26,8 +26,8 @@ MIN_DOCUMENTS = 10  # fewer scored documents give no interval (a bootstrap over 
 class Difference(NamedTuple):
     """A difference of mean losses (nats/token) a - b, its LEVEL interval over validation
     documents ((-inf, inf) when there are too few), the difference on each pool it averages over,
-    and whether each arm's chosen epoch budget is the largest tried (censored: that arm's loss might
-    still fall with more epochs)."""
+    and whether each arm is censored: its chosen epoch budget is the largest tried, or its lr or
+    weight decay is not bracketed by runs on both sides, so that arm's loss might still fall."""
 
     value: float
     low: float
@@ -114,7 +114,7 @@ def lower_verdict(differences: list[Difference]) -> str:
 def describe(name: str, difference: Difference) -> str:
     """ "repack - shuffle -0.012 [-0.020, -0.004]" (nats/token, LEVEL interval; "no interval"
     with too few documents), with the per-pool differences when there are several pools and which
-    arm is censored (its best epoch budget the largest tried)."""
+    arm is censored (its loss might still fall: Difference)."""
     value, low, high, per_pool, censored = difference
     if np.isnan(value):
         return f"{name}: not measured"

@@ -137,6 +137,7 @@ def _endpoint(
         "run_id": rid,
         "chosen_on_halves": chosen,
         "censored": bool(censored and done["epochs"].nunique() > 1),
+        "bracketed": not any(note.startswith(f"{name}=") for name in GROWN for note in edges),
         "early_stop_epoch": float(early["epoch"]),
         "early_stop_val_loss": float(early["val_loss"]),
         "edge": "; ".join(edges),
@@ -156,8 +157,9 @@ def tuned(
     `val_loss` (nats/token) with its per-document losses (`doc_losses`, `doc_tokens`), the run
     chosen on all documents (`run_id`, its `tuned` values and final `train_loss`), whether its
     epoch budget is the largest tried (`censored`: the best budget may lie beyond), grid-edge
-    notes (`edge`), and the within-run best evaluation of that run (`early_stop_epoch`,
-    `early_stop_val_loss`; chosen on all documents, so not comparable with `val_loss`)."""
+    notes (`edge`), whether its lr and weight decay have runs on both sides (`bracketed`), and
+    the within-run best evaluation of that run (`early_stop_epoch`, `early_stop_val_loss`; chosen
+    on all documents, so not comparable with `val_loss`)."""
     missing = [g for g in [*group_by, *tuned] if g not in runs]
     if missing:
         raise ReproError(f"cannot group or tune by {missing[0]!r}: no such run field")
@@ -173,7 +175,9 @@ def tuned(
 def compare(a: pd.DataFrame, b: pd.DataFrame, seed: int = 0) -> Difference:
     """Endpoints `a` minus endpoints `b` (rows of `tuned`, one per pool, matched by pool): the
     difference of the pool-averaged losses (nats/token) with its paired interval over validation
-    documents, the difference on each pool, and whether either arm is censored on some pool."""
+    documents, the difference on each pool, and whether either arm is censored on some pool: its
+    best budget is the largest tried, or its lr or weight decay is not bracketed (`bracketed`), so
+    its loss might still fall."""
     a, b = a.set_index("pool"), b.set_index("pool")
     pools = sorted(set(a.index) & set(b.index))
     if not pools or a.loc[pools, "val_loss"].isna().any() or b.loc[pools, "val_loss"].isna().any():
@@ -183,5 +187,8 @@ def compare(a: pd.DataFrame, b: pd.DataFrame, seed: int = 0) -> Difference:
     tokens = a.loc[pools[0], "doc_tokens"]
     pooled = paired_difference(stack_a.mean(0), stack_b.mean(0), tokens, seed)
     per_pool = tuple(float((x.sum() - y.sum()) / tokens.sum()) for x, y in zip(stack_a, stack_b))
-    censored = (bool(a.loc[pools, "censored"].any()), bool(b.loc[pools, "censored"].any()))
+    censored = tuple(
+        bool((arm.loc[pools, "censored"] | ~arm.loc[pools, "bracketed"].astype(bool)).any())
+        for arm in (a, b)
+    )
     return pooled._replace(per_pool=per_pool, censored=censored)
