@@ -223,8 +223,8 @@ def plan_text(
     speed = gpu_speed(root)
     table = plan(preset, vocab, speed)
     growth = (
-        f"\ngrid growth: up to {preset.grid_growth} rounds add a run beyond each lr or weight "
-        "decay chosen on its grid's edge (repro.growth); not priced above"
+        f"\ngrid growth: up to {preset.grid_growth} rounds add runs beside each lr or weight "
+        "decay not bracketed around its group's choice (repro.growth); not priced above"
         if preset.grid_growth
         else ""
     )

@@ -431,7 +431,9 @@ PRESETS: dict[str, Preset] = {
     # Not matched: the smallest batch, 1 sequence, is 5.3e-4 of a pool small enough for the smallest
     # model to see 1.3 tokens per parameter (not 3.3e-4); batch 32 goes past the paper's largest
     # to show the large-batch arm. lrs move with batch ** 0.25: scouting in this regime
-    # (../shared/CALIBRATION.md) found sqrt(batch) too steep.
+    # (../shared/CALIBRATION.md) found sqrt(batch) too steep. The lr and weight-decay grids are a
+    # start: 3 rounds of grid growth bracket every choice (a first pass without them left choices
+    # on an edge in all 36 of 02's groups).
     "cpu-regime": Preset(
         name="cpu-regime",
         pool=PoolSpec(source="synthetic", tokens=30_000, val_tokens=12_000, vocab_size=512),
