@@ -68,3 +68,15 @@ def test_an_arm_whose_lr_is_not_bracketed_counts_as_censored(hand_made):
     ends = ends.reset_index()
     diff = compare(ends[ends["loader"] == "repack"], ends[ends["loader"] == "shuffle"])
     assert diff.value > 0 and diff.censored == (True, False)
+
+
+def test_an_lr_is_bracketed_within_its_own_batch_when_the_batch_is_tuned_too(hand_made):
+    """Each batch has its own lr ladder: the neighbours of the chosen lr are its batch's."""
+    for lr, loss in ((1e-3, 3.1), (2e-3, 3.0), (4e-3, 3.1)):
+        hand_made.add(loss, batch_size=2, lr=lr)
+    for lr in (3e-3, 6e-3, 1.2e-2):
+        hand_made.add(3.2, batch_size=8, lr=lr)
+    runs, evals = hand_made.frames()
+    row = tuned(runs, evals, hand_made.store, ["pool"], ("batch_size", "lr", "epochs")).iloc[0]
+    assert (row["batch_size"], row["lr"], row["bracketed"]) == (2, 2e-3, True)
+    assert row["edge"] == "batch_size=2 is on the edge of [2, 8]"  # no lr note

@@ -68,10 +68,13 @@ def untried_neighbours(
     group: pd.DataFrame, best: pd.Series, name: str, tuned: tuple[str, ...]
 ) -> list[float]:
     """The values beside the choice along `name` (lr or weight decay) that were not tried at the
-    best run's other tuned values (its epoch budget aside; a diverged run counts as tried): the
-    nearest value below and above among all the group tried on this axis, or past an end of
-    those, step_past. Empty when the choice is bracketed."""
-    values = sorted(group[name].unique())
+    best run's other values (its epoch budget aside; a diverged run counts as tried): the nearest
+    value below and above among all that runs like the best (in every other tuned value but lr,
+    weight decay and budget, such as a batch size tuned with them) tried on this axis, or past an
+    end of those, step_past. Empty when the choice is bracketed."""
+    same = [t for t in tuned if t not in (*GROWN, "epochs")]
+    cell = group[(group[same] == best[same]).all(axis=1)]
+    values = sorted(cell[name].unique())
     if len(values) < 2:
         return []
     chosen = best[name]
@@ -81,8 +84,8 @@ def untried_neighbours(
         below[-1] if below else step_past(values, top=False),
         above[0] if above else step_past(values, top=True),
     ]
-    others = [t for t in tuned if t not in (name, "epochs")]
-    tried = set(group.loc[(group[others] == best[others]).all(axis=1), name])
+    other = [t for t in GROWN if t != name and t in tuned]
+    tried = set(cell.loc[(cell[other] == best[other]).all(axis=1), name])
     return [float(v) for v in beside if v is not None and v not in tried]
 
 
