@@ -408,7 +408,7 @@ PRESETS: dict[str, Preset] = {
         batch_sizes=(1, 2, 4, 8, 16, 32),
         lrs=_lr_ladder((1, 2, 4, 8, 16, 32), 8, (1e-3, 3e-3, 1e-2)),
         weight_decays=(0.3, 1.0, 3.0),
-        epochs=(1, 2, 4, 8),
+        epochs=(1, 2, 4, 8, 16, 32),
         wsd_branches=True,
         eval_every=1.0,
         ablation_batch_sizes=(2, 16),
@@ -421,6 +421,7 @@ PRESETS: dict[str, Preset] = {
         noise_micro_batch=2,
         batch_schedules={"ramp-up": "0:2,0.5:8,0.75:32", "ramp-down": "0:32,0.5:8,0.75:2"},
         schedule_batch=8,
+        grid_growth=2,
     ),
     # the paper's regime on a 2-core machine: the paper's dimensionless ratios, not its sizes.
     # | ratio                      | paper (Kim et al.)       | cpu-regime                      |

@@ -117,12 +117,14 @@ class Study:
 
     def combined_grid(self) -> dict:
         """03's combined recipe (REPACK, tied, every positive embedding decay as a tuned axis) at
-        every batch size and on every pool, at the first model."""
+        the ablation batch sizes, on every pool, at the first model."""
         P = self.preset
         positive = [w for w in P.embedding_weight_decays if w > 0]
         recipe = {"loader": "repack", "tie_embeddings": True}
         axes = {"embedding_weight_decay": positive}
-        return P.batch_sweep_grid(self.pools(), None, P.models[:1], axes, **recipe)
+        return P.batch_sweep_grid(
+            self.pools(), P.ablation_batch_sizes, P.models[:1], axes, **recipe
+        )
 
     def schedule_grid(self) -> dict:
         """04's and 05's batch-size schedules on pool 0, original recipe."""

@@ -98,10 +98,12 @@ def _recipe(
     combined_later=None,
     noise=0.005,
     original_later=None,
+    original_elsewhere=None,
 ):
     """Hand-made sweeps of the four recipe grids (one pool for the ablations, two for the
     recipes). `emb`: loss of the (tied, decay on) arms; `original` / `combined`: each recipe's
-    loss at a budget of 4 epochs, `original_later` / `combined_later` at 8 (default 0.1 worse)."""
+    loss at a budget of 4 epochs, `original_later` / `combined_later` at 8 (default 0.1 worse);
+    `original_elsewhere`: the original's loss at batch 16, where the combined recipe has no run."""
     for loader, loss in zip(("repack", "shuffle", "repeat"), loaders):
         hand_made.add(loss, noise=noise, loader=loader)
     sweeps = {"loader": hand_made.frames()}
@@ -114,6 +116,8 @@ def _recipe(
         for pool in POOLS:
             hand_made.add(loss, noise=noise, pool=pool, epochs=4)
             hand_made.add(later or loss + 0.1, noise=noise, pool=pool, epochs=8)
+            if name == "original" and original_elsewhere:
+                hand_made.add(original_elsewhere, noise=noise, pool=pool, batch_size=16)
         sweeps[name] = hand_made.frames()
     table = recipe_claims(
         sweeps["loader"],
@@ -169,6 +173,13 @@ def test_the_reviews_cases_are_not_agreements(hand_made):
     )
     assert claims[TYING] == "disagrees"
     assert claims[LOADERS] == "undetermined" and claims[COMBINED] == "undetermined"
+
+
+def test_the_original_is_compared_at_the_combined_recipes_batches_only(hand_made):
+    """The original's lower loss at a batch the combined recipe has no run at is not compared:
+    both arms tune the batch over the same set."""
+    claims, _ = _recipe(hand_made, combined_later=2.9, original_elsewhere=2.5)
+    assert claims[COMBINED] == "agrees"
 
 
 def test_a_best_budget_at_the_largest_tried_is_censored_and_undetermined(hand_made):

@@ -479,8 +479,13 @@ def recipe_claims(
     loader: Sweep, embedding: Sweep, original: Sweep, combined: Sweep, store: str | Path
 ) -> pd.DataFrame:
     """Claims of the recipe section from the (runs, evals) of each ablation grid (every arm tuned
-    over the same grid), at one model size."""
+    over the same grid), at one model size. The original recipe is compared at the combined
+    recipe's batch sizes only, so both arms tune the batch over the same set."""
     e_tuned = ("batch_size", "embedding_weight_decay")
+    batches = sorted(combined[0]["batch_size"].unique())
+    runs, evals = original
+    original = runs[runs["batch_size"].isin(batches)], evals
+    batch_list = ", ".join(f"{b:g}" for b in batches)
     lower = compare(
         _arm(*combined, store, combined[0]["epochs"] > 0, e_tuned),
         _arm(*original, store, original[0]["epochs"] > 0),
@@ -491,7 +496,7 @@ def recipe_claims(
         [
             "the combined recipe lowers the best val loss",
             "yes",
-            describe("combined - original (batch tuned)", lower),
+            describe(f"combined - original (batch tuned over {batch_list})", lower),
             lower_verdict([lower]),
         ],
         _stop_later_claim(original, combined, store),
