@@ -135,10 +135,14 @@ frontier.step_time_table(P.batch_sizes, P.gpu_counts, step_model.step_seconds).p
 # A batch size that changes during training (`batch_schedule`, changing at epoch ends; the lr
 # follows lr x sqrt(B / B_ref) for Adam) is one more policy. Each schedule is priced step by step at
 # its current batch; here on one GPU and on the most GPUs, against the best fixed batch under the
-# same deadline (`frontier.schedule_policies`).
+# same deadline (`frontier.schedule_policies`). The schedules train at the epoch budget and weight
+# decay of the best fixed batch (`cbs.schedule_slice`).
 
 # %%
-schedule_runs, schedule_evals = study.sweep(study.schedule_grid())
+from repro.analysis import cbs
+
+schedule_grid = study.schedule_grid(*cbs.schedule_slice(runs0, evals0, study.store))
+schedule_runs, schedule_evals = study.sweep(schedule_grid)
 policy_gpus = [1, g_max]
 policy_frontiers, policies = frontier.schedule_policies(
     table, schedule_runs, schedule_evals, P.batch_schedules, policy_gpus, deadlines, step

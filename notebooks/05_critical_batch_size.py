@@ -124,8 +124,9 @@ scaling.round(3)
 # %% [markdown]
 # ## Batch-size schedules vs the best fixed batch
 #
-# Notebook 04's schedule runs (first model, pool 0, largest epoch budget, first weight decay; lr
-# grid of batch `schedule_batch`, lr x sqrt(B / schedule_batch) as the batch changes) against
+# Notebook 04's schedule runs (first model, pool 0, at the epoch budget and weight decay of the
+# best fixed batch, `cbs.schedule_slice`; lr grid of batch `schedule_batch`, lr x
+# sqrt(B / schedule_batch) as the batch changes) against
 # notebook 02's fixed batches of the same model, pool, budget and weight decay
 # (`cbs.schedules_vs_fixed`). Every row is a cross-fitted tuned endpoint. The last two rows are the
 # compared arms: the best fixed batch, with the batch size tuned in the cross-fit alongside lr, and
@@ -133,7 +134,9 @@ scaling.round(3)
 # documents.
 
 # %%
-schedule_runs, schedule_evals = study.sweep(study.schedule_grid())
+schedule_runs, schedule_evals = study.sweep(
+    study.schedule_grid(*cbs.schedule_slice(runs0, evals0, study.store))
+)
 schedules = cbs.schedules_vs_fixed(
     runs0, evals0, schedule_runs, schedule_evals, P.batch_schedules, study.store
 )

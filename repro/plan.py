@@ -74,7 +74,8 @@ class _Unbuilt(Study):
 def notebook_grids(preset: Preset) -> dict[str, list[dict]]:
     """The grids each notebook sweeps, in the order the notebooks run. 03's tying grid trains at
     02's optimal batch, unknown before 02; its cost does not depend on the batch, so it is planned
-    at the first ablation batch."""
+    at the first ablation batch. The schedules train at the best fixed batch's epoch budget,
+    also unknown: they are planned at the largest (an upper bound)."""
     study = _Unbuilt(preset, Path("."), Path("data/pools"), Path("runs") / preset.name, 1)
     return {
         "02": [study.batch_sweep_grid()],
@@ -83,7 +84,11 @@ def notebook_grids(preset: Preset) -> dict[str, list[dict]]:
             study.embedding_grid(preset.ablation_batch_sizes[0]),
             study.combined_grid(),
         ],
-        "04": [study.schedule_grid()] if preset.batch_schedules else [],
+        "04": (
+            [study.schedule_grid(max(preset.epochs), preset.weight_decays[0])]
+            if preset.batch_schedules
+            else []
+        ),
         "05": [
             *([study.noise_scale_grid()] if preset.noise_scale_batches else []),
             *([study.scaling_grid()] if preset.scaling_pool_tokens else []),

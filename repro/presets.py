@@ -306,15 +306,17 @@ class Preset:
             "when": rules,
         }
 
-    def schedule_grid(self, pool: str | Path, **recipe) -> dict:
-        """Every batch-size schedule with the lr grid of `schedule_batch` (the reference batch)."""
+    def schedule_grid(self, pool: str | Path, epochs: int, weight_decay: float, **recipe) -> dict:
+        """Every batch-size schedule with the lr grid of `schedule_batch` (the reference batch), at
+        one epoch budget and weight decay (the notebooks pass the best fixed batch's)."""
         return {
             "fixed": self.run_fields(model=self.models[0], **recipe)
             | {
                 "pool": str(pool),
                 "model": self.models[0],
                 "batch_size": self.schedule_batch,
-                "weight_decay": self.weight_decays[0],
+                "weight_decay": weight_decay,
+                "epochs": epochs,
             },
             "axes": {
                 "batch_schedule": list(self.batch_schedules.values()),

@@ -126,9 +126,11 @@ class Study:
             self.pools(), P.ablation_batch_sizes, P.models[:1], axes, **recipe
         )
 
-    def schedule_grid(self) -> dict:
-        """04's and 05's batch-size schedules on pool 0, original recipe."""
-        return self.preset.schedule_grid(self.pools()[0], **ORIGINAL_RECIPE)
+    def schedule_grid(self, epochs: int, weight_decay: float) -> dict:
+        """04's and 05's batch-size schedules on pool 0, original recipe, at an epoch budget and
+        weight decay (cbs.schedule_slice: the best fixed batch's, so the fixed batch they meet
+        has its lr bracketed there)."""
+        return self.preset.schedule_grid(self.pools()[0], epochs, weight_decay, **ORIGINAL_RECIPE)
 
     def noise_scale_grid(self) -> dict:
         """05's runs that log the gradient noise scale, on pool 0, original recipe."""
@@ -139,14 +141,13 @@ class Study:
         return self.preset.scaling_grid(self.sized_pools(), **ORIGINAL_RECIPE)
 
     def preset_grids(self) -> list[dict]:
-        """The notebooks' grids that follow from the preset alone (where the preset has schedules,
-        noise-scale batches and scaling pools); 03's tying grid depends on 02's results."""
+        """The notebooks' grids that follow from the preset alone (where the preset has noise-scale
+        batches and scaling pools); 03's tying grid and the schedules depend on 02's results."""
         P = self.preset
         return [
             self.batch_sweep_grid(),
             self.loader_grid(),
             self.combined_grid(),
-            *([self.schedule_grid()] if P.batch_schedules else []),
             *([self.noise_scale_grid()] if P.noise_scale_batches else []),
             *([self.scaling_grid()] if P.scaling_pool_tokens else []),
         ]

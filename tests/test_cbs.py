@@ -27,6 +27,7 @@ from repro.analysis.cbs import (
     reachable_target,
     resolution_miss,
     scaling_laws,
+    schedule_slice,
     schedules_vs_fixed,
     steps_to_target,
     target_losses,
@@ -516,6 +517,13 @@ def test_schedule_claim_in_all_three_directions(tmp_path, shift, verdict):
     assert row["agrees?"] == verdict
     assert "paired interval over validation documents" in row["measured here"]
     assert _claims().loc["a batch-size schedule", "agrees?"] == "undetermined"  # not measured
+
+
+def test_schedules_train_at_the_best_fixed_batchs_budget_and_weight_decay(hand_made):
+    for batch, epochs, decay, loss in ((2, 4, 0.1, 3.1), (8, 8, 1.0, 2.9), (8, 4, 0.1, 3.0)):
+        hand_made.add(loss, batch_size=batch, epochs=epochs, weight_decay=decay)
+    runs, evals = hand_made.frames()
+    assert schedule_slice(runs, evals, hand_made.store) == (8, 1.0)
 
 
 def test_schedules_without_a_matching_fixed_budget_are_a_one_line_error(tmp_path):

@@ -132,7 +132,7 @@ def test_regime_states_the_presets_ratios_against_the_papers():
         max(preset.batch_sizes) * preset.seq_len / tokens,
     )
     assert regime["pool tokens per parameter"] == (tokens / params, tokens / params)
-    assert regime["epochs"] == (1.0, 8.0)
+    assert regime["epochs"] == (1.0, 32.0)
 
 
 @pytest.mark.parametrize(
@@ -215,7 +215,7 @@ def test_gpus_per_run_gives_each_model_its_gpus_in_every_grid():
     assert {(c.model, c.gpus) for c in runs} == {("tiny", 1), ("cpu-s", 2)}
     assert len(runs) == len(expand(PRESETS["smoke"].batch_sweep_grid(["p0"])))
     first = replace(PRESETS["smoke"], gpus_per_run={"tiny": 2})
-    assert {c.gpus for c in expand(first.schedule_grid("p0"))} == {2}
+    assert {c.gpus for c in expand(first.schedule_grid("p0", 2, 0.1))} == {2}
     with pytest.raises(ReproError, match="gpus_per_run needs models of this preset"):
         replace(PRESETS["smoke"], gpus_per_run={"1.5b": 8})
 

@@ -424,6 +424,16 @@ def scaling_laws(scaling: pd.DataFrame, points: pd.DataFrame) -> dict[str, dict]
 # --- batch-size schedules vs the best fixed batch -----------------------------------------------
 
 
+def schedule_slice(runs: pd.DataFrame, evals: pd.DataFrame, store: str | Path) -> tuple[int, float]:
+    """The epoch budget and weight decay at which the schedules meet the fixed batches: those of
+    the best fixed batch among `runs` (one pool and model; batch, lr, weight decay and budget
+    chosen on all validation documents, as grid growth chooses), so that its lr is bracketed
+    there."""
+    ends = selection.tuned(runs, evals, store, ["pool"], (*selection.TUNED, "batch_size"))
+    best = runs.set_index("run_id").loc[ends["run_id"].iloc[0]]
+    return int(best["epochs"]), float(best["weight_decay"])
+
+
 class ScheduleComparison(NamedTuple):
     """Tuned endpoints per policy (`table`), the chosen runs' evaluation curves (`curves`), and
     the best schedule minus the best fixed batch (`difference`, nats/token, with its paired

@@ -112,13 +112,33 @@ def per_config(weight: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return weight.view(weight.shape[0], *[1] * (x.ndim - 2), weight.shape[1])
 
 
+class _StackedLinear(torch.autograd.Function):
+    """bmm(x, weight.mT) for x [K, N, in] and weight [K, out, in], whose weight gradient is
+    computed as bmm(grad.mT, x): already in the weight's layout, so autograd does not copy it
+    (autograd's own bmm backward yields the transpose of a [K, in, out] product)."""
+
+    @staticmethod
+    def forward(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return torch.bmm(x, weight.mT)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        ctx.save_for_backward(*inputs)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor]:
+        x, weight = ctx.saved_tensors
+        grad_x = torch.bmm(grad, weight) if ctx.needs_input_grad[0] else None
+        return grad_x, torch.bmm(grad.mT, x)
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """x @ weight.T for weight [out, in]; for a stacked weight [K, out, in], one batched matmul
     applying config k's matrix to x[k] (x: [K, ..., in])."""
     if weight.ndim == 2:
         return F.linear(x, weight)
     K, n_out, n_in = weight.shape
-    return torch.bmm(x.reshape(K, -1, n_in), weight.mT).view(*x.shape[:-1], n_out)
+    return _StackedLinear.apply(x.reshape(K, -1, n_in), weight).view(*x.shape[:-1], n_out)
 
 
 class RMSNorm(nn.Module):
