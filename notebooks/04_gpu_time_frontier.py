@@ -141,7 +141,8 @@ frontier.step_time_table(P.batch_sizes, P.gpu_counts, step_model.step_seconds).p
 # %%
 from repro.analysis import cbs
 
-schedule_grid = study.schedule_grid(*cbs.schedule_slice(runs0, evals0, study.store))
+ramps = list(P.batch_schedules.values())
+schedule_grid = study.schedule_grid(*cbs.schedule_slice(runs0, evals0, study.store, ramps))
 schedule_runs, schedule_evals = study.sweep(schedule_grid)
 policy_gpus = [1, g_max]
 policy_frontiers, policies = frontier.schedule_policies(

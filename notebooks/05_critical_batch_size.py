@@ -14,13 +14,14 @@
 # printed below). (1) Runs that log B_simple from micro-batch and global-batch gradient norms (each
 # EMA-smoothed before the ratio). (2) Steps-to-target from notebook 02's sweep on pool 0: for each
 # target loss and batch size, the fewest steps over the batch's runs (lr, weight decay and epoch
-# budget; each budget is its own cosine run) at which an evaluation first reaches it; the three
+# budget; each budget is its own annealed run) at which an evaluation first reaches it; the three
 # fits, with residuals and bootstrap intervals over the points, beside B_simple near the target.
 # (3) The same sweep (first weight decay only) on pools of several sizes: B_crit and B* against
 # pool size D, the exponents with bootstrap intervals. (4) Batch-size schedules (notebook 04's
-# runs, at the largest epoch budget) against the fixed batches of the same pool, budget and weight
-# decay, all as cross-fitted tuned endpoints (`selection.tuned`: choices made on one half of the
-# validation documents, reported on the other), with a paired interval over documents.
+# runs, at the best fixed batch's epoch budget and weight decay) against the fixed batches of the
+# same pool, budget and weight decay, all as cross-fitted tuned endpoints (`selection.tuned`:
+# choices made on one half of the validation documents, reported on the other), with a paired
+# interval over documents.
 # Units: batch sizes in sequences of `seq_len` tokens; S in optimizer steps; E in tokens; losses
 # in nats/token. Evaluations fall every `eval_every` epochs, so steps-to-target are measured at
 # that resolution.
@@ -134,8 +135,9 @@ scaling.round(3)
 # documents.
 
 # %%
+ramps = list(P.batch_schedules.values())
 schedule_runs, schedule_evals = study.sweep(
-    study.schedule_grid(*cbs.schedule_slice(runs0, evals0, study.store))
+    study.schedule_grid(*cbs.schedule_slice(runs0, evals0, study.store, ramps))
 )
 schedules = cbs.schedules_vs_fixed(
     runs0, evals0, schedule_runs, schedule_evals, P.batch_schedules, study.store

@@ -308,9 +308,17 @@ class Preset:
 
     def schedule_grid(self, pool: str | Path, epochs: int, weight_decay: float, **recipe) -> dict:
         """Every batch-size schedule with the lr grid of `schedule_batch` (the reference batch), at
-        one epoch budget and weight decay (the notebooks pass the best fixed batch's)."""
+        one epoch budget and weight decay (the notebooks pass the best fixed batch's). With
+        wsd_branches, the fixed batches at a shorter budget warm up over their trunk's first steps,
+        so the schedules warm up over the same fraction of the largest budget."""
+        from repro.runtime.config import RunConfig
+
+        fields = self.run_fields(model=self.models[0], **recipe)
+        if self.wsd_branches and epochs != max(self.epochs):
+            warmup = fields.get("warmup", RunConfig.warmup)
+            fields["warmup"] = warmup * max(self.epochs) / epochs
         return {
-            "fixed": self.run_fields(model=self.models[0], **recipe)
+            "fixed": fields
             | {
                 "pool": str(pool),
                 "model": self.models[0],

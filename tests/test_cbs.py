@@ -520,10 +520,18 @@ def test_schedule_claim_in_all_three_directions(tmp_path, shift, verdict):
 
 
 def test_schedules_train_at_the_best_fixed_batchs_budget_and_weight_decay(hand_made):
-    for batch, epochs, decay, loss in ((2, 4, 0.1, 3.1), (8, 8, 1.0, 2.9), (8, 4, 0.1, 3.0)):
+    """The best run overall (batch 4, 8 epochs, decay 1) sets the slice, not the largest budget
+    or the schedules' reference batch; a budget too short for every phase moves up."""
+    fixed = ((8, 16, 0.1, 3.1), (4, 8, 1.0, 2.9), (8, 8, 0.1, 3.0), (4, 2, 0.1, 2.8))
+    for batch, epochs, decay, loss in fixed:
         hand_made.add(loss, batch_size=batch, epochs=epochs, weight_decay=decay)
     runs, evals = hand_made.frames()
-    assert schedule_slice(runs, evals, hand_made.store) == (8, 1.0)
+    ramp = ["0:2,0.5:8"]
+    assert schedule_slice(runs[runs["epochs"] != 2], evals, hand_made.store, ramp) == (8, 1.0)
+    assert schedule_slice(runs, evals, hand_made.store, ramp) == (2, 0.1)
+    assert schedule_slice(runs, evals, hand_made.store, ["0:2,0.5:8,0.75:32"]) == (8, 0.1)
+    with pytest.raises(ReproError, match="gives every phase"):
+        schedule_slice(runs[runs["epochs"] == 2], evals, hand_made.store, ["0:2,0.75:32"])
 
 
 def test_schedules_without_a_matching_fixed_budget_are_a_one_line_error(tmp_path):

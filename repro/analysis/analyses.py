@@ -453,8 +453,8 @@ def _embedding_claims(runs, evals, store) -> list[list[str]]:
 
 def _stop_later_claim(original: Sweep, combined: Sweep, store: str | Path) -> list[str]:
     """Does the combined recipe gain from epoch budgets beyond the original recipe's best one
-    (batch and the rest tuned inside each arm)? Censored when the original's best budget is the
-    largest tried."""
+    (batch and the rest tuned inside each arm, `original` at the combined recipe's batches)?
+    Censored when the original's best budget is the largest tried."""
     claim, paper = (
         "the best stopping point moves later",
         "yes (20 -> 32 epochs at the largest model)",

@@ -34,6 +34,8 @@ from scipy.optimize import least_squares
 from repro.analysis import selection
 from repro.analysis.intervals import CLAIM_COLUMNS, Difference, describe, lower_verdict
 from repro.errors import ReproError
+from repro.runtime.config import make_run_config
+from repro.runtime.loaders import epoch_steps
 
 # --- steps to a target loss ---------------------------------------------------------------------
 
@@ -424,14 +426,38 @@ def scaling_laws(scaling: pd.DataFrame, points: pd.DataFrame) -> dict[str, dict]
 # --- batch-size schedules vs the best fixed batch -----------------------------------------------
 
 
-def schedule_slice(runs: pd.DataFrame, evals: pd.DataFrame, store: str | Path) -> tuple[int, float]:
-    """The epoch budget and weight decay at which the schedules meet the fixed batches: those of
+def _every_phase_within(schedule: str, epochs: int) -> bool:
+    """Whether every phase of `schedule` ("0:2,0.5:8") starts within `epochs` (phases start at
+    whole epochs, loaders.epoch_steps)."""
+    phases = make_run_config({"batch_schedule": schedule}).batch_schedule
+    batches = epoch_steps(1, epochs, 0, phases).batch_by_epoch
+    return all(batch in batches for _, batch in phases)
+
+
+def schedule_slice(
+    runs: pd.DataFrame, evals: pd.DataFrame, store: str | Path, schedules: list[str]
+) -> tuple[int, float]:
+    """The epoch budget and weight decay at which the `schedules` meet the fixed batches: those of
     the best fixed batch among `runs` (one pool and model; batch, lr, weight decay and budget
     chosen on all validation documents, as grid growth chooses), so that its lr is bracketed
-    there."""
-    ends = selection.tuned(runs, evals, store, ["pool"], (*selection.TUNED, "batch_size"))
-    best = runs.set_index("run_id").loc[ends["run_id"].iloc[0]]
-    return int(best["epochs"]), float(best["weight_decay"])
+    there; or the smallest longer budget of `runs` in which every schedule reaches its last
+    phase."""
+    done = runs[runs["status"] == "done"]
+    if done.empty:
+        raise ReproError("no finished fixed-batch run to meet the batch schedules: run 02 first")
+    ends = selection.tuned(done, evals, store, ["pool"], (*selection.TUNED, "batch_size"))
+    best = done.set_index("run_id").loc[ends["run_id"].iloc[0]]
+    budgets = [
+        int(e)
+        for e in sorted(done["epochs"].unique())
+        if e >= best["epochs"] and all(_every_phase_within(s, int(e)) for s in schedules)
+    ]
+    if not budgets:
+        raise ReproError(
+            f"no epoch budget up to {done['epochs'].max():g} gives every phase of the batch "
+            f"schedules {schedules} an epoch: add a longer budget or shorten the schedules"
+        )
+    return budgets[0], float(best["weight_decay"])
 
 
 class ScheduleComparison(NamedTuple):

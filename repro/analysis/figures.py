@@ -268,10 +268,11 @@ def tying_embedding_decay(endpoints: pd.DataFrame, batch: int) -> plt.Figure:
 
 def combined_vs_original(recipes: dict[str, pd.DataFrame], batch_sizes) -> plt.Figure:
     """Best val loss per batch size for each recipe ({label: batch_endpoints}), mean and min-max
-    over pools."""
+    over pools; a recipe measured at only some of `batch_sizes` as points, not a line."""
     fig, ax = plt.subplots()
     for color, (label, endpoints) in zip(plots.PALETTE, recipes.items()):
         agg = across_pools(endpoints, by=["batch_size"])
+        every = set(agg["batch_size"]) == set(batch_sizes)
         ax.errorbar(
             agg["batch_size"],
             agg["mean"],
@@ -279,7 +280,7 @@ def combined_vs_original(recipes: dict[str, pd.DataFrame], batch_sizes) -> plt.F
             color=color,
             label=label,
             yerr=_interval(agg["mean"], agg["low"], agg["high"]),
-            **plots.MEASURED,
+            **(plots.MEASURED | ({} if every else {"linestyle": "none"})),
         )
     plots.batch_axis(ax, batch_sizes)
     ax.set_ylabel(LOSS)

@@ -115,7 +115,9 @@ def per_config(weight: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 class _StackedLinear(torch.autograd.Function):
     """bmm(x, weight.mT) for x [K, N, in] and weight [K, out, in], whose weight gradient is
     computed as bmm(grad.mT, x): already in the weight's layout, so autograd does not copy it
-    (autograd's own bmm backward yields the transpose of a [K, in, out] product)."""
+    (autograd's own bmm backward yields the transpose of a [K, in, out] product). The backward
+    runs in the gradient's dtype (under autocast, bf16); autograd casts each result back to its
+    input's dtype."""
 
     @staticmethod
     def forward(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -126,10 +128,12 @@ class _StackedLinear(torch.autograd.Function):
         ctx.save_for_backward(*inputs)
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor]:
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         x, weight = ctx.saved_tensors
-        grad_x = torch.bmm(grad, weight) if ctx.needs_input_grad[0] else None
-        return grad_x, torch.bmm(grad.mT, x)
+        dtype = grad.dtype
+        grad_x = torch.bmm(grad, weight.to(dtype)) if ctx.needs_input_grad[0] else None
+        grad_weight = torch.bmm(grad.mT, x.to(dtype)) if ctx.needs_input_grad[1] else None
+        return grad_x, grad_weight
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
