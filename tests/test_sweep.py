@@ -7,6 +7,7 @@ import sys
 import time
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from repro.analysis.results import load_results
@@ -223,6 +224,30 @@ def test_wsd_branches_equal_standalone_runs(synthetic_pool, tmp_path):
         assert strip(tmp_path / "s" / b.run_id / "metrics.jsonl") == strip(
             tmp_path / "alone" / run_id(alone) / "metrics.jsonl"
         )
+
+
+def test_a_branch_without_cool_down_steps_keeps_the_trunks_document_losses(
+    synthetic_pool, tmp_path
+):
+    """A budget whose cool-down would start inside the warmup starts at its last step: it trains
+    nothing itself, and its final per-document losses are its trunk's at that step."""
+    from repro.data.pool import load_pool
+    from repro.runtime.loaders import EpochLoader
+
+    pool = load_pool(synthetic_pool)
+    spe = EpochLoader(pool.train, pool.eos_id, 32, 64, "repack", 0).steps_per_epoch
+    fixed = TINY | {"pool": str(synthetic_pool), "schedule": "wsd", "batch_size": 64}
+    grid = {
+        "fixed": fixed | {"warmup_steps": spe, "eval_every": 1.0},
+        "axes": {"epochs": [1, 2]},
+        "wsd_branches": True,
+    }
+    trunk, branch = plan_grid(grid, tmp_path)
+    assert branch.config.init_from.endswith(f"step-{spe}.pt")
+    run_sweep(grid, tmp_path, progress=False)
+    losses = [tmp_path / p.run_id / "val_docs" / f"step-{spe}.npy" for p in (trunk, branch)]
+    np.testing.assert_array_equal(np.load(losses[1]), np.load(losses[0]))
+    assert not (tmp_path / branch.run_id / "val_docs" / f"step-{2 * spe}.npy").exists()
 
 
 def test_a_wsd_family_warms_up_over_one_percent_of_its_longest_run(synthetic_pool, tmp_path):

@@ -367,6 +367,8 @@ def _open_member(
     if rank == 0:
         source = out if path.parent == out else path.parent.parent
         _keep_metrics(source / "metrics.jsonl", out / "metrics.jsonl", member.step)
+        if source != out:
+            _keep_document_losses(source, out, member.step)
     return member
 
 
@@ -375,6 +377,19 @@ def _keep_metrics(source: Path, dest: Path, step: int) -> None:
     lines = [line for line in source.read_text().splitlines() if _parsed_step(line) <= step]
     with atomic_write(dest) as f:
         f.write("".join(line + "\n" for line in lines))
+
+
+def _keep_document_losses(trunk: Path, out: Path, step: int) -> None:
+    """A branch keeps its trunk's per-document losses up to the branch point, as it keeps their
+    metric lines (a branch whose cool-down has no steps evaluates nothing itself)."""
+    source = trunk / "val_docs"
+    if not source.is_dir():
+        return
+    (out / "val_docs").mkdir(exist_ok=True)
+    for file in source.glob("*.npy"):
+        if file.name == "tokens.npy" or int(file.stem.removeprefix("step-")) <= step:
+            with atomic_write(out / "val_docs" / file.name, "wb") as f:
+                f.write(file.read_bytes())
 
 
 def load_final_model(run: Path, device: torch.device) -> tuple[Transformer, RunConfig, str]:
