@@ -9,7 +9,9 @@ run counts as tried; weight decay 0 is a floor). Each missing neighbour becomes 
 epoch budget of the grid (selection.untried_neighbours). So a choice that moved past the grid's
 edge also gets the other axis's neighbours there, and the search is coordinate-wise. Repeated for a
 preset's `grid_growth` rounds, it stops where every choice is bracketed; where the rounds run out,
-the notebooks' edge notes say so.
+the notebooks' edge notes say so. With the preset's `grow_epochs`, a choice at the largest epoch
+budget its group tried also gets a run of twice that budget each round (with WSD branches, a
+longer trunk of its own), so a best budget is bracketed too unless the rounds run out.
 
 The choice that steers the growth is made on all validation documents; the reported losses stay
 cross-fitted (selection.py) over whatever the group tried.
@@ -31,11 +33,12 @@ def _plain(value):
 
 
 def extension_grids(
-    grid: dict, runs: pd.DataFrame, evals: pd.DataFrame, store: str | Path
+    grid: dict, runs: pd.DataFrame, evals: pd.DataFrame, store: str | Path, epochs: bool = False
 ) -> list[dict]:
     """One grid per point the module docstring adds: the best run of its group with one grown
     axis moved to an untried neighbour, over the grid's epoch budgets (so that WSD branches still
-    apply). `runs`, `evals`: the grid's results (load_results)."""
+    apply); with `epochs`, also the best run at twice its budget where that budget is the largest
+    its group tried. `runs`, `evals`: the grid's results (load_results)."""
     finished = runs[runs["status"].isin(["done", "diverged"])]
     group_by = default_group_by(finished)
     ends = tuned(finished, evals, store, group_by) if not finished.empty else pd.DataFrame()
@@ -49,9 +52,12 @@ def extension_grids(
         group = finished[(finished[group_by] == end[group_by]).all(axis=1)]
         best = group.set_index("run_id").loc[end["run_id"]]
         fixed = dict(grid.get("fixed", {})) | {k: _plain(best[k]) for k in axes}
+        branches = {"wsd_branches": True} if grid.get("wsd_branches") else {}
         for name in GROWN:
             for value in untried_neighbours(group, best, name, TUNED):
                 point = {"fixed": fixed | {name: value}}
                 point |= {"axes": {"epochs": list(budgets)}} if budgets else {}
-                out.append(point | ({"wsd_branches": True} if grid.get("wsd_branches") else {}))
+                out.append(point | branches)
+        if epochs and best["epochs"] == group["epochs"].max():
+            out.append({"fixed": fixed | {"epochs": 2 * int(best["epochs"])}} | branches)
     return out

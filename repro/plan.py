@@ -227,9 +227,11 @@ def plan_text(
     vocab = vocab or pool_vocab(preset, built)
     speed = gpu_speed(root)
     table = plan(preset, vocab, speed)
+    epochs = ", and at twice a best epoch budget that is the largest tried"
     growth = (
         f"\ngrid growth: up to {preset.grid_growth} rounds add runs beside each lr or weight "
-        "decay not bracketed around its group's choice (repro.growth); not priced above"
+        f"decay not bracketed around its group's choice{epochs if preset.grow_epochs else ''} "
+        "(repro.growth); not priced above"
         if preset.grid_growth
         else ""
     )

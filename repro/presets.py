@@ -77,6 +77,9 @@ class Preset:
     # rounds of grid growth after each tuned sweep (repro.growth): a group whose lr or weight
     # decay is not bracketed around its choice gets the missing neighbours each round; 0: fixed
     grid_growth: int = 0
+    # with grid_growth, a group whose best epoch budget is the largest it tried also gets a run
+    # of twice that budget each round (a longer trunk with wsd_branches)
+    grow_epochs: bool = False
 
     def __post_init__(self) -> None:
         """One-line errors for a preset that could not run, before anything is built or trained."""
@@ -116,6 +119,8 @@ class Preset:
             raise ReproError(f"{where}: gpu_counts, frontier_micro_batch and workers must be >= 1")
         if self.grid_growth < 0:
             raise ReproError(f"{where}: grid_growth must be >= 0 (rounds; 0 keeps the grids fixed)")
+        if self.grow_epochs and not self.grid_growth:
+            raise ReproError(f"{where}: grow_epochs needs grid_growth rounds (set grid_growth: 1)")
         try:
             self._check_runs()
         except ReproError as exc:
@@ -432,6 +437,7 @@ PRESETS: dict[str, Preset] = {
         batch_schedules={"ramp-up": "0:2,0.5:8,0.75:32", "ramp-down": "0:32,0.5:8,0.75:2"},
         schedule_batch=8,
         grid_growth=2,
+        grow_epochs=True,
     ),
     # the paper's regime on a 2-core machine: the paper's dimensionless ratios, not its sizes.
     # | ratio                      | paper (Kim et al.)       | cpu-regime                      |

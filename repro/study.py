@@ -172,9 +172,8 @@ class Study:
             new = []
             for grown in parts:
                 runs, evals = self._results(grown)
-                added = [
-                    g for g in extension_grids(grown[0], runs, evals, self.store) if g not in grown
-                ]
+                grids = extension_grids(grown[0], runs, evals, self.store, self.preset.grow_epochs)
+                added = [g for g in grids if g not in grown]
                 grown += added
                 new += added
             if not new:

@@ -66,6 +66,20 @@ def test_a_choice_that_moved_past_the_grid_gets_the_other_axis_beside_it(hand_ma
     assert _points(hand_made) == [(9e-3, 0.1), (9e-3, 1.0)]
 
 
+@pytest.mark.parametrize("best_budget,grown", [(4, [8]), (2, [])])
+def test_a_best_budget_at_the_largest_tried_grows_to_twice_it(hand_made, best_budget, grown):
+    """With `epochs` (the preset's grow_epochs), a bracketed lr and weight decay at the largest
+    budget tried get one run of twice that budget; an interior best budget gets none."""
+    square = {(lr, wd): 3.2 for lr in (1e-3, 3e-3, 9e-3) for wd in (0.1, 0.3, 1.0)}
+    _square(hand_made, square | {(3e-3, 0.3): 3.1})
+    hand_made.add(3.0 if best_budget == 2 else 3.3, lr=3e-3, weight_decay=0.3, epochs=2)
+    runs, evals = hand_made.frames()
+    assert extension_grids(GRID, runs, evals, hand_made.store) == []
+    grids = extension_grids(GRID, runs, evals, hand_made.store, epochs=True)
+    point = GRID["fixed"] | {"pool": "p0", "lr": 3e-3, "weight_decay": 0.3}
+    assert grids == [{"fixed": point | {"epochs": e}} for e in grown]
+
+
 def test_a_diverged_run_bounds_the_grid_and_all_diverged_grows_nothing(hand_made):
     hand_made.add(3.2, lr=1e-3)
     hand_made.add(3.0, lr=3e-3)

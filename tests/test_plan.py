@@ -105,6 +105,9 @@ def test_the_readme_shows_the_gpu_presets_plans():
 def test_a_growing_preset_says_its_growth_is_not_priced():
     grown = replace(PRESETS["smoke"], grid_growth=2)
     assert "up to 2 rounds" in plan_text(grown, ROOT, (1,), vocab=300)
+    assert "twice a best epoch budget" not in plan_text(grown, ROOT, (1,), vocab=300)
+    longer = replace(grown, grow_epochs=True)
+    assert "twice a best epoch budget" in plan_text(longer, ROOT, (1,), vocab=300)
     assert "grid growth" not in plan_text(PRESETS["smoke"], ROOT, (1,), vocab=300)
 
 

@@ -61,6 +61,7 @@ def test_yaml_preset_overrides_a_base_and_types_its_fields(tmp_path):
         ("eval_every: 0.3", "eval_every=0.3 epochs must be 1/k"),
         ("frontier_micro_batch: 0", "frontier_micro_batch and workers must be >= 1"),
         ("grid_growth: -1", "grid_growth must be >= 0"),
+        ("grow_epochs: true", "grow_epochs needs grid_growth rounds"),
         ("lrs: {2: [0.0], 8: [0.1]}", "lr must be positive"),
         ("weight_decays: [-0.1]", "weight decays must be >= 0"),
         ("batch_schedules: {up: 'fast'}", "batch_schedule='fast' must look like"),
