@@ -38,7 +38,8 @@ def extension_grids(
     """One grid per point the module docstring adds: the best run of its group with one grown
     axis moved to an untried neighbour, over the grid's epoch budgets (so that WSD branches still
     apply); with `epochs`, also the best run at twice its budget where that budget is the largest
-    its group tried. `runs`, `evals`: the grid's results (load_results)."""
+    its group tried (in a grid that tunes budgets: one with an epochs axis). `runs`, `evals`: the
+    grid's results (load_results)."""
     finished = runs[runs["status"].isin(["done", "diverged"])]
     group_by = default_group_by(finished)
     ends = tuned(finished, evals, store, group_by) if not finished.empty else pd.DataFrame()
@@ -58,6 +59,6 @@ def extension_grids(
                 point = {"fixed": fixed | {name: value}}
                 point |= {"axes": {"epochs": list(budgets)}} if budgets else {}
                 out.append(point | branches)
-        if epochs and best["epochs"] == group["epochs"].max():
+        if epochs and budgets and best["epochs"] == group["epochs"].max():
             out.append({"fixed": fixed | {"epochs": 2 * int(best["epochs"])}} | branches)
     return out

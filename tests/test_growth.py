@@ -78,6 +78,9 @@ def test_a_best_budget_at_the_largest_tried_grows_to_twice_it(hand_made, best_bu
     grids = extension_grids(GRID, runs, evals, hand_made.store, epochs=True)
     point = GRID["fixed"] | {"pool": "p0", "lr": 3e-3, "weight_decay": 0.3}
     assert grids == [{"fixed": point | {"epochs": e}} for e in grown]
+    axes = {k: v for k, v in GRID["axes"].items() if k != "epochs"}
+    one_budget = {"fixed": GRID["fixed"] | {"epochs": 4}, "axes": axes}  # budgets not tuned
+    assert extension_grids(one_budget, runs, evals, hand_made.store, epochs=True) == []
 
 
 def test_a_diverged_run_bounds_the_grid_and_all_diverged_grows_nothing(hand_made):
