@@ -1,6 +1,7 @@
 """Claim logic of notebooks 01-03 on hand-made results, each claim in all three directions,
 including the cases a review found wrongly judged."""
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -267,10 +268,12 @@ def test_loss_per_budget_tunes_within_each_budget(hand_made):
     for pool in POOLS:
         for epochs, lr, loss in ((4, 1e-3, 3.2), (4, 3e-3, 3.1), (8, 1e-3, 3.0), (8, 3e-3, 3.05)):
             hand_made.add(loss, pool=pool, epochs=epochs, lr=lr)
+    hand_made.add(2.5, pool=POOLS[0], epochs=16)  # grown past the grid on one pool only
     runs, evals = hand_made.frames()
     table = loss_per_budget(runs, evals, hand_made.store)
     assert table.loc[("m", 4), 4] == pytest.approx(3.1, abs=0.01)
     assert table.loc[("m", 4), 8] == pytest.approx(3.0, abs=0.01)
+    assert np.isnan(table.loc[("m", 4), 16])
 
 
 @pytest.mark.parametrize("at16,plausible", [(3.05, (4, 16)), (3.30, (4, 4))])

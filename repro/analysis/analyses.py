@@ -192,9 +192,12 @@ def endpoint_curve(evals: pd.DataFrame, endpoint: pd.Series) -> pd.DataFrame:
 
 def loss_per_budget(runs: pd.DataFrame, evals: pd.DataFrame, store: str | Path) -> pd.DataFrame:
     """The tuned loss (nats/token, mean over pools) per model x batch size (rows) and epoch budget
-    (columns), lr and weight decay tuned within each budget: where the budget axis is censored."""
+    (columns), lr and weight decay tuned within each budget: where the budget axis is censored.
+    A budget that only some pools tried (grown past the grid for some) stays empty."""
     ends = batch_endpoints(runs, evals, store, ["epochs"])
-    return ends.pivot_table("val_loss", ["model", "batch_size"], "epochs", aggfunc="mean")
+    rows = ["model", "batch_size"]
+    table = ends.pivot_table("val_loss", rows, "epochs", aggfunc=["mean", "count"])
+    return table["mean"].where(table["count"] == ends["pool"].nunique())
 
 
 def models_by_size(models: list[str], vocab_size: int) -> list[str]:
