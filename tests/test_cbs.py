@@ -162,7 +162,9 @@ NO_FITS = pd.DataFrame()
 NO_SCHEDULES = ScheduleComparison(
     pd.DataFrame(), {}, Difference(np.nan, -np.inf, np.inf), "best schedule - best fixed batch"
 )
-SCALING = pd.DataFrame({"pool tokens": [1_000_000, 2_000_000, 4_000_000]})
+SCALING = pd.DataFrame(
+    {"pool tokens": [1_000_000, 2_000_000, 4_000_000], "B*": [4, 6, 9], "largest batch": 16}
+)
 VERDICTS = {"agrees", "disagrees", "undetermined"}
 
 
@@ -172,8 +174,9 @@ def _claims(
     law=None,
     schedules=NO_SCHEDULES,
     lr_schedule="cosine",
+    scaling=SCALING,
 ) -> pd.DataFrame:
-    claims = cbs_claims(trajectory, fits, SCALING, law or {}, schedules, lr_schedule, "tiny")
+    claims = cbs_claims(trajectory, fits, scaling, law or {}, schedules, lr_schedule, "tiny")
     assert set(claims["agrees?"]) <= VERDICTS
     assert claims["measured here"].str.startswith("model tiny").all()
     return claims.set_index(claims["claim"].str.split().str[:3].str.join(" "))
@@ -379,6 +382,13 @@ def test_data_scaling_claim_rule_on_hand_made_intervals():
     assert verdict(0.4, -0.3, 1.1) == "undetermined"
     assert verdict(0.4, np.nan, np.nan) == "undetermined"
     assert verdict() == "undetermined"  # no fit
+    beyond = SCALING.assign(**{"B*": [4, 6, 4e11]})  # steps never level off on the largest pool
+    row = _claims(law=law(0.5, 0.3, 0.7), scaling=beyond).loc["B* (20% over"]
+    assert row["agrees?"] == "undetermined"
+    assert (
+        "beyond the largest batch reaching the target on the 4,000,000-token"
+        in row["measured here"]
+    )
 
 
 def test_zhou_claim_is_undetermined_on_cosine_runs():

@@ -363,7 +363,8 @@ def pool_size_scaling(
     seq_len: int,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """B_crit and B* (sequences, with 90% bootstrap intervals) per pool of `pool_tokens` (pool
-    path -> training tokens), each at the lowest loss `n_batches` batch sizes reach on that pool.
+    path -> training tokens), each at the lowest loss `n_batches` batch sizes reach on that pool
+    (the largest of them: "largest batch").
     Returns (one row per pool, the (batch, steps) points of every pool with its `pool tokens`)."""
     rows, points = [], []
     for pool, tokens in pool_tokens.items():
@@ -375,6 +376,7 @@ def pool_size_scaling(
         B, S = part["batch_size"].to_numpy(float), part["steps"].to_numpy(float)
         rows.append(
             {"pool tokens": tokens, "target": target, "batch sizes": len(part)}
+            | {"largest batch": B.max(initial=0)}
             | _interval_columns("B_crit", B, S, fit_mccandlish, "B_crit")
             | _interval_columns("B*", B, S, fit_zhang, "B_star")
         )
@@ -635,7 +637,8 @@ def _hyperbola_claim(fit: pd.Series | None, model: str) -> list[str]:
 
 def _data_scaling_claim(scaling: pd.DataFrame, law: dict, model: str) -> list[str]:
     """Agrees when the 90% interval of B*'s exponent lies above 0 and contains 0.47; disagrees
-    when it excludes 0.47; undetermined when it contains both 0 and 0.47, or without a fit."""
+    when it excludes 0.47; undetermined when it contains both 0 and 0.47, without a fit, or when
+    B* lies beyond the largest batch that reaches a pool's target (an extrapolation)."""
     claim = "B* (20% over linear scaling) grows with data size as D^0.47 (Zhang et al.)"
     paper = f"alpha = {ZHANG_ALPHA}"
     pools = ", ".join(f"{t:,}" for t in scaling["pool tokens"])
@@ -646,7 +649,15 @@ def _data_scaling_claim(scaling: pd.DataFrame, law: dict, model: str) -> list[st
         )
         return [claim, paper, measured, "undetermined"]
     alpha, lo, hi = (law["B*"][k] for k in ("alpha", "alpha lo", "alpha hi"))
-    if np.isnan(lo):
+    beyond = scaling.loc[scaling["B*"] > scaling["largest batch"], "pool tokens"]
+    if len(beyond):
+        pools_beyond = ", ".join(f"{t:,}" for t in beyond)
+        verdict = "undetermined"
+        why = (
+            " (B* lies beyond the largest batch reaching the target on the "
+            f"{pools_beyond}-token pools: an extrapolation)"
+        )
+    elif np.isnan(lo):
         few = f"a pool with fewer than {MIN_BATCHES} batch sizes"
         verdict, why = "undetermined", f" (no interval: {few}, or B* infinite in resamples)"
     elif not lo <= ZHANG_ALPHA <= hi:
