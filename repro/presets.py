@@ -412,8 +412,8 @@ PRESETS: dict[str, Preset] = {
         batch_schedules={"ramp-up": "0:2,0.5:8", "ramp-down": "0:8,0.5:2"},
         schedule_batch=8,
     ),
-    # for a 2-core machine: the whole series (pools, 1,269 runs, notebooks 01-05) in 13 minutes
-    # (README); every tuned budget is 8 epochs, the largest here (censored)
+    # for a 2-core machine: the whole series (pools, 1,696 runs, notebooks 01-05) in 47 minutes
+    # (README); growth brackets every tuned lr, weight decay and epoch budget of notebook 02
     "cpu": Preset(
         name="cpu",
         pool=PoolSpec(source="synthetic", tokens=16_000, val_tokens=8_000, vocab_size=512),
