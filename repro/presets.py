@@ -450,7 +450,7 @@ PRESETS: dict[str, Preset] = {
     # to show the large-batch arm. lrs move with batch ** 0.25: scouting in this regime
     # (../shared/CALIBRATION.md) found sqrt(batch) too steep. The lr and weight-decay grids are a
     # start: 3 rounds of grid growth bracket every choice (a first pass without them left choices
-    # on an edge in all 36 of 02's groups).
+    # on an edge in all 36 of 02's groups). From scratch: 2 h 36 min on 2 cores (README).
     "cpu-regime": Preset(
         name="cpu-regime",
         pool=PoolSpec(source="synthetic", tokens=30_000, val_tokens=12_000, vocab_size=512),
