@@ -37,7 +37,8 @@ print(study.summary())
 
 # %%
 pools = study.pools()
-runs, evals = study.sweep(study.batch_sweep_grid())  # model x batch x lr x wd x budget, per pool
+results = study.sweep(study.batch_sweep_grid())  # model x batch x lr x wd x budget, per pool
+runs, evals = results.runs, results.evals
 counts = {f: runs[f].nunique() for f in ("pool", "model", "batch_size", "epochs")}
 print(f"{len(runs)} runs over {counts}: {runs['status'].value_counts().to_dict()}")
 
@@ -53,7 +54,7 @@ print(f"{len(runs)} runs over {counts}: {runs['status'].value_counts().to_dict()
 # every group whose choice still sits on an edge.
 
 # %%
-endpoints = analyses.pool_names(analyses.batch_endpoints(runs, evals, study.store))
+endpoints = analyses.pool_names(analyses.batch_endpoints(results))
 for _, row in endpoints[endpoints["edge"] != ""].iterrows():
     print(f"grid edge: {row['pool']}, {row['model']}, batch {row['batch_size']}: {row['edge']}")
 columns = ["pool", "model", "batch_size", "lr", "weight_decay", "epochs", "censored"]
@@ -71,7 +72,7 @@ endpoints[[*columns, "val_loss", "train_loss", "early_stop_epoch"]]
 # %%
 fig = figures.best_loss_vs_batch(endpoints, P.batch_sizes, analyses.bayes_floor(pools[0]))
 study.save(fig, "02_best_loss_vs_batch")
-analyses.across_pools(endpoints).round(4)
+analyses.across_replicates(endpoints).round(4)
 
 # %% [markdown]
 # ## Tuned loss per epoch budget
@@ -80,7 +81,7 @@ analyses.across_pools(endpoints).round(4)
 # still the best, the chosen budget is censored: more epochs might still help.
 
 # %%
-budgets = analyses.loss_per_budget(runs, evals, study.store)
+budgets = analyses.loss_per_budget(results)
 study.save_table(budgets.round(3).reset_index(), "02_loss_per_budget")
 budgets.round(3)
 
@@ -151,10 +152,8 @@ print(f"downstream tasks: {', '.join(tasks) or 'none in this preset'}")
 # loss might still fall), which cannot be the arm a verdict finds worse.
 
 # %%
-usual = analyses.usual_batch(runs, evals, study.store, P)
-claims = analyses.batch_sweep_claims(
-    runs, evals, study.store, models, usual, P.usual_batch_source()
-)
+usual = analyses.usual_batch(results, P)
+claims = analyses.batch_sweep_claims(results, models, usual, P.usual_batch_source())
 claims = accuracy.with_accuracy_claims(claims, scored, tasks, models[0], "batch_size")
 study.save_table(claims, "02_claims")
 claims

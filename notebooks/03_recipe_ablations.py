@@ -38,9 +38,9 @@ print(f"ablations at model {model}")
 
 # %%
 pools = study.pools()
-runs02, evals02 = study.sweep(study.batch_sweep_grid())
-original = runs02[runs02["model"] == model], evals02
-original_ends = analyses.batch_endpoints(*original, study.store)
+results02 = study.sweep(study.batch_sweep_grid())
+original = results02.subset(results02.runs["model"] == model)
+original_ends = analyses.batch_endpoints(original)
 b_best = int(original_ends.groupby("batch_size")["val_loss"].mean().idxmin())
 analyses.pool_names(original_ends)[
     ["pool", "batch_size", "lr", "weight_decay", "epochs", "val_loss"]
@@ -49,11 +49,11 @@ analyses.pool_names(original_ends)[
 # %% [markdown]
 # ## Epoch orderings: REPEAT vs SHUFFLE vs REPACK
 #
-# At the preset's two ablation batch sizes, on pool 0 (one pool: the figure says so).
+# At the preset's two ablation batch sizes, on every pool.
 
 # %%
 loader = study.sweep(study.loader_grid())
-loader_ends = analyses.batch_endpoints(*loader, study.store, ["loader"])
+loader_ends = analyses.batch_endpoints(loader, ["loader"])
 study.save(figures.loaders(loader_ends), "03_loaders")
 loader_ends[["batch_size", "loader", "lr", "weight_decay", "epochs", "censored", "val_loss"]]
 
@@ -65,7 +65,7 @@ loader_ends[["batch_size", "loader", "lr", "weight_decay", "epochs", "censored",
 # %%
 embedding_fields = ["tie_embeddings", "embedding_weight_decay"]
 embedding = study.sweep(study.embedding_grid(b_best))
-embedding_ends = analyses.batch_endpoints(*embedding, study.store, embedding_fields)
+embedding_ends = analyses.batch_endpoints(embedding, embedding_fields)
 study.save(figures.tying_embedding_decay(embedding_ends, b_best), "03_tying_embedding_decay")
 embedding_ends[[*embedding_fields, "lr", "weight_decay", "epochs", "censored", "val_loss"]]
 
@@ -78,16 +78,14 @@ embedding_ends[[*embedding_fields, "lr", "weight_decay", "epochs", "censored", "
 
 # %%
 combined = study.sweep(study.combined_grid())
-combined_ends = analyses.batch_endpoints(
-    *combined, study.store, also_tuned=("embedding_weight_decay",)
-)
+combined_ends = analyses.batch_endpoints(combined, also_tuned=("embedding_weight_decay",))
 recipes = {
     "original (SHUFFLE, untied, no emb. decay)": original_ends,
     "combined (REPACK, tied, emb. decay)": combined_ends,
 }
 study.save(figures.combined_vs_original(recipes, P.batch_sizes), "03_combined_vs_original")
-analyses.across_pools(original_ends, ["batch_size"]).merge(
-    analyses.across_pools(combined_ends, ["batch_size"]),
+analyses.across_replicates(original_ends, ["batch_size"]).merge(
+    analyses.across_replicates(combined_ends, ["batch_size"]),
     on="batch_size",
     suffixes=(" original", " combined"),
 ).round(4)
@@ -116,7 +114,7 @@ accuracy.ablation_accuracy(scored, arms, tasks).round(3)
 # "Tying alone does little": the whole interval within +-`analyses.LITTLE` nats/token.
 
 # %%
-claims = analyses.recipe_claims(loader, embedding, original, combined, study.store)
+claims = analyses.recipe_claims(loader, embedding, original, combined)
 claims = accuracy.with_accuracy_claims(claims, scored.get("loader"), tasks, model, "loader")
 study.save_table(claims, "03_claims")
 claims

@@ -36,9 +36,10 @@ print(study.summary())
 from repro.analysis import frontier
 
 pools = study.pools()
-runs, evals = study.sweep(study.batch_sweep_grid())
-runs0 = runs[(runs["pool"] == str(pools[0])) & (runs["model"] == P.models[0])]
-evals0 = evals[evals["run_id"].isin(runs0["run_id"])]
+results = study.sweep(study.batch_sweep_grid())
+model_results = results.subset(results.runs["model"] == P.models[0])
+results0 = model_results.subset(model_results.runs["pool"] == str(pools[0]))
+runs0, evals0 = results0.runs, results0.evals
 m = P.frontier_micro_batch
 step = frontier.unit_step_time(m)
 deadlines = frontier.deadline_grid(evals0, runs0, P.gpu_counts, step)
@@ -85,7 +86,7 @@ study.save_table(
     table.pivot(index="deadline", columns="gpus", values="best_val_loss").round(3).reset_index(),
     "04_frontier_table",
 )
-judged = frontier.judged_crossovers(cross, study.store)
+judged = frontier.judged_crossovers(cross, results0.documents)
 judged.sort_values("high").head(20)
 
 # %% [markdown]
@@ -142,8 +143,9 @@ frontier.step_time_table(P.batch_sizes, P.gpu_counts, step_model.step_seconds).p
 from repro.analysis import cbs
 
 ramps = list(P.batch_schedules.values())
-schedule_grid = study.schedule_grid(*cbs.schedule_slice(runs0, evals0, study.store, ramps))
-schedule_runs, schedule_evals = study.sweep(schedule_grid)
+scheduled = study.sweep(study.schedule_grid(*cbs.schedule_slice(model_results, ramps)))
+scheduled0 = scheduled.subset(scheduled.runs["pool"] == str(pools[0]))
+schedule_runs, schedule_evals = scheduled0.runs, scheduled0.evals
 policy_gpus = [1, g_max]
 policy_frontiers, policies = frontier.schedule_policies(
     table, schedule_runs, schedule_evals, P.batch_schedules, policy_gpus, deadlines, step
@@ -165,6 +167,6 @@ policies
 # latency row is a projection, which no measurement here can decide.
 
 # %%
-claims = frontier.frontier_claims(evals0, runs0, judged, deadlines, step, g_max, study.store)
+claims = frontier.frontier_claims(results0, judged, deadlines, step, g_max)
 study.save_table(claims, "04_claims")
 claims

@@ -45,10 +45,12 @@ from repro.analysis import cbs
 
 model = P.models[0]
 pools = study.pools()
-noise_runs, noise_evals = study.sweep(study.noise_scale_grid())
-runs, evals = study.sweep(study.batch_sweep_grid())
-runs0 = runs[(runs["pool"] == str(pools[0])) & (runs["model"] == model)]
-evals0 = evals[evals["run_id"].isin(runs0["run_id"])]
+noise = study.sweep(study.noise_scale_grid())
+noise_runs, noise_evals = noise.runs, noise.evals
+results = study.sweep(study.batch_sweep_grid())
+model_results = results.subset(results.runs["model"] == model)
+results0 = model_results.subset(model_results.runs["pool"] == str(pools[0]))
+runs0, evals0 = results0.runs, results0.evals
 print(f"model {model}: {len(noise_runs)} noise-scale runs, {len(runs0)} sweep runs on pool 0")
 
 # %%
@@ -113,8 +115,8 @@ print(f"{len(targets)} targets, {len(fits)} fitted")
 
 # %%
 sized = study.sized_pools()
-scale_runs, scale_evals = study.sweep(study.scaling_grid())
-scale_runs = scale_runs[scale_runs["model"] == model]
+scaled = study.sweep(study.scaling_grid())
+scale_runs, scale_evals = scaled.runs[scaled.runs["model"] == model], scaled.evals
 scaling, scaling_points = cbs.pool_size_scaling(
     scale_runs, scale_evals, analyses.train_tokens(sized), n_reach, P.seq_len
 )
@@ -125,23 +127,19 @@ scaling.round(3)
 # %% [markdown]
 # ## Batch-size schedules vs the best fixed batch
 #
-# Notebook 04's schedule runs (first model, pool 0, at the epoch budget and weight decay of the
-# best fixed batch, `cbs.schedule_slice`; lr grid of batch `schedule_batch`, lr x
+# Notebook 04's schedule runs (first model, every pool, at the epoch budget and weight decay of
+# the best fixed batch on pool 0, `cbs.schedule_slice`; lr grid of batch `schedule_batch`, lr x
 # sqrt(B / schedule_batch) as the batch changes) against
-# notebook 02's fixed batches of the same model, pool, budget and weight decay
-# (`cbs.schedules_vs_fixed`). Every row is a cross-fitted tuned endpoint. The last two rows are the
-# compared arms: the best fixed batch, with the batch size tuned in the cross-fit alongside lr, and
-# the best schedule, with the schedule tuned alongside lr; "chose" names the choice made on all
-# documents.
+# notebook 02's fixed batches of the same model, pools, budget and weight decay
+# (`cbs.schedules_vs_fixed`). Every row is a held-out tuned endpoint (`selection.tuned`). The last
+# rows are the compared arms: the best fixed batch, with the batch size tuned alongside lr, and
+# the best schedule, with the schedule tuned alongside lr; "chose" names the choices made on all
+# of each replicate's documents.
 
 # %%
 ramps = list(P.batch_schedules.values())
-schedule_runs, schedule_evals = study.sweep(
-    study.schedule_grid(*cbs.schedule_slice(runs0, evals0, study.store, ramps))
-)
-schedules = cbs.schedules_vs_fixed(
-    runs0, evals0, schedule_runs, schedule_evals, P.batch_schedules, study.store
-)
+scheduled = study.sweep(study.schedule_grid(*cbs.schedule_slice(model_results, ramps)))
+schedules = cbs.schedules_vs_fixed(model_results, scheduled, P.batch_schedules)
 study.save(figures.schedules(schedules.curves), "05_schedules")
 schedules.table.round(4)
 

@@ -107,11 +107,12 @@ def _sweep_status(args: argparse.Namespace) -> None:
 def _sweep_table(args: argparse.Namespace) -> None:
     import pandas as pd
 
-    from repro.analysis.results import default_group_by, load_results
+    from repro.analysis.results import default_group_by, open_results
     from repro.analysis.selection import tuned
     from repro.sweep import failed_runs
 
-    runs, evals = load_results(args.dir)
+    results = open_results(args.dir)
+    runs, evals = results.runs, results.evals
     failed = failed_runs(args.dir)
     errors = (
         f"{len(failed)} run(s) failed; their errors: "
@@ -128,8 +129,8 @@ def _sweep_table(args: argparse.Namespace) -> None:
             )
         )
     group_by = args.group_by.split(",") if args.group_by else default_group_by(runs)
-    table = tuned(runs, evals, args.dir, group_by)
-    hidden = ("run_id", "edge", "chosen_on_halves", "doc_losses", "doc_tokens")
+    table = tuned(results, group_by)
+    hidden = ("run_id", "edge", "chosen_on_halves", "held_out", "doc_losses", "doc_tokens")
     columns = [c for c in table.columns if c not in hidden]
     with pd.option_context("display.width", 200, "display.max_columns", 30):
         print(table[columns].to_string(index=False, float_format=lambda v: f"{v:.4g}"))

@@ -13,17 +13,16 @@ the notebooks' edge notes say so. With the preset's `grow_epochs`, a choice at t
 budget its group tried also gets a run of twice that budget each round (with WSD branches, a
 longer trunk of its own), so a best budget is bracketed too unless the rounds run out.
 
-The choice that steers the growth is made on all validation documents; the reported losses stay
-cross-fitted (selection.py) over whatever the group tried.
+The choice that steers the growth is made on all validation documents of each replicate (pool,
+seed); every point it adds is run on every replicate of the grid, so that the held-out choice
+(selection.py, made on the other replicates) has the same candidates on each.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 
-from repro.analysis.results import TUNED, default_group_by
+from repro.analysis.results import REPLICATE_FIELDS, TUNED, Results, default_group_by
 from repro.analysis.selection import GROWN, tuned, untried_neighbours
 
 
@@ -32,22 +31,24 @@ def _plain(value):
     return value.item() if hasattr(value, "item") else value
 
 
-def extension_grids(
-    grid: dict, runs: pd.DataFrame, evals: pd.DataFrame, store: str | Path, epochs: bool = False
-) -> list[dict]:
+def extension_grids(grid: dict, results: Results, epochs: bool = False) -> list[dict]:
     """One grid per point the module docstring adds: the best run of its group with one grown
     axis moved to an untried neighbour, over the grid's epoch budgets (so that WSD branches still
     apply); with `epochs`, also the best run at twice its budget where that budget is the largest
-    its group tried (in a grid that tunes budgets: one with an epochs axis). `runs`, `evals`: the
-    grid's results (load_results)."""
-    finished = runs[runs["status"].isin(["done", "diverged"])]
-    group_by = default_group_by(finished)
-    ends = tuned(finished, evals, store, group_by) if not finished.empty else pd.DataFrame()
+    its group tried (in a grid that tunes budgets: one with an epochs axis). `results`: the
+    grid's results. Each point spans the grid's replicates (its pools and seeds)."""
+    runs = results.runs
+    finished_mask = runs["status"].isin(["done", "diverged"])
+    finished = runs[finished_mask]
+    group_by = sorted(set(default_group_by(finished)) | set(results.replicate_fields()))
+    ends = tuned(results.subset(finished_mask), group_by) if not finished.empty else pd.DataFrame()
     if "run_id" not in ends:  # nothing finished, or every run diverged: nothing to grow around
         return []
     rules = grid.get("when", [])
     axes = (set(grid.get("axes", {})) | {k for rule in rules for k in rule["axes"]}) - {"epochs"}
     budgets = grid.get("axes", {}).get("epochs")
+    replicates = {k: v for k, v in grid.get("axes", {}).items() if k in REPLICATE_FIELDS}
+    axes -= set(replicates)
     out = []
     for _, end in ends.dropna(subset=["run_id"]).iterrows():
         group = finished[(finished[group_by] == end[group_by]).all(axis=1)]
@@ -56,9 +57,9 @@ def extension_grids(
         branches = {"wsd_branches": True} if grid.get("wsd_branches") else {}
         for name in GROWN:
             for value in untried_neighbours(group, best, name, TUNED):
-                point = {"fixed": fixed | {name: value}}
-                point |= {"axes": {"epochs": list(budgets)}} if budgets else {}
-                out.append(point | branches)
+                point_axes = replicates | ({"epochs": list(budgets)} if budgets else {})
+                out.append({"fixed": fixed | {name: value}, "axes": point_axes} | branches)
         if epochs and budgets and best["epochs"] == group["epochs"].max():
-            out.append({"fixed": fixed | {"epochs": 2 * int(best["epochs"])}} | branches)
-    return out
+            longer = fixed | {"epochs": 2 * int(best["epochs"])}
+            out.append({"fixed": longer, "axes": replicates} | branches)
+    return [point for i, point in enumerate(out) if point not in out[:i]]

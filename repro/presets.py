@@ -311,9 +311,12 @@ class Preset:
             "when": rules,
         }
 
-    def schedule_grid(self, pool: str | Path, epochs: int, weight_decay: float, **recipe) -> dict:
-        """Every batch-size schedule with the lr grid of `schedule_batch` (the reference batch), at
-        one epoch budget and weight decay (the notebooks pass the best fixed batch's). With
+    def schedule_grid(
+        self, pools: list[str | Path], epochs: int, weight_decay: float, **recipe
+    ) -> dict:
+        """Every batch-size schedule with the lr grid of `schedule_batch` (the reference batch) on
+        every pool, at one epoch budget and weight decay (the notebooks pass the best fixed
+        batch's). With
         wsd_branches, the fixed batches at a shorter budget warm up over their trunk's first steps,
         so the schedules warm up over the same fraction of the largest budget."""
         from repro.runtime.config import RunConfig
@@ -325,13 +328,13 @@ class Preset:
         return {
             "fixed": fields
             | {
-                "pool": str(pool),
                 "model": self.models[0],
                 "batch_size": self.schedule_batch,
                 "weight_decay": weight_decay,
                 "epochs": epochs,
             },
             "axes": {
+                "pool": [str(p) for p in pools],
                 "batch_schedule": list(self.batch_schedules.values()),
                 "lr": list(self.lrs[self.schedule_batch]),
             },

@@ -2,8 +2,8 @@
 
     study = open_study("cpu")          # or $REPRO_PRESET
     pools = study.pools()              # built once, reused afterwards
-    runs, evals = study.sweep(grid)    # runs what is missing (and grows the grid where a tuned
-                                       # choice is on its edge), returns this grid's results
+    results = study.sweep(grid)        # runs what is missing (and grows the grid where a tuned
+                                       # choice is on its edge), returns this grid's Results
 
 All sweeps of a preset share one run store (runs/<preset>/store), so a configuration that two
 notebooks need is trained once.
@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from repro.analysis import plots
-from repro.analysis.results import load_results
+from repro.analysis.results import Results, open_results
 from repro.data.build import build_pool
 from repro.data.pool import built_meta
 from repro.growth import extension_grids
@@ -100,20 +100,21 @@ class Study:
         return self.preset.batch_sweep_grid(self.pools(), **ORIGINAL_RECIPE)
 
     def loader_grid(self) -> dict:
-        """03's epoch orderings at the ablation batch sizes, on pool 0, at the first model; every
-        arm tuned over 02's grid (lr, weight decay, epoch budget)."""
+        """03's epoch orderings at the ablation batch sizes, on every pool, at the first model;
+        every arm tuned over 02's grid (lr, weight decay, epoch budget)."""
         P = self.preset
         axes = {"loader": ["repeat", "shuffle", "repack"]}
-        return P.batch_sweep_grid(self.pools()[:1], P.ablation_batch_sizes, P.models[:1], axes)
+        return P.batch_sweep_grid(self.pools(), P.ablation_batch_sizes, P.models[:1], axes)
 
     def embedding_grid(self, batch_size: int) -> dict:
-        """03's tying x embedding weight decay at `batch_size`, on pool 0, at the first model."""
+        """03's tying x embedding weight decay at `batch_size`, on every pool, at the first
+        model."""
         P = self.preset
         axes = {
             "tie_embeddings": [False, True],
             "embedding_weight_decay": list(P.embedding_weight_decays),
         }
-        return P.batch_sweep_grid(self.pools()[:1], [batch_size], P.models[:1], axes)
+        return P.batch_sweep_grid(self.pools(), [batch_size], P.models[:1], axes)
 
     def combined_grid(self) -> dict:
         """03's combined recipe (REPACK, tied, every positive embedding decay as a tuned axis) at
@@ -127,10 +128,10 @@ class Study:
         )
 
     def schedule_grid(self, epochs: int, weight_decay: float) -> dict:
-        """04's and 05's batch-size schedules on pool 0, original recipe, at an epoch budget and
-        weight decay (cbs.schedule_slice: the best fixed batch's, so the fixed batch they meet
+        """04's and 05's batch-size schedules on every pool, original recipe, at an epoch budget
+        and weight decay (cbs.schedule_slice: the best fixed batch's, so the fixed batch they meet
         has its lr bracketed there)."""
-        return self.preset.schedule_grid(self.pools()[0], epochs, weight_decay, **ORIGINAL_RECIPE)
+        return self.preset.schedule_grid(self.pools(), epochs, weight_decay, **ORIGINAL_RECIPE)
 
     def noise_scale_grid(self) -> dict:
         """05's runs that log the gradient noise scale, on pool 0, original recipe."""
@@ -158,9 +159,9 @@ class Study:
         the notebooks then find these runs done."""
         self._grow(self.preset_grids())
 
-    def sweep(self, grid: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
+    def sweep(self, grid: dict) -> Results:
         """Run what is missing of `grid` and of its growth (the preset's grid_growth rounds), then
-        return (runs, evals) of exactly those runs."""
+        return the Results of exactly those runs."""
         return self._results(self._grow([grid])[0])
 
     def _grow(self, grids: list[dict]) -> list[list[dict]]:
@@ -171,8 +172,7 @@ class Study:
         for _ in range(self.preset.grid_growth):
             new = []
             for grown in parts:
-                runs, evals = self._results(grown)
-                grids = extension_grids(grown[0], runs, evals, self.store, self.preset.grow_epochs)
+                grids = extension_grids(grown[0], self._results(grown), self.preset.grow_epochs)
                 added = [g for g in grids if g not in grown]
                 grown += added
                 new += added
@@ -181,11 +181,11 @@ class Study:
             self._run(new)
         return parts
 
-    def _results(self, grids: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
-        """(runs, evals) of exactly the runs of `grids` (pools named as the grids name them)."""
+    def _results(self, grids: list[dict]) -> Results:
+        """Results of exactly the runs of `grids` (pools named as the grids name them)."""
         planned = {p.run_id: p for grid in grids for p in plan_grid(grid, self.store)}
         pools = {rid: p.config.pool for rid, p in planned.items()}
-        return load_results(self.store, list(planned), pools)
+        return open_results(self.store, list(planned), pools)
 
     def _run(self, grids: dict | list[dict]) -> SweepResult:
         """run_sweep into this study's store with its workers and the preset's stacking; a failed

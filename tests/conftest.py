@@ -4,6 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from repro.analysis.results import Results, memory_documents
 from repro.data.build import PoolSpec, build_pool
 
 SMALL_SYNTHETIC = PoolSpec(source="synthetic", tokens=30_000, val_tokens=5_000, vocab_size=300)
@@ -30,9 +31,9 @@ def stdlib_pool(tmp_path_factory):
 
 
 class HandMadeSweep:
-    """Runs with hand-made results in a store: each run's per-document validation losses are a
-    shared per-document difficulty plus the run's mean shift plus small per-run noise (nats/token),
-    as the trainer stores them (RUN/val_docs/step-N.npy, tokens.npy)."""
+    """Runs with hand-made results: each run's per-document validation losses are a shared
+    per-document difficulty plus the run's mean shift plus small per-run noise (nats/token), held
+    in memory as the trainer stores them per evaluation (Results.documents)."""
 
     DOCS = 40
     TOKENS = np.full(DOCS, 100)
@@ -40,6 +41,7 @@ class HandMadeSweep:
     DIFFICULTY -= DIFFICULTY.mean()  # so that a run's mean loss is about its `loss`
     FIELDS = {
         "pool": "p0",
+        "seed": 0,
         "model": "m",
         "batch_size": 4,
         "lr": 1e-3,
@@ -52,9 +54,8 @@ class HandMadeSweep:
         "status": "done",
     }
 
-    def __init__(self, store):
-        self.store = store
-        self.runs, self.evals = [], []
+    def __init__(self):
+        self.runs, self.evals, self.documents = [], [], {}
         self.count = 0
 
     def add(self, loss: float, train: float = 2.0, noise: float = 0.005, **fields) -> str:
@@ -64,10 +65,8 @@ class HandMadeSweep:
         rid = f"run{self.count}"
         rng = np.random.default_rng(self.count)
         per_token = loss + self.DIFFICULTY + noise * rng.standard_normal(self.DOCS)
-        folder = self.store / rid / "val_docs"
-        folder.mkdir(parents=True)
-        np.save(folder / "step-100.npy", per_token * self.TOKENS)
-        np.save(folder / "tokens.npy", self.TOKENS)
+        self.documents[(rid, 100)] = (per_token * self.TOKENS, self.TOKENS)
+        self.documents[(rid, 50)] = ((per_token + 0.2) * self.TOKENS, self.TOKENS)
         row = self.FIELDS | fields
         self.runs.append({"run_id": rid, **row})
         mean = float((per_token * self.TOKENS).sum() / self.TOKENS.sum())
@@ -77,14 +76,14 @@ class HandMadeSweep:
             )
         return rid
 
-    def frames(self) -> tuple[pd.DataFrame, pd.DataFrame]:
-        """(runs, evals) of the runs added since the last call."""
-        frames = pd.DataFrame(self.runs), pd.DataFrame(self.evals)
+    def results(self) -> Results:
+        """Results of the runs added since the last call."""
+        runs, evals = pd.DataFrame(self.runs), pd.DataFrame(self.evals)
         self.runs, self.evals = [], []
-        return frames
+        return Results(runs, evals, memory_documents(dict(self.documents)))
 
 
 @pytest.fixture
-def hand_made(tmp_path):
-    """A HandMadeSweep in a fresh store under tmp_path."""
-    return HandMadeSweep(tmp_path / "store")
+def hand_made():
+    """A fresh HandMadeSweep."""
+    return HandMadeSweep()

@@ -6,9 +6,9 @@ import pandas as pd
 import pytest
 
 from repro.analysis.analyses import (
-    _little_verdict,
     batch_endpoints,
     batch_sweep_claims,
+    little_verdict,
     optimal_batches,
     pool_claims,
     recipe_claims,
@@ -16,7 +16,7 @@ from repro.analysis.analyses import (
 from repro.analysis.intervals import Difference
 from repro.analysis.selection import tuned
 
-POOLS = ("p0", "p1")
+POOLS = ("p0", "p1", "p2")
 
 
 def _batch_sweep(hand_made, val: dict, train: dict, pools=POOLS, noise=0.005):
@@ -25,28 +25,35 @@ def _batch_sweep(hand_made, val: dict, train: dict, pools=POOLS, noise=0.005):
         for batch, loss in val.items():
             loss = loss[i] if isinstance(loss, tuple) else loss
             hand_made.add(loss, train[batch], noise, pool=pool, batch_size=batch)
-    return hand_made.frames()
+    return hand_made.results()
 
 
 def _claims(hand_made, val, train, usual=16, noise=0.005):
-    runs, evals = _batch_sweep(hand_made, val, train, noise=noise)
-    table = batch_sweep_claims(runs, evals, hand_made.store, ["m"], usual, "set")
+    table = batch_sweep_claims(
+        _batch_sweep(hand_made, val, train, noise=noise), ["m"], usual, "set"
+    )
     return dict(zip(table["claim"].str.replace(r" \(m\)$", "", regex=True), table["agrees?"]))
 
 
 U_SHAPE = "best val loss vs batch size is U-shaped (interior optimum)"
 SMALLER = "smaller batches than usual win"
 OVERFIT = "the smallest batch overfits: lower train loss, worse val loss"
+LARGE = "the largest batch overfits: lower train loss, worse val loss"
 
 
 def test_u_shape_with_an_overfitting_smallest_batch_agrees(hand_made):
     claims = _claims(hand_made, {1: 3.10, 4: 3.00, 16: 3.10}, {1: 2.0, 4: 2.5, 16: 2.8})
-    assert claims == {U_SHAPE: "agrees", SMALLER: "agrees", OVERFIT: "agrees"}
+    assert claims == {U_SHAPE: "agrees", SMALLER: "agrees", OVERFIT: "agrees", LARGE: "disagrees"}
 
 
 def test_a_monotone_curve_disagrees_with_the_u_and_the_overfitting(hand_made):
     claims = _claims(hand_made, {1: 3.00, 4: 3.05, 16: 3.10}, {1: 2.0, 4: 2.5, 16: 2.8})
-    assert claims == {U_SHAPE: "disagrees", SMALLER: "agrees", OVERFIT: "disagrees"}
+    assert claims == {
+        U_SHAPE: "disagrees",
+        SMALLER: "agrees",
+        OVERFIT: "disagrees",
+        LARGE: "disagrees",  # worse validation loss with a higher training loss: under-fitting
+    }
 
 
 def test_larger_batches_winning_disagrees_with_smaller_batches_win(hand_made):
@@ -59,8 +66,8 @@ def test_larger_batches_winning_disagrees_with_smaller_batches_win(hand_made):
 
 def test_an_optimum_within_pool_noise_is_undetermined(hand_made):
     """The review's case: the optimum beats the usual batch by 0.0001 while pools differ by 0.035:
-    the pools disagree in sign, so nothing is claimed."""
-    val = {1: (3.10, 3.10), 4: (3.000, 3.035), 16: (3.035, 3.0001)}
+    the replicate spread widens the interval past zero, so nothing is claimed."""
+    val = {1: (3.10, 3.10, 3.10), 4: (3.000, 3.035, 3.0), 16: (3.035, 3.0001, 3.03)}
     claims = _claims(hand_made, val, {1: 2.0, 4: 2.5, 16: 2.8})
     assert claims[SMALLER] == "undetermined" and claims[U_SHAPE] == "undetermined"
 
@@ -78,8 +85,7 @@ def test_claims_are_made_per_model_and_across_sizes(hand_made):
             for batch in (1, 4, 16):
                 loss = 3.0 + (dip if batch != 4 else 0.0)
                 hand_made.add(loss, 2.5, pool=pool, batch_size=batch, model=model)
-    runs, evals = hand_made.frames()
-    table = batch_sweep_claims(runs, evals, hand_made.store, ["big", "small"], 16, "set")
+    table = batch_sweep_claims(hand_made.results(), ["big", "small"], 16, "set")
     verdicts = dict(zip(table["claim"], table["agrees?"]))
     assert verdicts[f"{U_SHAPE} (big)"] == "agrees"
     assert verdicts[f"{U_SHAPE} (small)"] == "undetermined"
@@ -101,17 +107,22 @@ def _recipe(
     original_later=None,
     original_elsewhere=None,
 ):
-    """Hand-made sweeps of the four recipe grids (one pool for the ablations, two for the
-    recipes). `emb`: loss of the (tied, decay on) arms; `original` / `combined`: each recipe's
-    loss at a budget of 4 epochs, `original_later` / `combined_later` at 8 (default 0.1 worse);
-    `original_elsewhere`: the original's loss at batch 16, where the combined recipe has no run."""
-    for loader, loss in zip(("repack", "shuffle", "repeat"), loaders):
-        hand_made.add(loss, noise=noise, loader=loader)
-    sweeps = {"loader": hand_made.frames()}
+    """Hand-made sweeps of the four recipe grids, each on every pool. `emb`: loss of the (tied,
+    decay on) arms; `original` / `combined`: each recipe's loss at a budget of 4 epochs,
+    `original_later` / `combined_later` at 8 (default 0.1 worse); `original_elsewhere`: the
+    original's loss at batch 16, where the combined recipe has no run."""
+    for pool in POOLS:
+        for loader, loss in zip(("repack", "shuffle", "repeat"), loaders):
+            hand_made.add(loss, noise=noise, loader=loader, pool=pool)
+    sweeps = {"loader": hand_made.results()}
     emb = emb or {(False, False): 3.0, (False, True): 2.95, (True, False): 3.0, (True, True): 2.9}
-    for (tie, on), loss in emb.items():
-        hand_made.add(loss, noise=noise, tie_embeddings=tie, embedding_weight_decay=0.1 * on)
-    sweeps["embedding"] = hand_made.frames()
+    for pool in POOLS:
+        for (tie, on), loss in emb.items():
+            decay = 0.1 * on
+            hand_made.add(
+                loss, noise=noise, tie_embeddings=tie, embedding_weight_decay=decay, pool=pool
+            )
+    sweeps["embedding"] = hand_made.results()
     arms = (("original", original, original_later), ("combined", combined, combined_later))
     for name, loss, later in arms:
         for pool in POOLS:
@@ -119,13 +130,9 @@ def _recipe(
             hand_made.add(later or loss + 0.1, noise=noise, pool=pool, epochs=8)
             if name == "original" and original_elsewhere:
                 hand_made.add(original_elsewhere, noise=noise, pool=pool, batch_size=16)
-        sweeps[name] = hand_made.frames()
+        sweeps[name] = hand_made.results()
     table = recipe_claims(
-        sweeps["loader"],
-        sweeps["embedding"],
-        sweeps["original"],
-        sweeps["combined"],
-        hand_made.store,
+        sweeps["loader"], sweeps["embedding"], sweeps["original"], sweeps["combined"]
     )
     return dict(zip(table["claim"], table["agrees?"])), table
 
@@ -183,16 +190,34 @@ def test_the_original_is_compared_at_the_combined_recipes_batches_only(hand_made
     assert claims[COMBINED] == "agrees"
 
 
-def test_a_best_budget_at_the_largest_tried_is_censored_and_undetermined(hand_made):
-    claims, table = _recipe(hand_made, original_later=2.9, combined_later=2.8)
+def test_a_stopping_point_that_moves_with_both_recipes_is_not_a_change(hand_made):
+    """Later budgets help both recipes by the same 0.1 nats: the difference-in-differences is 0,
+    so "moves later" is not claimed (the rule before compared the combined recipe's budgets
+    only)."""
+    claims, table = _recipe(hand_made, original_later=2.9, combined_later=2.85, combined=2.95)
     assert claims[LATER] == "undetermined"
-    assert "largest tried (censored)" in table.set_index("claim").loc[LATER, "measured here"]
+    assert "later = budgets > 4" in table.set_index("claim").loc[LATER, "measured here"]
     for pool in POOLS:
         hand_made.add(3.2, pool=pool, epochs=4)
         hand_made.add(3.0, pool=pool, epochs=8)
-    runs, evals = hand_made.frames()
-    ends = tuned(runs, evals, hand_made.store, ["pool"])
+    ends = tuned(hand_made.results(), ["pool"])
     assert ends["censored"].all() and (ends["epochs"] == 8).all()
+
+
+def test_a_later_arm_at_its_largest_budget_blocks_agreement(hand_made):
+    """With budgets 2-16 split at 4, the original recipe's later arm is best at 16, the largest
+    tried: it might still fall, so a stopping point that seems to move later is undetermined."""
+    budgets = {"original": (3.0, 3.0, 2.9, 2.8), "combined": (3.0, 3.0, 2.8, 2.6)}
+    sweeps = {}
+    for name, losses in budgets.items():
+        for pool in POOLS:
+            for epochs, loss in zip((2, 4, 8, 16), losses):
+                hand_made.add(loss, pool=pool, epochs=epochs)
+        sweeps[name] = hand_made.results()
+    empty = sweeps["original"].subset(sweeps["original"].runs["epochs"] < 0)
+    table = recipe_claims(empty, empty, sweeps["original"], sweeps["combined"])
+    row = table.set_index("claim").loc[LATER]
+    assert row["agrees?"] == "undetermined" and "(censored: both arms)" in row["measured here"]
 
 
 def test_pool_claims_are_exact_checks():
@@ -232,8 +257,9 @@ def test_tying_does_little_is_judged_against_zero(hand_made, tie_shift, verdict)
     ],
 )
 def test_does_little_respects_censored_arms(value, censored, verdict):
-    diff = Difference(value, value - 0.005, value + 0.005, [value], censored)
-    assert _little_verdict(diff) == verdict
+    diff = Difference(value, value - 0.005, value + 0.005, (value,) * 3, censored)
+    assert little_verdict(diff) == verdict
+    assert little_verdict(diff._replace(per_replicate=(value,))) == "undetermined"
 
 
 def test_an_edge_whose_best_budget_is_the_largest_tried_leaves_the_u_undetermined(hand_made):
@@ -243,8 +269,7 @@ def test_an_edge_whose_best_budget_is_the_largest_tried_leaves_the_u_undetermine
         for batch, (at4, at8) in {1: (3.1, 3.2), 4: (3.0, 3.1), 16: (3.3, 3.2)}.items():
             hand_made.add(at4, pool=pool, batch_size=batch, epochs=4)
             hand_made.add(at8, pool=pool, batch_size=batch, epochs=8)
-    runs, evals = hand_made.frames()
-    table = batch_sweep_claims(runs, evals, hand_made.store, ["m"], 16, "set").set_index("claim")
+    table = batch_sweep_claims(hand_made.results(), ["m"], 16, "set").set_index("claim")
     assert table.loc[f"{U_SHAPE} (m)", "agrees?"] == "undetermined"
     assert "(censored: second arm)" in table.loc[f"{U_SHAPE} (m)", "measured here"]
 
@@ -256,10 +281,10 @@ def test_the_usual_batch_is_measured_per_model_at_one_epoch(hand_made):
     for model, losses in (("big", {2: 3.0, 8: 3.1}), ("small", {2: 3.3, 8: 3.1})):
         for batch, loss in losses.items():
             hand_made.add(loss, model=model, batch_size=batch, epochs=1)
-    runs, evals = hand_made.frames()
+    results = hand_made.results()
     # mean over the two sizes: batch 2 at 3.15, batch 8 at 3.1 (no model is tuned over)
-    assert usual_batch(runs, evals, hand_made.store, PRESETS["smoke"]) == 8
-    assert usual_batch(runs, evals, hand_made.store, PRESETS["gpu"]) == 64  # as set
+    assert usual_batch(results, PRESETS["smoke"]) == 8
+    assert usual_batch(results, PRESETS["gpu"]) == 64  # as set
 
 
 def test_loss_per_budget_tunes_within_each_budget(hand_made):
@@ -269,8 +294,7 @@ def test_loss_per_budget_tunes_within_each_budget(hand_made):
         for epochs, lr, loss in ((4, 1e-3, 3.2), (4, 3e-3, 3.1), (8, 1e-3, 3.0), (8, 3e-3, 3.05)):
             hand_made.add(loss, pool=pool, epochs=epochs, lr=lr)
     hand_made.add(2.5, pool=POOLS[0], epochs=16)  # grown past the grid on one pool only
-    runs, evals = hand_made.frames()
-    table = loss_per_budget(runs, evals, hand_made.store)
+    table = loss_per_budget(hand_made.results())
     assert table.loc[("m", 4), 4] == pytest.approx(3.1, abs=0.01)
     assert table.loc[("m", 4), 8] == pytest.approx(3.0, abs=0.01)
     assert np.isnan(table.loc[("m", 4), 16])
@@ -280,8 +304,8 @@ def test_loss_per_budget_tunes_within_each_budget(hand_made):
 def test_optimal_batch_and_the_batches_the_data_cannot_tell_apart(hand_made, at16, plausible):
     """Per-document difficulty makes a single arm's interval about +-0.08 nats wide: batch 16 at
     +0.05 overlaps the optimum (batch 4), at +0.30 it does not; batch 1 never does."""
-    runs, evals = _batch_sweep(hand_made, {1: 3.30, 4: 3.00, 16: at16}, {1: 2, 4: 2, 16: 2})
-    ends = batch_endpoints(runs, evals, hand_made.store).assign(model="tiny")
+    results = _batch_sweep(hand_made, {1: 3.30, 4: 3.00, 16: at16}, {1: 2, 4: 2, 16: 2})
+    ends = batch_endpoints(results).assign(model="tiny")
     (row,) = optimal_batches(ends, ["tiny"], 300).to_dict("records")
-    assert row["batch"] == 4 and row["pool_batches"] == [4, 4] and row["params"] > 0
+    assert row["batch"] == 4 and row["replicate_batches"] == [4, 4, 4] and row["params"] > 0
     assert (row["plausible_low"], row["plausible_high"]) == plausible

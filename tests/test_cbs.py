@@ -33,6 +33,7 @@ from repro.analysis.cbs import (
     target_losses,
 )
 from repro.analysis.intervals import Difference
+from repro.analysis.results import Results, memory_documents
 from repro.errors import ReproError
 
 
@@ -285,7 +286,7 @@ def test_noise_scale_claim_needs_every_run_to_rise():
 )
 def test_hyperbola_claim_needs_b_crit_inside_the_measured_batches(steps, verdict, why):
     fits, _ = fit_targets(_reach(BATCHES, steps), EMPTY_TRAJECTORY)
-    row = _claims(fits=fits).loc["steps fall ~1/B"]
+    row = _claims(fits=fits.assign(B_simple=32.0)).loc["steps fall ~1/B"]
     assert row["agrees?"] == verdict and why in row["measured here"]
     assert "B_crit" in row["measured here"] and "B_simple" in row["measured here"]
 
@@ -303,7 +304,7 @@ def test_hyperbola_claim_allows_for_evaluation_resolution():
     steps = np.append(100 + 3200 / BATCHES[:-1], 300)
     fits, _ = fit_targets(_reach(BATCHES, steps, np.append(steps[:-1], 100)), EMPTY_TRAJECTORY)
     assert fits.loc[0, "max |log residual|"] > RESIDUAL_TOLERANCE >= fits.loc[0, "max log miss"]
-    assert _claims(fits=fits).loc["steps fall ~1/B", "agrees?"] == "agrees"
+    assert _claims(fits=fits.assign(B_simple=32.0)).loc["steps fall ~1/B", "agrees?"] == "agrees"
     fits, _ = fit_targets(_reach(BATCHES, steps), EMPTY_TRAJECTORY)  # measured exactly: a miss
     assert _claims(fits=fits).loc["steps fall ~1/B", "agrees?"] == "disagrees"
 
@@ -313,8 +314,23 @@ def test_hyperbola_claim_with_noise_and_without_a_fit():
     batch = np.append(BATCHES, 128)
     noisy = (100 + 3200 / batch) * np.exp(rng.normal(0, 0.03, len(batch)))
     fits, _ = fit_targets(_reach(batch, noisy), EMPTY_TRAJECTORY)
-    assert _claims(fits=fits).loc["steps fall ~1/B", "agrees?"] == "agrees"
+    assert _claims(fits=fits.assign(B_simple=32.0)).loc["steps fall ~1/B", "agrees?"] == "agrees"
     assert _claims().loc["steps fall ~1/B", "agrees?"] == "undetermined"
+
+
+@pytest.mark.parametrize(
+    "b_simple,verdict,why",
+    [
+        (20.0, "agrees", ""),  # within x3 of B_crit's interval around 32
+        (500.0, "disagrees", "more than x3 outside"),  # the review's case: far above
+        (2.0, "disagrees", "more than x3 outside"),
+        (np.nan, "undetermined", "B_simple not measured"),
+    ],
+)
+def test_hyperbola_claim_needs_b_simple_near_b_crit(b_simple, verdict, why):
+    fits, _ = fit_targets(_reach(BATCHES, 100 + 3200 / BATCHES), EMPTY_TRAJECTORY)
+    row = _claims(fits=fits.assign(B_simple=b_simple)).loc["steps fall ~1/B"]
+    assert row["agrees?"] == verdict and why in row["measured here"]
 
 
 def _sized_sweeps(b_star_of_pool: dict[int, float]):
@@ -449,13 +465,11 @@ def _doc_losses(mean: float, seed: int) -> np.ndarray:
     return (base + (mean - 3.0) + noise) * DOC_TOKENS
 
 
-def _store_run(store, rid: str, mean: float, seed: int, steps=(10, 20)) -> list[dict]:
-    """Write a run's val_docs under `store` and return its evaluation rows."""
-    folder = store / rid / "val_docs"
-    folder.mkdir(parents=True)
-    np.save(folder / "tokens.npy", DOC_TOKENS)
+def _add_run(documents: dict, rid: str, mean: float, seed: int, steps=(10, 20)) -> list[dict]:
+    """Put a run's per-document losses in `documents` and return its evaluation rows."""
     for step in steps:
-        np.save(folder / f"step-{step}.npy", _doc_losses(mean + 0.1 * (step < max(steps)), seed))
+        losses = _doc_losses(mean + 0.1 * (step < max(steps)), seed)
+        documents[(rid, step)] = (losses, DOC_TOKENS)
     return [
         {"run_id": rid, "step": s, "epoch": s / 10, "tokens": s * 100, "train_loss": mean - 0.2}
         | {"val_loss": mean + 0.1 * (s < max(steps))}
@@ -463,48 +477,49 @@ def _store_run(store, rid: str, mean: float, seed: int, steps=(10, 20)) -> list[
     ]
 
 
-def _schedule_study(store, ramp_up_shift: float):
-    """Fixed batches 2 and 8 (lr 1e-3, 3e-3 and 9e-3; batch 8 at lr 3e-3 best, 3.0 nats) at 2
-    epochs, batch 8 also at 1 epoch (a different budget: left out), and ramp-up / ramp-down
-    schedules whose best lr is `ramp_up_shift` from the best fixed batch (ramp-down 0.1 worse);
-    every arm's lr is bracketed."""
+POOLS = ("/pools/p0", "/pools/p1", "/pools/p2")
+
+
+def _schedule_study(ramp_up_shift: float) -> tuple[Results, Results]:
+    """On each of three pools: fixed batches 2 and 8 (lr 1e-3, 3e-3 and 9e-3; batch 8 at lr 3e-3
+    best, 3.0 nats) at 2 epochs, batch 8 also at 1 epoch (a different budget: left out), and
+    ramp-up / ramp-down schedules whose best lr is `ramp_up_shift` from the best fixed batch
+    (ramp-down 0.1 worse); every arm's lr is bracketed. Returns (fixed, scheduled)."""
     fixed = [(2, 1e-3, 3.2), (2, 3e-3, 3.1), (8, 1e-3, 3.05), (8, 3e-3, 3.0)]
     fixed += [(2, 9e-3, 3.15), (8, 9e-3, 3.1)]
     ramps = [("0:2,0.5:8", 1e-3, 3.0 + ramp_up_shift), ("0:8,0.5:2", 1e-3, 3.1)]
     ramps += [(s, lr, 3.3) for s in ("0:2,0.5:8", "0:8,0.5:2") for lr in (3.33e-4, 3e-3)]
-    base = {"pool": "/pools/p0", "model": "tiny", "weight_decay": 0.1, "status": "done"}
-    runs, evals, schedule_runs, schedule_evals = [], [], [], []
-    for i, (batch, lr, mean) in enumerate([*fixed, (8, 3e-3, 2.5)]):
-        epochs = 1 if i == len(fixed) else 2
-        rid = f"f{i}"
-        runs.append(base | {"run_id": rid, "batch_size": batch, "lr": lr, "epochs": epochs})
-        evals += _store_run(store, rid, mean, seed=i)
-    for i, (schedule, lr, mean) in enumerate(ramps):
-        rid = f"s{i}"
-        schedule_runs.append(
-            base
-            | {"run_id": rid, "batch_size": 8, "lr": lr, "epochs": 2, "batch_schedule": schedule}
-        )
-        schedule_evals += _store_run(store, rid, mean, seed=10 + i)
-    runs = pd.DataFrame(runs).assign(batch_schedule="")
-    return runs, pd.DataFrame(evals), pd.DataFrame(schedule_runs), pd.DataFrame(schedule_evals)
+    runs, evals, schedule_runs, schedule_evals, documents = [], [], [], [], {}
+    for p, pool in enumerate(POOLS):
+        base = {"pool": pool, "seed": 0, "model": "tiny", "weight_decay": 0.1, "status": "done"}
+        for i, (batch, lr, mean) in enumerate([*fixed, (8, 3e-3, 2.5)]):
+            epochs = 1 if i == len(fixed) else 2
+            rid = f"f{i}-{p}"
+            runs.append(base | {"run_id": rid, "batch_size": batch, "lr": lr, "epochs": epochs})
+            evals += _add_run(documents, rid, mean, seed=i + 100 * p)
+        for i, (schedule, lr, mean) in enumerate(ramps):
+            rid = f"s{i}-{p}"
+            schedule_runs.append(
+                base
+                | {"run_id": rid, "batch_size": 8, "lr": lr, "epochs": 2}
+                | {"batch_schedule": schedule}
+            )
+            schedule_evals += _add_run(documents, rid, mean, seed=10 + i + 100 * p)
+    load = memory_documents(documents)
+    fixed_results = Results(pd.DataFrame(runs).assign(batch_schedule=""), pd.DataFrame(evals), load)
+    return fixed_results, Results(pd.DataFrame(schedule_runs), pd.DataFrame(schedule_evals), load)
 
 
 SCHEDULES = {"ramp-up": "0:2,0.5:8", "ramp-down": "0:8,0.5:2"}
 
 
-def test_schedules_vs_fixed_compares_cross_fitted_arms_on_the_same_budget(tmp_path):
-    runs, evals, schedule_runs, schedule_evals = _schedule_study(tmp_path, -0.05)
-    result = schedules_vs_fixed(runs, evals, schedule_runs, schedule_evals, SCHEDULES, tmp_path)
-    assert result.table["policy"].tolist() == [
-        "fixed batch 2",
-        "fixed batch 8",
+def test_schedules_vs_fixed_compares_held_out_arms_on_the_same_budget():
+    result = schedules_vs_fixed(*_schedule_study(-0.05), SCHEDULES)
+    assert result.table["policy"].tolist() == 3 * ["fixed batch 2", "fixed batch 8"] + 3 * [
         "ramp-up (0:2,0.5:8)",
         "ramp-down (0:8,0.5:2)",
-        "best fixed batch (chose 8)",
-        "best schedule (chose ramp-up)",
-    ]
-    loss = result.table.set_index("policy")["val loss (cross-fitted)"]
+    ] + 3 * ["best fixed batch (chose 8)"] + 3 * ["best schedule (chose ramp-up)"]
+    loss = result.table.groupby("policy")["val loss (cross-fitted)"].mean()
     assert loss["fixed batch 8"] == pytest.approx(3.0, abs=0.01)  # not the 1-epoch run's 2.5
     assert loss["best schedule (chose ramp-up)"] == pytest.approx(2.95, abs=0.01)
     assert result.difference.value == pytest.approx(-0.05, abs=0.01)
@@ -514,18 +529,17 @@ def test_schedules_vs_fixed_compares_cross_fitted_arms_on_the_same_budget(tmp_pa
         "ramp-up (0:2,0.5:8)",
         "ramp-down (0:8,0.5:2)",
     ]
-    assert result.curves["ramp-up (0:2,0.5:8)"]["run_id"].unique().tolist() == ["s0"]
+    assert result.curves["ramp-up (0:2,0.5:8)"]["run_id"].unique().tolist() == ["s0-0"]
 
 
 @pytest.mark.parametrize(
     "shift,verdict", [(-0.05, "agrees"), (0.05, "disagrees"), (0.0, "undetermined")]
 )
-def test_schedule_claim_in_all_three_directions(tmp_path, shift, verdict):
-    runs, evals, schedule_runs, schedule_evals = _schedule_study(tmp_path, shift)
-    result = schedules_vs_fixed(runs, evals, schedule_runs, schedule_evals, SCHEDULES, tmp_path)
+def test_schedule_claim_in_all_three_directions(shift, verdict):
+    result = schedules_vs_fixed(*_schedule_study(shift), SCHEDULES)
     row = _claims(schedules=result).loc["a batch-size schedule"]
     assert row["agrees?"] == verdict
-    assert "paired interval over validation documents" in row["measured here"]
+    assert "interval over replicates and validation documents" in row["measured here"]
     assert _claims().loc["a batch-size schedule", "agrees?"] == "undetermined"  # not measured
 
 
@@ -535,21 +549,21 @@ def test_schedules_train_at_the_best_fixed_batchs_budget_and_weight_decay(hand_m
     fixed = ((8, 16, 0.1, 3.1), (4, 8, 1.0, 2.9), (8, 8, 0.1, 3.0), (4, 2, 0.1, 2.8))
     for batch, epochs, decay, loss in fixed:
         hand_made.add(loss, batch_size=batch, epochs=epochs, weight_decay=decay)
-    runs, evals = hand_made.frames()
+    results = hand_made.results()
+    epochs = results.runs["epochs"]
     ramp = ["0:2,0.5:8"]
-    assert schedule_slice(runs[runs["epochs"] != 2], evals, hand_made.store, ramp) == (8, 1.0)
-    assert schedule_slice(runs, evals, hand_made.store, ramp) == (2, 0.1)
-    assert schedule_slice(runs, evals, hand_made.store, ["0:2,0.5:8,0.75:32"]) == (8, 0.1)
+    assert schedule_slice(results.subset(epochs != 2), ramp) == (8, 1.0)
+    assert schedule_slice(results, ramp) == (2, 0.1)
+    assert schedule_slice(results, ["0:2,0.5:8,0.75:32"]) == (8, 0.1)
     with pytest.raises(ReproError, match="gives every phase"):
-        schedule_slice(runs[runs["epochs"] == 2], evals, hand_made.store, ["0:2,0.75:32"])
+        schedule_slice(results.subset(epochs == 2), ["0:2,0.75:32"])
 
 
-def test_schedules_without_a_matching_fixed_budget_are_a_one_line_error(tmp_path):
-    runs, evals, schedule_runs, schedule_evals = _schedule_study(tmp_path, 0.0)
+def test_schedules_without_a_matching_fixed_budget_are_a_one_line_error():
+    fixed, scheduled = _schedule_study(0.0)
     with pytest.raises(ReproError, match="no fixed-batch run at the schedules' 2 epochs"):
-        schedules_vs_fixed(
-            runs[runs["epochs"] == 1], evals, schedule_runs, schedule_evals, SCHEDULES, tmp_path
-        )
+        schedules_vs_fixed(fixed.subset(fixed.runs["epochs"] == 1), scheduled, SCHEDULES)
     with pytest.raises(ReproError, match="share one epoch budget"):
-        mixed = schedule_runs.assign(epochs=[1] + [2] * (len(schedule_runs) - 1))
-        schedules_vs_fixed(runs, evals, mixed, schedule_evals, SCHEDULES, tmp_path)
+        runs = scheduled.runs
+        mixed = runs.assign(epochs=[1] + [2] * (len(runs) - 1))
+        schedules_vs_fixed(fixed, Results(mixed, scheduled.evals, scheduled.documents), SCHEDULES)

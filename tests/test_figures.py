@@ -107,7 +107,7 @@ def _all_figures():
                     "batch": [4, 2],
                     "plausible_low": [2, 1],
                     "plausible_high": [8, 4],
-                    "pool_batches": [[4, 8], [2, 2]],
+                    "replicate_batches": [[4, 8], [2, 2]],
                 }
             )
         ),

@@ -21,6 +21,7 @@ from repro.analysis.frontier import (
     step_units,
     unit_step_time,
 )
+from repro.analysis.results import Results, store_documents
 from repro.errors import ReproError
 
 VERDICTS = {"agrees", "disagrees", "undetermined"}
@@ -111,7 +112,7 @@ def _store(tmp_path, spec, noise=0.01):
     runs = pd.DataFrame(
         [{"run_id": r, "batch_size": b, "model": "tiny"} for r, (b, _) in spec.items()]
     )
-    return runs, pd.DataFrame(evals)
+    return Results(runs, pd.DataFrame(evals), store_documents(tmp_path))
 
 
 def test_crossover_found_from_data():
@@ -156,9 +157,13 @@ DEADLINES = [10, 20, 25, 40, 80, 160]
 
 
 def _claims(tmp_path, spec, noise=0.01, gpus=4):
-    runs, evals = _store(tmp_path, spec, noise)
-    judged = judged_crossovers(crossovers(evals, runs, DEADLINES, STEP, 2), tmp_path)
-    claims = frontier_claims(evals, runs, judged, DEADLINES, STEP, gpus, tmp_path)
+    results = _store(tmp_path, spec, noise)
+    runs, evals = results.runs, results.evals
+    judged = judged_crossovers(crossovers(evals, runs, DEADLINES, STEP, 2), results.documents)
+    claims = frontier_claims(results, judged, DEADLINES, STEP, gpus, min_replicates=1)
+    one_pool = frontier_claims(results, judged, DEADLINES, STEP, gpus)
+    assert set(one_pool["agrees?"]) == {"undetermined"}  # one replicate: no verdict
+    assert one_pool.loc[0, "measured here"].endswith("(1 of 3 replicates: no verdict)")
     assert claims.columns.tolist() == ["claim", "paper", "measured here", "agrees?"]
     assert set(claims["agrees?"]) <= VERDICTS
     assert claims.loc[2, "agrees?"] == "undetermined"  # latency: projected only
@@ -232,11 +237,12 @@ def test_smaller_batch_claim_without_a_shared_training_window(tmp_path):
 
 
 def test_frontier_claims_need_one_model_size(tmp_path):
-    runs, evals = _store(tmp_path, {"a": (2, [(10, 3.0)]), "b": (8, [(10, 3.0)])})
+    results = _store(tmp_path, {"a": (2, [(10, 3.0)]), "b": (8, [(10, 3.0)])})
+    runs, evals = results.runs, results.evals
     runs.loc[1, "model"] = "cpu-s"
-    judged = judged_crossovers(crossovers(evals, runs, DEADLINES, STEP, 2), tmp_path)
+    judged = judged_crossovers(crossovers(evals, runs, DEADLINES, STEP, 2), results.documents)
     with pytest.raises(ReproError, match="one model size"):
-        frontier_claims(evals, runs, judged, DEADLINES, STEP, 4, tmp_path)
+        frontier_claims(results, judged, DEADLINES, STEP, 4)
 
 
 def test_projection_speedup():

@@ -31,9 +31,9 @@ GRID = {
 
 
 def _points(hand_made) -> list[tuple]:
-    runs, evals = hand_made.frames()
-    grids = extension_grids(GRID, runs, evals, hand_made.store)
-    assert all(g["fixed"]["model"] == "m" and g["axes"] == {"epochs": [4]} for g in grids)
+    grids = extension_grids(GRID, hand_made.results())
+    axes = {"pool": ["p0"], "epochs": [4]}  # every replicate of the grid, every budget
+    assert all(g["fixed"]["model"] == "m" and g["axes"] == axes for g in grids)
     return sorted((g["fixed"]["lr"], g["fixed"]["weight_decay"]) for g in grids)
 
 
@@ -73,33 +73,31 @@ def test_a_best_budget_at_the_largest_tried_grows_to_twice_it(hand_made, best_bu
     square = {(lr, wd): 3.2 for lr in (1e-3, 3e-3, 9e-3) for wd in (0.1, 0.3, 1.0)}
     _square(hand_made, square | {(3e-3, 0.3): 3.1})
     hand_made.add(3.0 if best_budget == 2 else 3.3, lr=3e-3, weight_decay=0.3, epochs=2)
-    runs, evals = hand_made.frames()
-    assert extension_grids(GRID, runs, evals, hand_made.store) == []
-    grids = extension_grids(GRID, runs, evals, hand_made.store, epochs=True)
-    point = GRID["fixed"] | {"pool": "p0", "lr": 3e-3, "weight_decay": 0.3}
-    assert grids == [{"fixed": point | {"epochs": e}} for e in grown]
+    results = hand_made.results()
+    assert extension_grids(GRID, results) == []
+    grids = extension_grids(GRID, results, epochs=True)
+    point = GRID["fixed"] | {"lr": 3e-3, "weight_decay": 0.3}
+    assert grids == [{"fixed": point | {"epochs": e}, "axes": {"pool": ["p0"]}} for e in grown]
     axes = {k: v for k, v in GRID["axes"].items() if k != "epochs"}
     one_budget = {"fixed": GRID["fixed"] | {"epochs": 4}, "axes": axes}  # budgets not tuned
-    assert extension_grids(one_budget, runs, evals, hand_made.store, epochs=True) == []
+    assert extension_grids(one_budget, results, epochs=True) == []
 
 
 def test_a_diverged_run_bounds_the_grid_and_all_diverged_grows_nothing(hand_made):
     hand_made.add(3.2, lr=1e-3)
     hand_made.add(3.0, lr=3e-3)
     hand_made.add(9.9, lr=9e-3, status="diverged")
-    runs, evals = hand_made.frames()
-    assert extension_grids(GRID, runs, evals, hand_made.store) == []
-    assert tuned(runs, evals, hand_made.store, ["pool"]).loc[0, "edge"] == ""
+    results = hand_made.results()
+    assert extension_grids(GRID, results) == []
+    assert tuned(results, ["pool"]).loc[0, "edge"] == ""
     for lr in (1e-3, 3e-3):
         hand_made.add(9.9, lr=lr, status="diverged")
-    runs, evals = hand_made.frames()
-    assert extension_grids(GRID, runs, evals, hand_made.store) == []
+    assert extension_grids(GRID, hand_made.results()) == []
 
 
 def test_the_edge_note_names_the_missing_neighbour_and_a_grid_without_a_step(hand_made):
     _square(hand_made, {(1e-3, 0.0): 3.2, (1e-3, 0.1): 3.0, (3e-3, 0.0): 3.3, (3e-3, 0.1): 3.1})
-    runs, evals = hand_made.frames()
-    edge = tuned(runs, evals, hand_made.store, ["pool"]).loc[0, "edge"]
+    edge = tuned(hand_made.results(), ["pool"]).loc[0, "edge"]
     assert "lr=0.001 is not bracketed: no run at 0.000333 beside it" in edge
     assert "weight_decay=0.1 is on the edge of [0, 0.1]" in edge  # no step from 0 to grow by
 
@@ -120,13 +118,13 @@ def test_grown_grids_train_their_extensions_once_and_reuse_them(growing_study):
     grid = study.preset.batch_sweep_grid(pools, [8], ["tiny"])
     repeat = study.preset.batch_sweep_grid(pools, [8], ["tiny"], {"loader": ["repeat"]})
     study._grow([grid, repeat])
-    runs, _ = study.sweep(grid)
+    runs = study.sweep(grid).runs
     lrs = sorted(runs["lr"].unique())
     assert len(lrs) in (3, 4) and set(grid["when"][0]["axes"]["lr"]) < set(lrs)
     assert (runs.groupby("lr")["epochs"].nunique() == 2).all()  # every budget at every point
     assert runs.loc[runs["epochs"] == 1, "init_from"].str.contains("checkpoints").all()
     stamps = {rid: (study.store / rid / "status.json").stat().st_mtime for rid in runs["run_id"]}
-    again, _ = study.sweep(grid)
+    again = study.sweep(grid).runs
     assert sorted(again["run_id"]) == sorted(stamps)
     assert all((study.store / r / "status.json").stat().st_mtime == t for r, t in stamps.items())
-    assert len(study.sweep(repeat)[0]) >= 6  # its own growth, done by _grow
+    assert len(study.sweep(repeat).runs) >= 6  # its own growth, done by _grow

@@ -1,4 +1,4 @@
-"""Paired document bootstrap and three-way verdicts, on hand-made losses."""
+"""Intervals over replicates and documents, and three-way verdicts, on hand-made losses."""
 
 import numpy as np
 import pytest
@@ -6,88 +6,119 @@ import pytest
 from repro.analysis.intervals import (
     Difference,
     describe,
-    document_losses,
+    effective_documents,
     lower_verdict,
-    normal_difference,
     paired_difference,
+    replicate_difference,
+    t_interval,
 )
+from repro.analysis.results import store_documents
 from repro.errors import ReproError
 
 TOKENS = np.full(40, 100)
 
 
-def _losses(mean: float, spread: float, seed: int) -> np.ndarray:
-    return (mean + spread * np.random.default_rng(seed).standard_normal(40)) * TOKENS
+def _gaps(shift: float, replicate_sd: float, seed: int, replicates: int = 3) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    per_token = (
+        shift
+        + replicate_sd * rng.standard_normal((replicates, 1))
+        + 0.01 * rng.standard_normal((replicates, 40))
+    )
+    return per_token * TOKENS
 
 
 @pytest.mark.parametrize(
     "shift,verdict",
     [(-0.05, "agrees"), (+0.05, "disagrees"), (-0.0005, "undetermined")],
 )
-def test_paired_difference_and_verdict_in_all_three_directions(shift, verdict):
-    base = _losses(3.0, 0.3, 0)  # documents differ a lot; the paired shift is what counts
-    noise = 0.01 * np.random.default_rng(1).standard_normal(40) * TOKENS
-    other = base + shift * TOKENS + noise
-    diff = paired_difference(other, base, TOKENS)
-    assert diff[1] <= diff[0] <= diff[2] and diff[0] == pytest.approx(shift, abs=0.005)
+def test_replicate_difference_and_verdict_in_all_three_directions(shift, verdict):
+    diff = replicate_difference(_gaps(shift, 0.002, 0), TOKENS)
+    assert diff.low <= diff.value <= diff.high and diff.value == pytest.approx(shift, abs=0.005)
+    assert len(diff.per_replicate) == 3
     assert lower_verdict([diff]) == verdict
 
 
+def test_replicates_that_disagree_widen_the_interval_past_zero():
+    """Pools +0.06 and -0.06 apart around a small mean: the documents alone would call it, the
+    replicate spread does not (the rule before counted documents only)."""
+    gaps = np.stack([g * TOKENS for g in (0.06, -0.05, 0.01)]) + 0.001 * TOKENS
+    diff = replicate_difference(gaps, TOKENS)
+    assert diff.low < 0 < diff.high and lower_verdict([diff]) == "undetermined"
+    one = paired_difference(gaps.mean(0), np.zeros(40), TOKENS)
+    assert one.high - one.low < 0.001  # a single replicate: documents only, very narrow
+
+
+def test_fewer_than_three_replicates_give_no_verdict():
+    two = replicate_difference(_gaps(-0.05, 0.002, 1, replicates=2), TOKENS)
+    assert two.high < 0 and lower_verdict([two]) == "undetermined"
+    assert describe("a - b", two).endswith("(2 of 3 replicates: no verdict)")
+
+
+def test_empty_and_unmeasured_comparisons_are_undetermined():
+    assert lower_verdict([]) == "undetermined"
+    assert lower_verdict([Difference(np.nan, -np.inf, np.inf)]) == "undetermined"
+    assert describe("a - b", Difference(np.nan, -np.inf, np.inf)) == "a - b: not measured"
+
+
 def test_one_contradicting_comparison_disagrees_and_one_open_one_is_undetermined():
-    below, above = Difference(-0.1, -0.2, -0.05), Difference(0.1, 0.05, 0.2)
-    open_ = Difference(-0.01, -0.05, 0.03)
+    reps = (-0.1, -0.1, -0.1)
+    below, above = Difference(-0.1, -0.2, -0.05, reps), Difference(0.1, 0.05, 0.2, reps)
+    open_ = Difference(-0.01, -0.05, 0.03, reps)
     assert lower_verdict([below, above]) == "disagrees"
     assert lower_verdict([below, open_]) == "undetermined"
     assert lower_verdict([below, below]) == "agrees"
-    assert describe("a - b", below) == "a - b -0.100 [-0.200, -0.050]"
+    assert describe("a - b", below) == "a - b -0.100 [-0.200, -0.050] (replicates -0.100, " + (
+        "-0.100, -0.100)"
+    )
 
 
 def test_unpaired_inputs_and_missing_files_are_one_line_errors(tmp_path):
     with pytest.raises(ReproError, match="same validation documents"):
         paired_difference(TOKENS[:3] * 1.0, TOKENS * 1.0, TOKENS)
     with pytest.raises(ReproError, match="trained before per-document losses"):
-        document_losses(tmp_path, 10)
+        store_documents(tmp_path)("run", 10)
+    (tmp_path / "bad" / "val_docs").mkdir(parents=True)
+    (tmp_path / "bad" / "val_docs" / "step-10.npy").write_bytes(b"garbage")
+    with pytest.raises(ReproError, match="bad/val_docs is damaged"):
+        store_documents(tmp_path)("bad", 10)
 
 
 def test_too_few_documents_give_no_interval_and_no_verdict():
     few = np.full(3, 100)
     diff = paired_difference(few * 3.0, few * 3.5, few)
-    assert diff == Difference(-0.5, -np.inf, np.inf) and lower_verdict([diff]) == "undetermined"
-    assert describe("a - b", diff) == "a - b -0.500 [no interval]"
+    assert diff.value == -0.5 and np.isinf(diff.low) and lower_verdict([diff]) == "undetermined"
+    assert describe("a - b", diff).startswith("a - b -0.500 [no interval]")
 
 
-def test_pools_that_disagree_in_sign_leave_the_verdict_undetermined():
-    consistent = Difference(-0.1, -0.2, -0.05, (-0.12, -0.08))
-    split = Difference(-0.1, -0.2, -0.05, (-0.25, 0.05))
-    assert lower_verdict([consistent]) == "agrees"
-    assert lower_verdict([split]) == "undetermined"
-    assert lower_verdict([split.negated()]) == "undetermined"
-    assert lower_verdict([consistent.negated()]) == "disagrees"
-    assert describe("a - b", consistent) == "a - b -0.100 [-0.200, -0.050] (pools -0.120, -0.080)"
+def test_uneven_documents_count_by_their_effective_number():
+    assert effective_documents(np.full(10, 50)) == pytest.approx(10)
+    assert effective_documents(np.array([1000, 1, 1, 1])) == pytest.approx(1.006, abs=1e-3)
 
 
-def test_normal_difference_widens_with_the_bonferroni_level():
+def test_a_higher_bonferroni_level_widens_the_t_interval():
     rng = np.random.default_rng(0)
     a = (3.0 + rng.normal(0, 0.1, 40)) * TOKENS
     b = a - (0.05 + rng.normal(0, 0.02, 40)) * TOKENS
-    narrow, wide = normal_difference(a, b, TOKENS, 0.9), normal_difference(a, b, TOKENS, 0.999)
+    narrow, wide = paired_difference(a, b, TOKENS, 0.9), paired_difference(a, b, TOKENS, 0.999)
     assert wide.value == narrow.value == pytest.approx((a - b).sum() / TOKENS.sum())
     assert wide.low < narrow.low < narrow.value < narrow.high < wide.high
-    # at the plain level it is close to the paired bootstrap interval
-    boot = paired_difference(a, b, TOKENS)
-    assert narrow.high - narrow.low == pytest.approx(boot.high - boot.low, rel=0.2)
-    few = normal_difference(a[:5], b[:5], TOKENS[:5], 0.9)
-    assert np.isinf(few.low) and np.isinf(few.high)
-    with pytest.raises(ReproError):
-        normal_difference(a, b[:5], TOKENS, 0.9)
+
+
+def test_t_interval_over_replicates():
+    diff = t_interval([0.1, 0.2, 0.3])
+    half = 2.919986 * 0.1 / np.sqrt(3)  # t(0.95, 2) * sd / sqrt(n)
+    assert diff.value == pytest.approx(0.2) and diff.high == pytest.approx(0.2 + half)
+    assert np.isinf(t_interval([0.1]).low) and np.isnan(t_interval([]).value)
 
 
 def test_a_censored_arm_cannot_be_the_one_found_worse():
     """An arm whose best epoch budget is the largest tried might still improve."""
-    better = Difference(-0.1, -0.2, -0.05, (-0.1,), censored=(False, True))
+    reps = (-0.1, -0.1, -0.1)
+    better = Difference(-0.1, -0.2, -0.05, reps, censored=(False, True))
     assert lower_verdict([better]) == "undetermined"  # the worse arm might catch up
     assert lower_verdict([better._replace(censored=(True, False))]) == "agrees"
-    worse = Difference(0.1, 0.05, 0.2, (0.1,), censored=(True, False))
+    worse = Difference(0.1, 0.05, 0.2, tuple(-r for r in reps), censored=(True, False))
     assert lower_verdict([worse]) == "undetermined"
     assert lower_verdict([worse.negated()]) == "undetermined"  # negated: the second arm
     assert describe("a - b", better).endswith("(censored: second arm)")

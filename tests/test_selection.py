@@ -1,4 +1,4 @@
-"""Cross-fitted selection: a choice is never scored on the documents that chose it."""
+"""Held-out selection: a choice is never scored on the documents or the runs that chose it."""
 
 import numpy as np
 import pytest
@@ -6,14 +6,20 @@ import pytest
 from repro.analysis.selection import compare, cross_fit, selection_halves, tuned
 
 TOKENS = np.full(40, 100)
+LOADERS = ("repack", "shuffle")
+
+
+def _candidates(losses: dict[str, np.ndarray]) -> dict:
+    return {(name,): (name, value) for name, value in losses.items()}
 
 
 def test_each_half_is_scored_with_the_run_chosen_on_the_other_half():
     even, odd = selection_halves(40)
     lucky_even = np.where(even, 2.0, 4.0) * TOKENS  # best on even documents, worst on odd ones
     steady = np.full(40, 3.0) * TOKENS
-    reported, chosen = cross_fit({"lucky": lucky_even, "steady": steady}, TOKENS)
-    assert chosen == ["lucky", "steady"]
+    mine = _candidates({"lucky": lucky_even, "steady": steady})
+    reported, chosen, held_out = cross_fit(mine, [], TOKENS)
+    assert chosen == ["lucky", "steady"] and not held_out
     # odd documents carry lucky's (bad) losses, even documents steady's
     assert np.array_equal(reported, np.where(even, 3.0, 4.0) * TOKENS)
 
@@ -26,18 +32,42 @@ def test_cross_fitting_removes_the_bonus_of_picking_the_luckiest_of_many_runs():
         rng = np.random.default_rng(seed)
         runs = {str(i): (3.0 + 0.1 * rng.standard_normal(40)) * TOKENS for i in range(50)}
         naive.append(min(r.sum() / TOKENS.sum() for r in runs.values()))
-        reported, _ = cross_fit(runs, TOKENS)
+        reported, _, _ = cross_fit(_candidates(runs), [], TOKENS)
         honest.append(reported.sum() / TOKENS.sum())
     assert np.mean(naive) < 2.97
     assert np.mean(honest) == pytest.approx(3.0, abs=0.01)
+
+
+def test_choosing_on_other_replicates_removes_the_bonus_of_a_lucky_run():
+    """20 equally good configurations whose runs are each off by a run-level shift (seed, pool)
+    that every document shares: choosing on the replicate's own other half keeps that luck, the
+    other replicates' choice does not."""
+    own, held_out = [], []
+    for seed in range(30):
+        rng = np.random.default_rng(seed)
+        replicates = [
+            _candidates(
+                {
+                    str(i): (3.0 + 0.05 * rng.standard_normal() + 0.01 * rng.standard_normal(40))
+                    * TOKENS
+                    for i in range(20)
+                }
+            )
+            for _ in range(3)
+        ]
+        own.append(cross_fit(replicates[0], [], TOKENS)[0].sum() / TOKENS.sum())
+        reported, _, shared = cross_fit(replicates[0], replicates[1:], TOKENS)
+        held_out.append(reported.sum() / TOKENS.sum())
+        assert shared
+    assert np.mean(own) < 2.95
+    assert np.mean(held_out) == pytest.approx(3.0, abs=0.02)
 
 
 def test_tuned_reports_choices_edges_censoring_and_the_within_run_best(hand_made):
     for lr, epochs, loss in ((1e-3, 2, 3.3), (1e-3, 4, 3.1), (3e-3, 2, 3.2), (3e-3, 4, 3.0)):
         hand_made.add(loss, lr=lr, epochs=epochs)
     hand_made.add(2.0, status="diverged")  # never a candidate, but counted
-    runs, evals = hand_made.frames()
-    row = tuned(runs, evals, hand_made.store, ["pool"]).iloc[0]
+    row = tuned(hand_made.results(), ["pool"]).iloc[0]
     assert (row["lr"], row["epochs"], row["n_runs"], row["n_diverged"]) == (3e-3, 4, 5, 1)
     assert row["censored"] and "lr=0.003 is not bracketed: no run at 0.009" in row["edge"]
     assert row["val_loss"] == pytest.approx(3.0, abs=0.01)
@@ -45,15 +75,16 @@ def test_tuned_reports_choices_edges_censoring_and_the_within_run_best(hand_made
 
 
 def test_compare_pairs_documents_and_reports_each_pool(hand_made):
-    for pool, (a, b) in {"p0": (3.0, 3.1), "p1": (3.0, 3.05)}.items():
+    for pool, (a, b) in {"p0": (3.0, 3.1), "p1": (3.0, 3.05), "p2": (3.0, 3.08)}.items():
         hand_made.add(a, pool=pool, loader="repack")
         hand_made.add(b, pool=pool, loader="shuffle")
-    runs, evals = hand_made.frames()
-    ends = tuned(runs, evals, hand_made.store, ["pool", "loader"])
+    ends = tuned(hand_made.results(), ["pool", "loader"])
     diff = compare(ends[ends["loader"] == "repack"], ends[ends["loader"] == "shuffle"])
-    assert diff.value == pytest.approx(-0.075, abs=0.005)
+    assert diff.value == pytest.approx(-0.0767, abs=0.005)
     assert diff.low < diff.value < diff.high < 0
-    assert [round(d, 2) for d in diff.per_pool] == [-0.1, -0.05]
+    assert [round(d, 2) for d in diff.per_replicate] == [-0.1, -0.05, -0.08]
+    two = compare(*(ends[(ends["loader"] == k) & (ends["pool"] != "p2")] for k in LOADERS))
+    assert two.low < 0 < two.high  # two replicates 0.05 apart: t with 1 degree of freedom
 
 
 def test_an_arm_whose_lr_is_not_bracketed_counts_as_censored(hand_made):
@@ -62,8 +93,7 @@ def test_an_arm_whose_lr_is_not_bracketed_counts_as_censored(hand_made):
         hand_made.add(loss, loader="repack", lr=lr)
     for lr, loss in ((1e-3, 3.1), (3e-3, 3.0), (9e-3, 3.05)):  # bracketed
         hand_made.add(loss, loader="shuffle", lr=lr)
-    runs, evals = hand_made.frames()
-    ends = tuned(runs, evals, hand_made.store, ["pool", "loader"]).set_index("loader")
+    ends = tuned(hand_made.results(), ["pool", "loader"]).set_index("loader")
     assert not ends.loc["repack", "bracketed"] and ends.loc["shuffle", "bracketed"]
     ends = ends.reset_index()
     diff = compare(ends[ends["loader"] == "repack"], ends[ends["loader"] == "shuffle"])
@@ -76,7 +106,6 @@ def test_an_lr_is_bracketed_within_its_own_batch_when_the_batch_is_tuned_too(han
         hand_made.add(loss, batch_size=2, lr=lr)
     for lr in (3e-3, 6e-3, 1.2e-2):
         hand_made.add(3.2, batch_size=8, lr=lr)
-    runs, evals = hand_made.frames()
-    row = tuned(runs, evals, hand_made.store, ["pool"], ("batch_size", "lr", "epochs")).iloc[0]
+    row = tuned(hand_made.results(), ["pool"], ("batch_size", "lr", "epochs")).iloc[0]
     assert (row["batch_size"], row["lr"], row["bracketed"]) == (2, 2e-3, True)
     assert row["edge"] == "batch_size=2 is on the edge of [2, 8]"  # no lr note

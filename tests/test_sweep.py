@@ -10,7 +10,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from repro.analysis.results import load_results
+from repro.analysis.results import load_results, open_results
 from repro.analysis.selection import tuned
 from repro.errors import ReproError
 from repro.runtime.config import make_run_config
@@ -62,9 +62,10 @@ def test_sweep_runs_skips_and_reports(synthetic_pool, tmp_path, capsys):
         run_sweep(grid, tmp_path / "s", workers=2, progress=False).outcomes == {}
     )  # everything finished: nothing runs
     assert sweep_status(tmp_path / "s") == {"done": 4}
-    runs, evals = load_results(tmp_path / "s")
+    results = open_results(tmp_path / "s")
+    runs, evals = results.runs, results.evals
     assert len(runs) == 4 and len(evals) == 8 and set(runs["status"]) == {"done"}
-    table = tuned(runs, evals, tmp_path / "s", ["batch_size"])
+    table = tuned(results, ["batch_size"])
     assert list(table["batch_size"]) == [8, 16]
     finals = evals.sort_values("step").groupby("run_id").last()
     finals = finals.join(runs.set_index("run_id")["batch_size"])

@@ -2,11 +2,12 @@
 their paper-claim vs measured tables (computed from results, never typed in).
 
 Claim tables have columns claim | paper | measured here | agrees?. `agrees?` is "agrees" when the
-measurement supports the claim (every 90% paired interval over validation documents on the claimed
-side, and every pool's difference too), "disagrees" when it contradicts it, and "undetermined"
-otherwise. Every loss compared is a cross-fitted tuned endpoint (repro.analysis.selection): lr,
-weight decay and epoch budget (and where a claim says so, the batch size) chosen on one half of
-the validation documents and reported on the other, so no arm gets a selection bonus.
+measurement supports the claim (every 90% interval over replicates and validation documents on the
+claimed side, repro.analysis.intervals), "disagrees" when it contradicts it, and "undetermined"
+otherwise, or with fewer than MIN_REPLICATES replicates. Every loss compared is a held-out tuned
+endpoint (repro.analysis.selection): lr, weight decay and epoch budget (and where a claim says so,
+the batch size) chosen on the other replicates and the other half of the validation documents, so
+no arm gets a selection bonus.
 """
 
 from __future__ import annotations
@@ -18,16 +19,18 @@ import pandas as pd
 
 from repro.analysis.intervals import (
     CLAIM_COLUMNS,
+    LEVEL,
     Difference,
     describe,
     lower_verdict,
     mean_interval,
+    t_interval,
 )
-from repro.analysis.selection import TUNED, compare, tuned
+from repro.analysis.results import REPLICATE_FIELDS, Results
+from repro.analysis.selection import TUNED, compare, contrast, tuned
 from repro.data.pool import load_pool
 from repro.runtime.model import param_count_table
 
-Sweep = tuple[pd.DataFrame, pd.DataFrame]  # (runs, evals) as Study.sweep returns them
 LITTLE = 0.01
 """nats/token: an effect whose whole interval lies within +-LITTLE "does little" (the paper's
 recipe effects are 0.03-0.14 nats)."""
@@ -143,40 +146,37 @@ def pool_claims(overlap: pd.DataFrame, leaks: list[int]) -> pd.DataFrame:
 
 
 def batch_endpoints(
-    runs: pd.DataFrame,
-    evals: pd.DataFrame,
-    store: str | Path,
-    extra_group: list[str] | None = None,
-    also_tuned: tuple[str, ...] = (),
+    results: Results, extra_group: list[str] | None = None, also_tuned: tuple[str, ...] = ()
 ) -> pd.DataFrame:
-    """Cross-fitted tuned endpoints (selection.tuned over lr, weight decay, epoch budget and
-    `also_tuned`) per pool x model x batch size (x `extra_group`); grid-edge notes are in the
-    `edge` column."""
-    group_by = ["pool", "model", "batch_size", *(extra_group or [])]
-    return tuned(runs, evals, store, group_by, TUNED + also_tuned)
+    """Held-out tuned endpoints (selection.tuned over lr, weight decay, epoch budget and
+    `also_tuned`) per replicate (pool, seed) x model x batch size (x `extra_group`); grid-edge
+    notes are in the `edge` column."""
+    group_by = [*REPLICATE_FIELDS, "model", "batch_size", *(extra_group or [])]
+    return tuned(results, group_by, TUNED + also_tuned)
 
 
-def across_pools(
+def across_replicates(
     endpoints: pd.DataFrame, by: list[str] | None = None, value: str = "val_loss"
 ) -> pd.DataFrame:
-    """Mean, min, max and std over pools of `value` (default the tuned loss, nats/token) per model
-    x batch size (or `by`), the mean chosen epoch budget, and for the tuned loss the 90% interval
-    (`low`, `high`) of the pool mean over validation documents."""
+    """Mean, min, max and std over replicates of `value` (default the tuned loss, nats/token) per
+    model x batch size (or `by`), the mean chosen epoch budget, and for the tuned loss the 90%
+    interval (`low`, `high`) of the replicate mean over replicates and validation documents."""
     by = by or ["model", "batch_size"]
     groups = endpoints.groupby(by)
     agg = groups[value].agg(["mean", "min", "max", "std", "count"])
     agg = agg.join(groups["epochs"].mean().rename("mean epochs"))
     if value == "val_loss":
-        intervals = groups.apply(_pool_mean_interval, include_groups=False)
+        intervals = groups.apply(_replicate_mean_interval, include_groups=False)
         agg = agg.join(pd.DataFrame(intervals.tolist(), intervals.index, ["low", "high"]))
     return agg.reset_index()
 
 
-def _pool_mean_interval(rows: pd.DataFrame) -> tuple[float, float]:
-    """The 90% interval over validation documents of the pool-mean loss of endpoint `rows`."""
+def _replicate_mean_interval(rows: pd.DataFrame) -> tuple[float, float]:
+    """The 90% interval of the replicate-mean loss of endpoint `rows` (over replicates and
+    validation documents)."""
     if rows["val_loss"].isna().any():
         return np.nan, np.nan
-    loss = mean_interval(np.mean(list(rows["doc_losses"]), 0), rows["doc_tokens"].iloc[0])
+    loss = mean_interval(np.stack(list(rows["doc_losses"])), rows["doc_tokens"].iloc[0])
     return loss.low, loss.high
 
 
@@ -190,14 +190,15 @@ def endpoint_curve(evals: pd.DataFrame, endpoint: pd.Series) -> pd.DataFrame:
     return evals[evals["run_id"] == endpoint["run_id"]].sort_values("step")
 
 
-def loss_per_budget(runs: pd.DataFrame, evals: pd.DataFrame, store: str | Path) -> pd.DataFrame:
-    """The tuned loss (nats/token, mean over pools) per model x batch size (rows) and epoch budget
-    (columns), lr and weight decay tuned within each budget: where the budget axis is censored.
-    A budget that only some pools tried (grown past the grid for some) stays empty."""
-    ends = batch_endpoints(runs, evals, store, ["epochs"])
+def loss_per_budget(results: Results) -> pd.DataFrame:
+    """The tuned loss (nats/token, mean over replicates) per model x batch size (rows) and epoch
+    budget (columns), lr and weight decay tuned within each budget: where the budget axis is
+    censored. A budget that only some replicates tried (grown past the grid) stays empty."""
+    ends = batch_endpoints(results, ["epochs"])
     rows = ["model", "batch_size"]
     table = ends.pivot_table("val_loss", rows, "epochs", aggfunc=["mean", "count"])
-    return table["mean"].where(table["count"] == ends["pool"].nunique())
+    n_replicates = len(ends[list(REPLICATE_FIELDS)].drop_duplicates())
+    return table["mean"].where(table["count"] == n_replicates)
 
 
 def models_by_size(models: list[str], vocab_size: int) -> list[str]:
@@ -207,37 +208,35 @@ def models_by_size(models: list[str], vocab_size: int) -> list[str]:
 
 
 def _arm(
-    runs: pd.DataFrame,
-    evals: pd.DataFrame,
-    store: str | Path,
-    mask: pd.Series,
-    also_tuned: tuple[str, ...] = ("batch_size",),
+    results: Results, mask: pd.Series | None = None, also_tuned: tuple[str, ...] = ("batch_size",)
 ) -> pd.DataFrame:
-    """Cross-fitted endpoints per pool of the runs in `mask`, tuned over lr, weight decay, epoch
-    budget and `also_tuned` (by default the batch size: an arm may span several batches)."""
-    return tuned(runs[mask], evals, store, ["pool"], TUNED + also_tuned)
+    """Held-out endpoints per replicate of the runs in `mask` (default all), tuned over lr, weight
+    decay, epoch budget and `also_tuned` (by default the batch size: an arm may span several
+    batches)."""
+    chosen = results if mask is None else results.subset(mask)
+    return tuned(chosen, list(REPLICATE_FIELDS), TUNED + also_tuned)
 
 
-def usual_batch(runs: pd.DataFrame, evals: pd.DataFrame, store: str | Path, preset) -> int:
+def usual_batch(results: Results, preset) -> int:
     """The preset's usual (one-pass) batch: as set, or measured as the batch with the lowest tuned
-    loss at an epoch budget of 1, averaged over pools and model sizes
+    loss at an epoch budget of 1, averaged over replicates and model sizes
     (Preset.usual_batch_source)."""
     if preset.one_pass_batch_size:
         return preset.one_pass_batch_size
-    one = tuned(runs[runs["epochs"] == 1], evals, store, ["pool", "model", "batch_size"])
+    one = batch_endpoints(results.subset(results.runs["epochs"] == 1))
     return int(one.groupby("batch_size")["val_loss"].mean().idxmin())
 
 
 def optimum_table(endpoints: pd.DataFrame, models: list[str]) -> pd.DataFrame:
     """Kim et al.'s table per model size (`models` in order): the batch with the lowest loss over
-    pools, its lr, weight decay and epoch budget on each pool, and the pool-mean loss with its 90%
-    interval over validation documents (the batch is chosen on the same documents)."""
+    replicates, its lr, weight decay and epoch budget on each replicate, and the replicate-mean
+    loss with its 90% interval (the batch is chosen on the same data: a level, not a verdict)."""
     rows = []
     for model in models:
         ends = endpoints[endpoints["model"] == model]
         batch = ends.groupby("batch_size")["val_loss"].mean().idxmin()
         best = ends[ends["batch_size"] == batch]
-        low, high = _pool_mean_interval(best)
+        low, high = _replicate_mean_interval(best)
         rows.append(
             {
                 "model": model,
@@ -253,19 +252,18 @@ def optimum_table(endpoints: pd.DataFrame, models: list[str]) -> pd.DataFrame:
 
 
 def optimal_batches(endpoints: pd.DataFrame, models: list[str], vocab_size: int) -> pd.DataFrame:
-    """Per model size (parameters at `vocab_size`): the batch with the lowest pool-mean tuned loss,
-    each pool's own best batch, and the smallest and largest batch whose pool-mean 90% interval
-    (over validation documents) overlaps the optimum's: the batches the data cannot tell apart
-    from it."""
+    """Per model size (parameters at `vocab_size`): the batch with the lowest replicate-mean tuned
+    loss, each replicate's own best batch, and the smallest and largest batch whose 90% interval
+    overlaps the optimum's: the batches the data cannot tell apart from it."""
     params = {row["name"]: row["params"] for row in param_count_table(vocab_size)}
     rows = []
     for model in models:
         ends = endpoints[endpoints["model"] == model]
-        means = across_pools(ends)
+        means = across_replicates(ends)
         best = means.loc[means["mean"].idxmin()]
         overlaps = (means["low"] <= best["high"]) | (means["batch_size"] == best["batch_size"])
         plausible = means[overlaps]["batch_size"]
-        per_pool = ends.loc[ends.groupby("pool")["val_loss"].idxmin(), "batch_size"]
+        by_replicate = ends.groupby(list(REPLICATE_FIELDS))["val_loss"].idxmin()
         rows.append(
             {
                 "model": model,
@@ -273,28 +271,29 @@ def optimal_batches(endpoints: pd.DataFrame, models: list[str], vocab_size: int)
                 "batch": int(best["batch_size"]),
                 "plausible_low": int(plausible.min()),
                 "plausible_high": int(plausible.max()),
-                "pool_batches": sorted(int(b) for b in per_pool),
+                "replicate_batches": sorted(int(b) for b in ends.loc[by_replicate, "batch_size"]),
             }
         )
     return pd.DataFrame(rows)
 
 
-def _u_shape_claim(runs, evals, store, batches: list[int]) -> tuple[list[str], str]:
+def _u_shape_claim(results: Results, batches: list[int]) -> tuple[list[str], str]:
     """The best interior batch (tuned among the interior batches) against each edge batch."""
     claim = "best val loss vs batch size is U-shaped (interior optimum)"
     if len(batches) < 3:
         return [claim, "yes", "fewer than 3 batch sizes", "undetermined"], "undetermined"
-    in_ = runs["batch_size"]
-    interior = _arm(runs, evals, store, (in_ > batches[0]) & (in_ < batches[-1]))
-    edges = [_arm(runs, evals, store, in_ == b) for b in (batches[0], batches[-1])]
-    diffs = [compare(interior, edge) for edge in edges]
+    in_ = results.runs["batch_size"]
+    interior = _arm(results, (in_ > batches[0]) & (in_ < batches[-1]))
+    edges = [_arm(results, in_ == b) for b in (batches[0], batches[-1])]
+    diffs = [compare(interior, edge, PAIR_LEVEL) for edge in edges]
     names = [f"interior - batch {b}" for b in (batches[0], batches[-1])]
     measured = "; ".join(describe(n, d) for n, d in zip(names, diffs))
+    measured += f" ({PAIR_LEVEL:.0%} intervals: two edges)"
     verdict = lower_verdict(diffs)
     return [claim, "yes", measured, verdict], verdict
 
 
-def _smaller_batch_claim(runs, evals, store, batches: list[int], usual: int, source: str):
+def _smaller_batch_claim(results: Results, batches: list[int], usual: int, source: str):
     """The best batch below the usual one (tuned among them) against the usual batch."""
     claim = "smaller batches than usual win"
     paper = "yes (optimum below the one-pass batch, 64 at paper scale)"
@@ -303,60 +302,71 @@ def _smaller_batch_claim(runs, evals, store, batches: list[int], usual: int, sou
         missing = "no smaller batch" if usual in batches else "the usual batch is not"
         measured = f"usual batch {usual} ({source}); {missing} in the grid"
         return [claim, paper, measured, "undetermined"]
-    diff = compare(
-        _arm(runs, evals, store, runs["batch_size"] < usual),
-        _arm(runs, evals, store, runs["batch_size"] == usual),
-    )
+    batch = results.runs["batch_size"]
+    diff = compare(_arm(results, batch < usual), _arm(results, batch == usual))
     measured = f"usual batch {usual} ({source}); " + describe(f"batches < {usual} - {usual}", diff)
     return [claim, paper, measured, lower_verdict([diff])]
 
 
-def _overfit_claim(runs, evals, store, batches: list[int]) -> list[str]:
-    """The smallest batch against the best of the others: worse val loss (interval above 0 on
-    every pool) with a lower final train loss on every pool agrees; a better val loss, or a worse
-    one with a higher train loss on every pool (under-fitting), disagrees."""
-    claim = "the smallest batch overfits: lower train loss, worse val loss"
+PAIR_LEVEL = 1 - (1 - LEVEL) / 2
+"""The level of each interval of a claim that can disagree in two ways (the U-shape's two edges;
+a signature's better val loss or under-fitting): Bonferroni, so that together they err at most as
+often as one interval at LEVEL."""
+
+
+def signature_verdict(val: Difference, train: Difference) -> str:
+    """The over-fitting signature of an edge batch against the best other batch (`val`, `train`:
+    edge minus the others, at PAIR_LEVEL): a worse val loss with a lower train loss agrees; a
+    better val loss, or a worse one with a higher train loss (under-fitting), disagrees; else
+    undetermined."""
+    worse = lower_verdict([val.negated()]) == "agrees"
+    if worse and lower_verdict([train]) == "agrees":
+        return "agrees"
+    if lower_verdict([val]) == "agrees" or (worse and lower_verdict([train.negated()]) == "agrees"):
+        return "disagrees"
+    return "undetermined"
+
+
+def _signature_claim(results: Results, batches: list[int], edge: int, claim: str) -> list[str]:
+    """`edge` (the smallest or largest batch) against the best of the others (signature_verdict);
+    the train losses are the final ones of each replicate's chosen runs (t interval over
+    replicates: training losses have no documents)."""
     if len(batches) < 2:
         return [claim, "yes", "a single batch size", "undetermined"]
-    small = _arm(runs, evals, store, runs["batch_size"] == batches[0])
-    rest = _arm(runs, evals, store, runs["batch_size"] > batches[0])
-    diff = compare(small, rest)
-    train = (small.set_index("pool")["train_loss"] - rest.set_index("pool")["train_loss"]).dropna()
-    worse = lower_verdict([diff.negated()]) == "agrees"
-    if worse and (train < 0).all():
-        verdict = "agrees"
-    elif lower_verdict([diff]) == "agrees" or (worse and (train > 0).all()):
-        verdict = "disagrees"
-    else:
-        verdict = "undetermined"
+    batch = results.runs["batch_size"]
+    mine, rest = _arm(results, batch == edge), _arm(results, batch != edge)
+    val = compare(mine, rest, PAIR_LEVEL)
+    key = list(REPLICATE_FIELDS)
+    gaps = (mine.set_index(key)["train_loss"] - rest.set_index(key)["train_loss"]).dropna()
+    train = t_interval(gaps.tolist(), PAIR_LEVEL)
     measured = (
-        describe(f"val: batch {batches[0]} - best other", diff)
-        + f"; final train loss difference per pool {', '.join(f'{t:+.3f}' for t in train)}"
+        describe(f"val: batch {edge} - best other", val)
+        + "; "
+        + describe("train", train)
+        + f" ({PAIR_LEVEL:.0%} intervals: two ways to disagree)"
     )
-    return [claim, "yes", measured, verdict]
+    return [claim, "yes", measured, signature_verdict(val, train)]
 
 
 def batch_sweep_claims(
-    runs: pd.DataFrame,
-    evals: pd.DataFrame,
-    store: str | Path,
-    models: list[str],
-    usual: int,
-    usual_source: str,
+    results: Results, models: list[str], usual: int, usual_source: str
 ) -> pd.DataFrame:
     """The study's batch-size claims at each model size (`models`, largest first), and whether
     the U-shape holds across sizes; `usual` is the one-pass batch (sequences) and `usual_source`
     where it comes from."""
     rows, shapes = [], []
+    small = "the smallest batch overfits: lower train loss, worse val loss"
+    large = "the largest batch overfits: lower train loss, worse val loss"
     for model in models:
-        mine = runs[runs["model"] == model]
-        batches = sorted(mine["batch_size"].unique().tolist())
-        u_row, u_verdict = _u_shape_claim(mine, evals, store, batches)
+        mine = results.subset(results.runs["model"] == model)
+        batches = sorted(mine.runs["batch_size"].unique().tolist())
+        u_row, u_verdict = _u_shape_claim(mine, batches)
         shapes.append(u_verdict)
         for row in (
             u_row,
-            _smaller_batch_claim(mine, evals, store, batches, usual, usual_source),
-            _overfit_claim(mine, evals, store, batches),
+            _smaller_batch_claim(mine, batches, usual, usual_source),
+            _signature_claim(mine, batches, batches[0], small),
+            _signature_claim(mine, batches, batches[-1], large),
         ):
             rows.append([f"{row[0]} ({model})", *row[1:]])
     if len(models) > 1:
@@ -379,12 +389,13 @@ def batch_sweep_claims(
 # --- recipe ablations ---------------------------------------------------------------------------
 
 
-def _loader_claims(runs, evals, store) -> list[list[str]]:
+def _loader_claims(results: Results) -> list[list[str]]:
     """One row per batch size: REPACK < SHUFFLE < REPEAT, as two paired differences."""
     rows = []
+    runs = results.runs
     for batch in sorted(runs["batch_size"].unique()):
         arm = {
-            k: _arm(runs, evals, store, (runs["batch_size"] == batch) & (runs["loader"] == k), ())
+            k: _arm(results, (runs["batch_size"] == batch) & (runs["loader"] == k), ())
             for k in ("repack", "shuffle", "repeat")
         }
         pairs = [("repack", "shuffle"), ("shuffle", "repeat")]
@@ -401,10 +412,13 @@ def _loader_claims(runs, evals, store) -> list[list[str]]:
     return rows
 
 
-def _little_verdict(diff: Difference) -> str:
-    """An effect "does little": its interval within +-LITTLE agrees, wholly outside disagrees. A
-    censored arm's loss might still fall: it blocks "agrees" (a gap might open) and "disagrees"
-    when it is the worse arm (the gap might close)."""
+def little_verdict(diff: Difference) -> str:
+    """An effect "does little": its interval within +-LITTLE agrees, wholly outside disagrees;
+    undetermined when not decisive (intervals.Difference.decisive). A censored arm's loss might
+    still fall: it blocks "agrees" (a gap might open) and "disagrees" when it is the worse arm
+    (the gap might close)."""
+    if not diff.decisive:
+        return "undetermined"
     first_worse, second_worse = diff.low > LITTLE, diff.high < -LITTLE
     if diff.low > -LITTLE and diff.high < LITTLE and not any(diff.censored):
         return "agrees"
@@ -413,15 +427,14 @@ def _little_verdict(diff: Difference) -> str:
     return "undetermined"
 
 
-def _embedding_claims(runs, evals, store) -> list[list[str]]:
+def _embedding_claims(results: Results) -> list[list[str]]:
     """Four arms (untied / tied x no / positive embedding decay, the positive decays tuned inside
     the arm): decay helps, tying alone does little, both together are best."""
+    runs = results.runs
     decay_on = runs["embedding_weight_decay"] > 0
     arm = {
         (tie, on): _arm(
-            runs,
-            evals,
-            store,
+            results,
             (runs["tie_embeddings"] == tie) & (decay_on == on),
             ("embedding_weight_decay",),
         )
@@ -443,7 +456,7 @@ def _embedding_claims(runs, evals, store) -> list[list[str]]:
             "tying alone does little",
             f"yes (here: the whole interval within +-{LITTLE} nats/token)",
             describe("tied - untied", tying),
-            _little_verdict(tying),
+            little_verdict(tying),
         ],
         [
             "tying and embedding decay together are best",
@@ -454,54 +467,63 @@ def _embedding_claims(runs, evals, store) -> list[list[str]]:
     ]
 
 
-def _stop_later_claim(original: Sweep, combined: Sweep, store: str | Path) -> list[str]:
-    """Does the combined recipe gain from epoch budgets beyond the original recipe's best one
-    (batch and the rest tuned inside each arm, `original` at the combined recipe's batches)?
-    Censored when the original's best budget is the largest tried."""
+def split_budget(budgets: list[float]) -> float:
+    """The budget (epochs) that splits a grid into early (<= it) and later budgets: the lower
+    median of the tried budgets, fixed by the design rather than chosen on the data."""
+    ordered = sorted(budgets)
+    return float(ordered[(len(ordered) - 1) // 2])
+
+
+def _stop_later_claim(original: Results, combined: Results) -> list[str]:
+    """Do later epoch budgets gain more in the combined recipe than in the original? A
+    difference-in-differences per replicate: (combined, budgets > T - budgets <= T) - (original,
+    the same), batch and the rest tuned inside each arm, T = split_budget of the budgets both
+    tried. Censored where a later arm's best budget is the largest tried."""
     claim, paper = (
         "the best stopping point moves later",
         "yes (20 -> 32 epochs at the largest model)",
     )
-    budget = float(_arm(*original, store, original[0]["epochs"] > 0)["epochs"].mean())
-    later = combined[0]["epochs"] > budget
-    if not later.any():
-        measured = f"original's best budget {budget:g} epochs is the largest tried (censored)"
-        return [claim, paper, measured, "undetermined"]
-    diff = compare(
-        _arm(*combined, store, later, ("batch_size", "embedding_weight_decay")),
-        _arm(*combined, store, ~later, ("batch_size", "embedding_weight_decay")),
-    )._replace(censored=(False, False))  # the shorter arm ends below the budgets by design
-    measured = (
-        f"original's best budget {budget:g} epochs (mean over pools); combined recipe: "
-        + describe(f"budgets > {budget:g} - budgets <= {budget:g}", diff)
+    tried = set(original.runs["epochs"]) & set(combined.runs["epochs"])
+    if len(tried) < 2:
+        return [claim, paper, "fewer than 2 epoch budgets in both recipes", "undetermined"]
+    split = split_budget(list(tried))
+    e_tuned = ("batch_size", "embedding_weight_decay")
+    late, early = {}, {}
+    for name, recipe, also in (("combined", combined, e_tuned), ("original", original, None)):
+        later = recipe.runs["epochs"] > split
+        late[name] = _arm(recipe, later, also or ("batch_size",))
+        early[name] = _arm(recipe, ~later, also or ("batch_size",))
+    terms = [(1.0, late["combined"]), (-1.0, early["combined"])]
+    diff = contrast([*terms, (-1.0, late["original"]), (1.0, early["original"])])
+    censored = tuple(bool(late[n]["censored"].any()) for n in ("combined", "original"))
+    diff = diff._replace(censored=censored)  # the early arms end at the split by design
+    measured = describe(
+        f"(later - earlier) combined - (later - earlier) original, later = budgets > {split:g}",
+        diff,
     )
     return [claim, paper, measured, lower_verdict([diff])]
 
 
 def recipe_claims(
-    loader: Sweep, embedding: Sweep, original: Sweep, combined: Sweep, store: str | Path
+    loader: Results, embedding: Results, original: Results, combined: Results
 ) -> pd.DataFrame:
-    """Claims of the recipe section from the (runs, evals) of each ablation grid (every arm tuned
-    over the same grid), at one model size. The original recipe is compared at the combined
-    recipe's batch sizes only, so both arms tune the batch over the same set."""
+    """Claims of the recipe section from the results of each ablation grid (every arm tuned over
+    the same grid), at one model size. The original recipe is compared at the combined recipe's
+    batch sizes only, so both arms tune the batch over the same set."""
     e_tuned = ("batch_size", "embedding_weight_decay")
-    batches = sorted(combined[0]["batch_size"].unique())
-    runs, evals = original
-    original = runs[runs["batch_size"].isin(batches)], evals
+    batches = sorted(combined.runs["batch_size"].unique())
+    original = original.subset(original.runs["batch_size"].isin(batches))
     batch_list = ", ".join(f"{b:g}" for b in batches)
-    lower = compare(
-        _arm(*combined, store, combined[0]["epochs"] > 0, e_tuned),
-        _arm(*original, store, original[0]["epochs"] > 0),
-    )
+    lower = compare(_arm(combined, None, e_tuned), _arm(original))
     rows = [
-        *_loader_claims(*loader, store),
-        *_embedding_claims(*embedding, store),
+        *_loader_claims(loader),
+        *_embedding_claims(embedding),
         [
             "the combined recipe lowers the best val loss",
             "yes",
             describe(f"combined - original (batch tuned over {batch_list})", lower),
             lower_verdict([lower]),
         ],
-        _stop_later_claim(original, combined, store),
+        _stop_later_claim(original, combined),
     ]
     return pd.DataFrame(rows, columns=CLAIM_COLUMNS)

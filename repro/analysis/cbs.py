@@ -33,6 +33,7 @@ from scipy.optimize import least_squares
 
 from repro.analysis import selection
 from repro.analysis.intervals import CLAIM_COLUMNS, Difference, describe, lower_verdict
+from repro.analysis.results import REPLICATE_FIELDS, Results
 from repro.errors import ReproError
 from repro.runtime.config import make_run_config
 from repro.runtime.loaders import epoch_steps
@@ -436,18 +437,17 @@ def _every_phase_within(schedule: str, epochs: int) -> bool:
     return all(batch in batches for _, batch in phases)
 
 
-def schedule_slice(
-    runs: pd.DataFrame, evals: pd.DataFrame, store: str | Path, schedules: list[str]
-) -> tuple[int, float]:
-    """The epoch budget and weight decay at which the `schedules` meet the fixed batches: those of
-    the best fixed batch among `runs` (one pool and model; batch, lr, weight decay and budget
-    chosen on all validation documents, as grid growth chooses), so that its lr is bracketed
-    there; or the smallest longer budget of `runs` in which every schedule reaches its last
-    phase."""
-    done = runs[runs["status"] == "done"]
+def schedule_slice(fixed: Results, schedules: list[str]) -> tuple[int, float]:
+    """The epoch budget and weight decay at which the `schedules` meet the `fixed` batches (one
+    model): those of the best fixed batch on the first pool (batch, lr, weight decay and budget
+    chosen on all its validation documents, as grid growth chooses), so that its lr is bracketed
+    there; or the smallest longer budget in which every schedule reaches its last phase."""
+    done_mask = fixed.runs["status"] == "done"
+    done = fixed.runs[done_mask]
     if done.empty:
         raise ReproError("no finished fixed-batch run to meet the batch schedules: run 02 first")
-    ends = selection.tuned(done, evals, store, ["pool"], (*selection.TUNED, "batch_size"))
+    first = done_mask & (fixed.runs["pool"] == done["pool"].iloc[0])
+    ends = selection.tuned(fixed.subset(first), ["pool"], (*selection.TUNED, "batch_size"))
     best = done.set_index("run_id").loc[ends["run_id"].iloc[0]]
     budgets = [
         int(e)
@@ -487,54 +487,55 @@ def _policy_rows(ends: pd.DataFrame, names: list[str]) -> list[dict]:
     ]
 
 
-def _matched_fixed(runs: pd.DataFrame, schedule_runs: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+def _matched_fixed(fixed: Results, schedule_runs: pd.DataFrame) -> tuple[Results, int]:
     """The fixed-batch runs on the schedules' pools at their epoch budget and weight decay, and
     that budget (epochs)."""
+    runs = fixed.runs
     budget = schedule_runs[["epochs", "weight_decay"]].drop_duplicates()
     if len(budget) != 1:
         raise ReproError("schedule runs must share one epoch budget and weight decay")
     epochs, decay = int(budget["epochs"].iloc[0]), float(budget["weight_decay"].iloc[0])
-    fixed = runs[
+    matched = fixed.subset(
         (runs["epochs"] == epochs)
         & (runs["weight_decay"] == decay)
         & runs["pool"].isin(schedule_runs["pool"])
-    ]
-    if fixed.empty:
+    )
+    if matched.runs.empty:
         raise ReproError(f"no fixed-batch run at the schedules' {epochs} epochs, decay {decay:g}")
-    return fixed, epochs
+    return matched, epochs
 
 
 def schedules_vs_fixed(
-    runs: pd.DataFrame,
-    evals: pd.DataFrame,
-    schedule_runs: pd.DataFrame,
-    schedule_evals: pd.DataFrame,
-    schedules: dict[str, str],
-    store: str | Path,
+    fixed: Results, scheduled: Results, schedules: dict[str, str]
 ) -> ScheduleComparison:
-    """Batch-size schedules (`schedule_runs`; `schedules`: name -> batch_schedule) against the
-    fixed-batch `runs` of the same pool, epoch budget and weight decay, all as cross-fitted tuned
-    endpoints (selection.tuned; runs in `store`): one row per fixed batch and per schedule, then
-    the two arms that are compared: the best fixed batch (batch size tuned with lr in the
-    cross-fit) and the best schedule (schedule tuned with lr)."""
-    fixed, epochs = _matched_fixed(runs, schedule_runs)
+    """Batch-size schedules (`scheduled`; `schedules`: name -> batch_schedule) against the
+    `fixed`-batch runs of the same pools, epoch budget and weight decay, all as held-out tuned
+    endpoints (selection.tuned): one row per replicate and fixed batch and per schedule, then the
+    two arms that are compared: the best fixed batch (batch size tuned with lr) and the best
+    schedule (schedule tuned with lr)."""
+    fixed, epochs = _matched_fixed(fixed, scheduled.runs)
     names = {s: n for n, s in schedules.items()}
-    ramps = schedule_runs[schedule_runs["batch_schedule"].isin(names)]
-    ramps = ramps.assign(schedule_no=ramps["batch_schedule"].map(list(names).index))
-    per_batch = selection.tuned(fixed, evals, store, ["pool", "batch_size"])
-    per_schedule = selection.tuned(ramps, schedule_evals, store, ["pool", "batch_schedule"])
-    best_fixed = selection.tuned(fixed, evals, store, ["pool"], ("batch_size", *selection.TUNED))
-    best_ramp = selection.tuned(
-        ramps, schedule_evals, store, ["pool"], ("schedule_no", *selection.TUNED)
+    in_names = scheduled.runs["batch_schedule"].isin(names)
+    ramps = scheduled.subset(in_names)
+    numbers = ramps.runs["batch_schedule"].map(list(names).index)
+    ramps = Results(ramps.runs.assign(schedule_no=numbers), ramps.evals, ramps.documents)
+    replicate = list(REPLICATE_FIELDS)
+    per_batch = selection.tuned(fixed, [*replicate, "batch_size"])
+    per_schedule = selection.tuned(ramps, [*replicate, "batch_schedule"])
+    best_fixed = selection.tuned(fixed, replicate, ("batch_size", *selection.TUNED))
+    best_ramp = selection.tuned(ramps, replicate, ("schedule_no", *selection.TUNED))
+    evals, schedule_evals = fixed.evals, ramps.evals
+    batch = ", ".join(str(int(b)) for b in best_fixed["batch_size"].drop_duplicates())
+    ramp = ", ".join(
+        list(names.values())[int(n)] for n in best_ramp["schedule_no"].drop_duplicates()
     )
-    batch = int(best_fixed["batch_size"].iloc[0])
-    ramp = list(names.values())[int(best_ramp["schedule_no"].iloc[0])]
     arms = [f"best fixed batch (chose {batch})", f"best schedule (chose {ramp})"]
     ramp_labels = [f"{names[s]} ({s})" for s in per_schedule["batch_schedule"]]
     labels = [f"fixed batch {int(b)}" for b in per_batch["batch_size"]] + ramp_labels
+    arm_labels = [arms[0]] * len(best_fixed) + [arms[1]] * len(best_ramp)
     table = pd.DataFrame(
         _policy_rows(pd.concat([per_batch, per_schedule]), labels)
-        + _policy_rows(pd.concat([best_fixed, best_ramp]), arms)
+        + _policy_rows(pd.concat([best_fixed, best_ramp]), arm_labels)
     )
     curves = {arms[0]: evals[evals["run_id"] == best_fixed["run_id"].iloc[0]]}
     for label, rid in zip(ramp_labels, per_schedule["run_id"]):
@@ -553,6 +554,12 @@ RESIDUAL_TOLERANCE = 0.3
 bracket (resolution_miss) that still counts as fitting."""
 ZHANG_ALPHA = 0.47
 """Zhang et al.'s exponent of B* ~ D^alpha."""
+ZHANG_BAND = (0.25, 0.75)
+"""An exponent interval inside this band agrees with Zhang et al.'s 0.47 (a wider one cannot tell
+it from no growth or from linear growth)."""
+B_SIMPLE_FACTOR = 3.0
+"""McCandlish et al.'s B_simple predicts B_crit within this factor of B_crit's interval; further
+off contradicts the prediction."""
 NO_FIT = "fewer than 3 batch sizes reach any target (no fit)"
 
 
@@ -594,14 +601,25 @@ def _noise_scale_claim(trajectory: pd.DataFrame, model: str) -> list[str]:
 
 def _hyperbola_verdict(fit: pd.Series) -> tuple[str, str]:
     """Disagrees when the fit misses a point's resolution bracket by more than RESIDUAL_TOLERANCE
-    (log steps); agrees when B_crit's interval lies inside the measured batches; else
+    (log steps), or B_simple lies more than B_SIMPLE_FACTOR outside B_crit's interval; agrees when
+    B_crit's interval lies inside the measured batches and B_simple within that factor of it; else
     undetermined, with the reason."""
     lo, hi = fit["B_crit lo"], fit["B_crit hi"]
     smallest, largest = fit["smallest batch"], fit["largest batch"]
+    b_simple = fit["B_simple"]
     if fit["max log miss"] > RESIDUAL_TOLERANCE:
         return "disagrees", f"; steps miss the hyperbola by more than e^{RESIDUAL_TOLERANCE}"
-    if smallest <= lo and hi <= largest:
+    located = smallest <= lo and hi <= largest
+    near = lo / B_SIMPLE_FACTOR <= b_simple <= hi * B_SIMPLE_FACTOR
+    if located and not np.isnan(b_simple) and not near:
+        return (
+            "disagrees",
+            f"; B_simple is more than x{B_SIMPLE_FACTOR:g} outside B_crit's interval",
+        )
+    if located and near:
         return "agrees", ""
+    if located:
+        return "undetermined", "; B_simple not measured"
     if np.isnan(lo):
         return "undetermined", f"; no interval for B_crit (fewer than {MIN_BATCHES} batch sizes)"
     if hi > largest:
@@ -636,9 +654,9 @@ def _hyperbola_claim(fit: pd.Series | None, model: str) -> list[str]:
 
 
 def _data_scaling_claim(scaling: pd.DataFrame, law: dict, model: str) -> list[str]:
-    """Agrees when the 90% interval of B*'s exponent lies above 0 and contains 0.47; disagrees
-    when it excludes 0.47; undetermined when it contains both 0 and 0.47, without a fit, or when
-    B* lies beyond the largest batch that reaches a pool's target (an extrapolation)."""
+    """Agrees when the 90% interval of B*'s exponent lies inside ZHANG_BAND (around 0.47);
+    disagrees when it excludes 0.47; undetermined when it is wider than the band, without a fit,
+    or when B* lies beyond the largest batch that reaches a pool's target (an extrapolation)."""
     claim = "B* (20% over linear scaling) grows with data size as D^0.47 (Zhang et al.)"
     paper = f"alpha = {ZHANG_ALPHA}"
     pools = ", ".join(f"{t:,}" for t in scaling["pool tokens"])
@@ -662,10 +680,11 @@ def _data_scaling_claim(scaling: pd.DataFrame, law: dict, model: str) -> list[st
         verdict, why = "undetermined", f" (no interval: {few}, or B* infinite in resamples)"
     elif not lo <= ZHANG_ALPHA <= hi:
         verdict, why = "disagrees", ""
-    elif lo > 0:
+    elif ZHANG_BAND[0] <= lo and hi <= ZHANG_BAND[1]:
         verdict, why = "agrees", ""
     else:
-        verdict, why = "undetermined", " (interval contains 0: growth not shown)"
+        band = f"{ZHANG_BAND[0]:g} to {ZHANG_BAND[1]:g}"
+        verdict, why = "undetermined", f" (interval not inside {band}: exponent not pinned down)"
     measured = (
         f"model {model}: alpha {alpha:.2f} (90% CI {_span(lo, hi)}; B_crit: "
         f"{law['B_crit']['alpha']:.2f}) over {len(scaling)} pools of {pools} tokens{why}"
@@ -708,8 +727,10 @@ def _schedule_claim(schedules: ScheduleComparison, model: str) -> list[str]:
     return [
         "a batch-size schedule beats the best fixed batch (Zhou et al.: ramp-up)",
         "yes",
-        f"model {model}: {describe(schedules.label, schedules.difference)} nats/token (90% paired "
-        "interval over validation documents; both arms cross-fitted)",
+        f"model {model}: {describe(schedules.label, schedules.difference)} nats/token (90% "
+        "interval over replicates and validation documents; both arms held out; the budget "
+        "and weight decay they meet at are the best fixed batch's on the first pool, chosen "
+        "in-sample)",
         lower_verdict([schedules.difference]),
     ]
 

@@ -15,7 +15,7 @@ import pandas as pd
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from repro.analysis import plots
-from repro.analysis.analyses import across_pools, endpoint_curve
+from repro.analysis.analyses import across_replicates, endpoint_curve
 from repro.data.pool import load_pool
 from repro.runtime.model import SIZES
 
@@ -30,10 +30,10 @@ def _interval(mean: pd.Series, lo: pd.Series, hi: pd.Series) -> np.ndarray:
     return np.clip(np.vstack([mean - lo, hi - mean]), 0, None)
 
 
-def _pools(counts: pd.Series) -> str:
-    """'mean over N pools' or 'pool 0 only'."""
+def _replicates(counts: pd.Series) -> str:
+    """'mean over N replicates' or 'one replicate'."""
     n = int(counts.max())
-    return f"mean over {n} pools" if n > 1 else "pool 0 only"
+    return f"mean over {n} replicates" if n > 1 else "one replicate"
 
 
 # --- 01 -----------------------------------------------------------------------------------------
@@ -82,10 +82,10 @@ def by_size(models) -> list[str]:
 def best_loss_vs_batch(
     endpoints: pd.DataFrame, batch_sizes, floor: float | None = None
 ) -> plt.Figure:
-    """Left: tuned validation loss per batch size, one curve per model size (mean over pools, 90%
-    interval over validation documents), and the Bayes floor where known. Right: the final training
-    loss of the same runs (mean, min-max over pools): a batch whose training loss is lower while its
-    validation loss is higher over-fits."""
+    """Left: tuned validation loss per batch size, one curve per model size (mean over replicates,
+    90% interval over replicates and validation documents), and the Bayes floor where known. Right:
+    the final training loss of the same runs (mean, min-max over replicates): a batch whose
+    training loss is lower while its validation loss is higher over-fits."""
     fig, (val_ax, train_ax) = plt.subplots(1, 2, figsize=(11, 4.2))
     panels = (
         (val_ax, "val_loss", "validation loss, tuned (nats/token)", ("low", "high"), "-"),
@@ -93,7 +93,7 @@ def best_loss_vs_batch(
     )
     models = by_size(endpoints["model"].unique())
     for ax, value, ylabel, (lo, hi), style in panels:
-        means = across_pools(endpoints, value=value)
+        means = across_replicates(endpoints, value=value)
         for model in models:
             group = means[means["model"] == model]
             ax.errorbar(
@@ -110,9 +110,9 @@ def best_loss_vs_batch(
         ax.set_ylabel(ylabel)
     if floor is not None:
         val_ax.axhline(floor, color="k", linestyle=":", label=f"Bayes floor ({floor:.3f})")
-    pools = int(endpoints.groupby(["model", "batch_size"]).size().max())
-    val_ax.set_title(f"Validation (mean over {pools} pools, 90% interval)")
-    train_ax.set_title("Training (mean, min-max over pools)")
+    replicates = int(endpoints.groupby(["model", "batch_size"]).size().max())
+    val_ax.set_title(f"Validation (mean over {replicates} replicates, 90% interval)")
+    train_ax.set_title("Training (mean, min-max over replicates)")
     handles, labels = val_ax.get_legend_handles_labels()  # the models, and the floor if drawn
     plots.legend_outside(train_ax, title="model", handles=handles, labels=labels)
     return fig
@@ -120,8 +120,8 @@ def best_loss_vs_batch(
 
 def accuracy_vs_batch(endpoints: pd.DataFrame, tasks: list[str], batch_sizes) -> plt.Figure:
     """Left: the tuned validation loss per batch size; then one panel per downstream task: the
-    accuracy of the same tuned endpoints, one curve per model size (mean over pools, 90% interval
-    from the standard errors over examples), and chance where known."""
+    accuracy of the same tuned endpoints, one curve per model size (mean over replicates, 90%
+    interval from the standard errors over examples), and chance where known."""
     from repro.analysis.accuracy import CHANCE, Z90, accuracy_per_batch
 
     fig, axes = plt.subplots(1, 1 + len(tasks), figsize=(5 * (1 + len(tasks)), 4.2))
@@ -141,7 +141,7 @@ def accuracy_vs_batch(endpoints: pd.DataFrame, tasks: list[str], batch_sizes) ->
         axes[1 + i].set_ylabel(f"{task} accuracy (fraction)")
         axes[1 + i].set_title(f"{task} (90% interval)")
     axes[0].set_ylabel("validation loss, tuned (nats/token)")
-    axes[0].set_title("Validation loss (mean over pools)")
+    axes[0].set_title("Validation loss (mean over replicates)")
     for ax in axes:
         plots.batch_axis(ax, batch_sizes)
     plots.legend_outside(axes[-1], title="model")
@@ -150,8 +150,8 @@ def accuracy_vs_batch(endpoints: pd.DataFrame, tasks: list[str], batch_sizes) ->
 
 def optimal_batch_vs_size(table: pd.DataFrame) -> plt.Figure:
     """The tuned optimal batch per model size (analyses.optimal_batches): the optimum of the
-    pool-mean loss (line), each pool's own optimum (dots), and the range of batches whose 90%
-    interval overlaps the optimum's (bar)."""
+    replicate-mean loss (line), each replicate's own optimum (crosses), and the range of batches
+    whose 90% interval overlaps the optimum's (bar)."""
     fig, ax = plt.subplots()
     ax.errorbar(
         table["params"],
@@ -160,17 +160,17 @@ def optimal_batch_vs_size(table: pd.DataFrame) -> plt.Figure:
         capsize=4,
         marker="o",
         color=plots.PALETTE[0],
-        label="optimum of the pool mean (bar: batches whose 90% interval overlaps it)",
+        label="optimum of the replicate mean (bar: batches whose 90% interval overlaps it)",
     )
     for i, (_, row) in enumerate(table.iterrows()):
-        pools = row["pool_batches"]
+        own = row["replicate_batches"]
         ax.scatter(
-            [row["params"]] * len(pools),
-            pools,
+            [row["params"]] * len(own),
+            own,
             marker="x",
             color=plots.PALETTE[1],
-            zorder=3,  # over the pool-mean marker where they coincide
-            label="optimum on each pool" if i == 0 else None,
+            zorder=3,  # over the replicate-mean marker where they coincide
+            label="optimum on each replicate" if i == 0 else None,
         )
     ax.set_xscale("log")
     ax.set_yscale("log", base=2)
@@ -214,9 +214,9 @@ def curves(evals: pd.DataFrame, picks: pd.DataFrame, title: str) -> plt.Figure:
 
 
 def _dots(ax: plt.Axes, endpoints: pd.DataFrame, x: str, hue: str, labels: dict) -> str:
-    """Tuned val loss per (x, hue), mean over pools with its 90% interval over validation
-    documents, dodged; returns the note on what the bars are."""
-    stats = across_pools(endpoints, [x, hue]).set_index([x, hue])
+    """Tuned val loss per (x, hue), mean over replicates with its 90% interval over replicates
+    and validation documents, dodged; returns the note on what the bars are."""
+    stats = across_replicates(endpoints, [x, hue]).set_index([x, hue])
     xs = sorted(endpoints[x].unique())
     hues = list(labels)
     for i, h in enumerate(hues):
@@ -235,7 +235,7 @@ def _dots(ax: plt.Axes, endpoints: pd.DataFrame, x: str, hue: str, labels: dict)
         )
     ax.set_xticks(range(len(xs)))
     ax.set_xlim(-0.5, len(xs) - 0.5)
-    return f"{_pools(stats['count'])}, 90% interval over val documents"
+    return f"{_replicates(stats['count'])}, 90% interval"
 
 
 def loaders(endpoints: pd.DataFrame) -> plt.Figure:
@@ -267,11 +267,11 @@ def tying_embedding_decay(endpoints: pd.DataFrame, batch: int) -> plt.Figure:
 
 
 def combined_vs_original(recipes: dict[str, pd.DataFrame], batch_sizes) -> plt.Figure:
-    """Best val loss per batch size for each recipe ({label: batch_endpoints}), mean and min-max
-    over pools; a recipe measured at only some of `batch_sizes` as points, not a line."""
+    """Best val loss per batch size for each recipe ({label: batch_endpoints}), mean and 90%
+    interval over replicates; a recipe measured at only some of `batch_sizes` as points."""
     fig, ax = plt.subplots()
     for color, (label, endpoints) in zip(plots.PALETTE, recipes.items()):
-        agg = across_pools(endpoints, by=["batch_size"])
+        agg = across_replicates(endpoints, by=["batch_size"])
         every = set(agg["batch_size"]) == set(batch_sizes)
         ax.errorbar(
             agg["batch_size"],
@@ -284,7 +284,7 @@ def combined_vs_original(recipes: dict[str, pd.DataFrame], batch_sizes) -> plt.F
         )
     plots.batch_axis(ax, batch_sizes)
     ax.set_ylabel(LOSS)
-    ax.set_title(f"Combined recipe vs original ({_pools(agg['count'])}, 90% interval)")
+    ax.set_title(f"Combined recipe vs original ({_replicates(agg['count'])}, 90% interval)")
     plots.legend_outside(ax, title="recipe")
     return fig
 

@@ -24,12 +24,10 @@ the validation set (repro.analysis.intervals), each verdict "agrees", "disagrees
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -37,13 +35,12 @@ import pandas as pd
 from repro.analysis.intervals import (
     CLAIM_COLUMNS,
     LEVEL,
+    MIN_REPLICATES,
     Difference,
     describe,
-    document_losses,
-    lower_verdict,
-    normal_difference,
     paired_difference,
 )
+from repro.analysis.results import REPLICATE_FIELDS, DocumentLosses, Results
 from repro.errors import ReproError
 
 # Link defaults for the ring all-reduce (per direction): NVLink 4 (H100/H200 within a node) and
@@ -321,42 +318,35 @@ def schedule_policies(
 
 # --- claims vs measurement ----------------------------------------------------------------------
 
-PAIRED = f"nats/token, {LEVEL:.0%} paired interval over validation documents"
+PAIRED = f"nats/token, {LEVEL:.0%} paired t interval over validation documents"
 
 
-def _document_loader(store: str | Path) -> Callable[[str, int], tuple[np.ndarray, np.ndarray]]:
-    """document_losses of (run id, step) under `store` (summed nats, scored tokens per document),
-    each file read once."""
-
-    @functools.cache
-    def load(run_id: str, step: int) -> tuple[np.ndarray, np.ndarray]:
-        return document_losses(Path(store) / run_id, int(step))
-
-    return load
+def _significantly_lower(diff: Difference) -> bool:
+    """The interval of a single comparison (one replicate) lies below 0."""
+    return bool(diff.high < 0)
 
 
-def judged_crossovers(cross: pd.DataFrame, store: str | Path) -> pd.DataFrame:
+def judged_crossovers(cross: pd.DataFrame, documents: DocumentLosses) -> pd.DataFrame:
     """The comparisons of `crossovers` made while both batch sizes are still training
     (`both_training`), each with `difference` = smaller-batch minus larger-batch mean loss of the
     two evaluations compared (nats/token, paired over validation documents) and its simultaneous
     interval `low`, `high`: Bonferroni over the n distinct (smaller evaluation, larger evaluation)
-    pairs, each interval at `level` = 1 - (1 - LEVEL) / n (normal_difference), so that all of them
-    hold together with probability LEVEL."""
+    pairs, each interval at `level` = 1 - (1 - LEVEL) / n (a t interval, paired_difference), so
+    that all of them hold together with probability LEVEL."""
     counted = cross[cross["both_training"].astype(bool)]
     keys = ["small_run", "small_step", "large_run", "large_step"]
     pairs = list(counted[keys].drop_duplicates().itertuples(index=False, name=None))
     level = 1 - (1 - LEVEL) / max(len(pairs), 1)
-    load = _document_loader(store)
     diffs = {}
     for pair in pairs:
-        (small, tokens), (large, _) = load(*pair[:2]), load(*pair[2:])
-        diffs[pair] = normal_difference(small, large, tokens, level)
+        (small, tokens), (large, _) = documents(*pair[:2]), documents(*pair[2:])
+        diffs[pair] = paired_difference(small, large, tokens, level)
     found = [diffs[p] for p in counted[keys].itertuples(index=False, name=None)]
     columns = {name: [d[i] for d in found] for i, name in enumerate(["difference", "low", "high"])}
     return counted.assign(**columns, level=level).reset_index(drop=True)
 
 
-def _paired(load: Callable, a: pd.Series, b: pd.Series) -> Difference:
+def _paired(load: DocumentLosses, a: pd.Series, b: pd.Series) -> Difference:
     """Evaluation `a` minus evaluation `b` (rows with run_id, step): paired_difference of their
     per-document losses (nats/token, LEVEL interval)."""
     (losses_a, tokens), (losses_b, _) = load(a["run_id"], a["step"]), load(b["run_id"], b["step"])
@@ -364,7 +354,7 @@ def _paired(load: Callable, a: pd.Series, b: pd.Series) -> Difference:
 
 
 def _deadline_claim(
-    evals: pd.DataFrame, runs: pd.DataFrame, deadlines, step_time, gpus: int, load: Callable
+    evals: pd.DataFrame, runs: pd.DataFrame, deadlines, step_time, gpus: int, load: DocumentLosses
 ) -> tuple[str, str]:
     """(measured, verdict) of "tight deadlines favour larger batches" (rule: frontier_claims)."""
     per_deadline = [(t, best_per_batch(evals, runs, gpus, t, step_time)) for t in sorted(deadlines)]
@@ -386,7 +376,7 @@ def _deadline_claim(
         rival = larger["val_loss"].idxmin()
         diff = _paired(load, tight.loc[b_tight], tight.loc[rival])
         name = f"T={tight_t:g}: batch {b_tight} - batch {rival}"
-        verdict = "disagrees" if lower_verdict([diff]) == "agrees" else "undetermined"
+        verdict = "disagrees" if _significantly_lower(diff) else "undetermined"
         return measured + describe(name, diff) + f" ({PAIRED})", verdict
     at_tight = _paired(load, tight.loc[b_tight], tight.loc[b_loose])
     at_loose = _paired(load, loose.loc[b_loose], loose.loc[b_tight])
@@ -396,7 +386,7 @@ def _deadline_claim(
         + describe(f"T={loose_t:g}: batch {b_loose} - batch {b_tight}", at_loose)
         + f" ({PAIRED})"
     )
-    shown = lower_verdict([at_tight, at_loose]) == "agrees"
+    shown = _significantly_lower(at_tight) and _significantly_lower(at_loose)
     if not shown:
         return measured, "undetermined"
     return measured, "agrees" if b_tight > b_loose else "disagrees"
@@ -427,16 +417,17 @@ def _crossover_claim(judged: pd.DataFrame) -> tuple[str, str]:
 
 
 def frontier_claims(
-    evals: pd.DataFrame,
-    runs: pd.DataFrame,
+    results: Results,
     judged: pd.DataFrame,
     deadlines,
     step_time,
     gpus: int,
-    store: str | Path,
+    min_replicates: int = MIN_REPLICATES,
 ) -> pd.DataFrame:
-    """Claims of the frontier section, from the runs of one model size (`runs` has `model`) in
-    `store`; `judged`: judged_crossovers(..); deadlines in units of `step_time`.
+    """Claims of the frontier section, from the `results` of one model size on one pool (one
+    replicate: its comparisons are over documents only, with no replicate spread, and in-sample
+    minima; the table says so); `judged`: judged_crossovers(..); deadlines in units of
+    `step_time`.
 
     - Tight deadlines favour larger batches, on `gpus` GPUs, judged only on deadlines that reach at
       least two batch sizes: the optimal batch at the loosest such deadline (b_l) against the
@@ -451,13 +442,16 @@ def frontier_claims(
       made while both are still training (judged_crossovers, simultaneous intervals): "agrees"
       when some interval lies below 0; "disagrees" when every interval lies above 0 (at every
       such deadline the larger batch on more GPUs is lower); else (or with none) "undetermined".
+    - With fewer than `min_replicates` replicates (pools, seeds) among the runs, every verdict is
+      "undetermined": the comparisons above have no run-to-run spread in their intervals.
     - Latency-oriented parallelism: only projected, never measured: "undetermined".
     """
+    runs, evals = results.runs, results.evals
     if "model" not in runs or runs["model"].nunique() != 1:
         raise ReproError("frontier claims need the runs of exactly one model size")
     model = runs["model"].iloc[0]
     tight, tight_verdict = _deadline_claim(
-        evals, runs, deadlines, step_time, gpus, _document_loader(store)
+        evals, runs, deadlines, step_time, gpus, results.documents
     )
     cross, cross_verdict = _crossover_claim(judged)
     rows = [
@@ -476,4 +470,10 @@ def frontier_claims(
         ],
     ]
     verdicts = [tight_verdict, cross_verdict, "undetermined"]
+    fields = [f for f in REPLICATE_FIELDS if f in runs]
+    replicates = len(runs[fields].drop_duplicates()) if fields else 1
+    if replicates < min_replicates:  # run-to-run spread unmeasured: no definite verdict
+        note = f" ({replicates} of {min_replicates} replicates: no verdict)"
+        rows = [[*row[:2], row[2] + note] for row in rows[:2]] + rows[2:]
+        verdicts = ["undetermined"] * 3
     return pd.DataFrame([[*row, v] for row, v in zip(rows, verdicts)], columns=CLAIM_COLUMNS)

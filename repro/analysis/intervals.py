@@ -1,126 +1,181 @@
-"""Paired comparisons of two evaluations over the same validation documents, and three-way
-verdicts.
+"""Differences of mean validation loss over replicates and documents, and three-way verdicts.
 
 Every run evaluates the same validation documents (pools share them), and each evaluation stores
-each document's summed loss (RUN/val_docs/step-N.npy, nats) and scored tokens
-(RUN/val_docs/tokens.npy). The difference of two evaluations' mean losses (nats/token) gets a
-percentile bootstrap interval that resamples documents, the same documents for both (paired).
+each document's summed loss (nats) and scored tokens (repro.analysis.results.Results.documents). A
+comparison has one row per *replicate* (an independent pool, or seed) and one column per document:
+the summed-loss gap between the two arms. Its interval is a t interval for the replicate-mean gap
+(nats/token) whose variance has both sources of noise of a crossed replicates x documents design:
+
+    var = (MS_replicates + MS_documents - MS_interaction) / (R N)
+
+(mean squares of the token-weighted, linearised gaps; never below either main term alone), with
+Welch-Satterthwaite degrees of freedom, so that 2-3 replicates give the wide interval they should.
+Documents count by their Kish effective number under token weights. A verdict is definite only with
+at least MIN_REPLICATES replicates.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-from statistics import NormalDist
 from typing import NamedTuple
 
 import numpy as np
+from scipy import stats
 
 from repro.errors import ReproError
 
 CLAIM_COLUMNS = ["claim", "paper", "measured here", "agrees?"]  # every notebook's claim table
 LEVEL = 0.9  # two-sided interval level
-RESAMPLES = 2000
-MIN_DOCUMENTS = 10  # fewer scored documents give no interval (a bootstrap over 2 means nothing)
+MIN_DOCUMENTS = 10  # fewer scored documents give no interval
+MIN_REPLICATES = 3  # fewer replicates give no definite verdict
 
 
 class Difference(NamedTuple):
-    """A difference of mean losses (nats/token) a - b, its LEVEL interval over validation
-    documents ((-inf, inf) when there are too few), the difference on each pool it averages over,
-    and whether each arm is censored: its chosen epoch budget is the largest tried, or its lr or
-    weight decay is not bracketed by runs on both sides, so that arm's loss might still fall."""
+    """A difference of mean losses (nats/token) a - b averaged over replicates, its LEVEL interval
+    ((-inf, inf) when there is none), the difference on each replicate, and whether each arm is
+    censored: its chosen epoch budget is the largest tried, or its lr or weight decay is not
+    bracketed by runs on both sides, so that arm's loss might still fall."""
 
     value: float
     low: float
     high: float
-    per_pool: tuple[float, ...] = ()
+    per_replicate: tuple[float, ...] = ()
     censored: tuple[bool, bool] = (False, False)
 
     def negated(self) -> Difference:
         """The difference the other way round (b - a)."""
-        per_pool = tuple(-d for d in self.per_pool)
-        return Difference(-self.value, -self.high, -self.low, per_pool, self.censored[::-1])
+        per_replicate = tuple(-d for d in self.per_replicate)
+        return Difference(-self.value, -self.high, -self.low, per_replicate, self.censored[::-1])
 
-
-def document_losses(run_dir: str | Path, step: int) -> tuple[np.ndarray, np.ndarray]:
-    """(summed loss per validation document, nats; scored tokens per document) of the evaluation
-    at `step` of the run in `run_dir`."""
-    folder = Path(run_dir) / "val_docs"
-    if not (folder / f"step-{step}.npy").is_file():
-        raise ReproError(
-            f"{folder}/step-{step}.npy is missing: the run was trained before per-document losses "
-            "were stored; train it again (remove its directory) to get intervals"
+    @property
+    def decisive(self) -> bool:
+        """Measured, with an interval, on at least MIN_REPLICATES replicates."""
+        return (
+            len(self.per_replicate) >= MIN_REPLICATES and np.isfinite([self.low, self.high]).all()
         )
-    return np.load(folder / f"step-{step}.npy"), np.load(folder / "tokens.npy")
+
+
+NOT_MEASURED = Difference(np.nan, -np.inf, np.inf)
+
+
+def effective_documents(tokens: np.ndarray) -> float:
+    """Kish's effective number of documents under token weights: (sum t)^2 / sum t^2."""
+    tokens = np.asarray(tokens, float)
+    return float(tokens.sum() ** 2 / max((tokens**2).sum(), 1e-300))
+
+
+def _mean_squares(linear: np.ndarray) -> tuple[float, float, float]:
+    """Mean squares (replicates, documents, interaction) of an R x N table."""
+    R, N = linear.shape
+    grand, rows, cols = linear.mean(), linear.mean(1), linear.mean(0)
+    ms_r = N * ((rows - grand) ** 2).sum() / max(R - 1, 1)
+    ms_d = R * ((cols - grand) ** 2).sum() / (N - 1)
+    residual = linear - rows[:, None] - cols[None, :] + grand
+    ms_e = (residual**2).sum() / max((R - 1) * (N - 1), 1)
+    return float(ms_r), float(ms_d), float(ms_e)
+
+
+def _variance(linear: np.ndarray, n_eff: float) -> tuple[float, float]:
+    """(variance of the grand mean of `linear` (R x N), its Satterthwaite degrees of freedom);
+    documents carry n_eff - 1 degrees of freedom."""
+    R, N = linear.shape
+    ms_r, ms_d, ms_e = _mean_squares(linear)
+    df_r, df_d, df_e = R - 1, max(n_eff - 1, 1), max((R - 1) * (n_eff - 1), 1)
+    if R == 1:
+        terms = [(ms_d, df_d)]
+    else:
+        combined = [(ms_r, df_r), (ms_d, df_d), (-ms_e, df_e)]
+        options = [combined, [(ms_r, df_r)], [(ms_d, df_d)]]
+        terms = max(options, key=lambda t: sum(m for m, _ in t))
+    total = sum(m for m, _ in terms)
+    if total <= 0:
+        return 0.0, float(df_r if R > 1 else df_d)
+    df = total**2 / sum(m**2 / d for m, d in terms)
+    return total / (R * N), float(df)
+
+
+def replicate_difference(gaps: np.ndarray, tokens: np.ndarray, level: float = LEVEL) -> Difference:
+    """The replicate-mean gap (nats/token) of per-document summed-loss `gaps` (R replicates x N
+    documents, each document scoring `tokens`) with its `level` t interval over replicates and
+    documents (module docstring); (-inf, inf) with fewer than MIN_DOCUMENTS scored documents."""
+    gaps, tokens = np.atleast_2d(np.asarray(gaps, float)), np.asarray(tokens, float)
+    if gaps.shape[1] != len(tokens):
+        raise ReproError("gaps and tokens must cover the same validation documents")
+    scored = tokens > 0
+    gaps, tokens = gaps[:, scored], tokens[scored]
+    per_replicate = gaps.sum(1) / tokens.sum()
+    value = float(per_replicate.mean())
+    replicates = tuple(float(d) for d in per_replicate)
+    if len(tokens) < MIN_DOCUMENTS or not np.isfinite(value):
+        return Difference(value, -np.inf, np.inf, replicates)
+    # linearised per-document contributions of each replicate's ratio, centred on its own ratio,
+    # plus that ratio: row means are the replicates' differences, columns the documents' noise
+    n = len(tokens)
+    linear = per_replicate[:, None] + n * (gaps - per_replicate[:, None] * tokens) / tokens.sum()
+    variance, df = _variance(linear, effective_documents(tokens))
+    half = float(stats.t.ppf(0.5 + level / 2, df) * np.sqrt(variance))
+    return Difference(value, value - half, value + half, replicates)
 
 
 def paired_difference(
-    a: np.ndarray, b: np.ndarray, tokens: np.ndarray, seed: int = 0
+    a: np.ndarray, b: np.ndarray, tokens: np.ndarray, level: float = LEVEL
 ) -> Difference:
-    """Mean loss of `a` minus that of `b` (nats/token; per-document summed losses over the same
-    documents with `tokens` scored tokens each) and its LEVEL bootstrap interval over documents;
-    (-inf, inf) with fewer than MIN_DOCUMENTS scored documents."""
-    if not (a.shape == b.shape == tokens.shape):
+    """Mean loss of `a` minus that of `b` (nats/token): per-document summed losses over the same
+    documents, one row per replicate (or one evaluation each), with replicate_difference's
+    interval."""
+    a, b = np.atleast_2d(np.asarray(a, float)), np.atleast_2d(np.asarray(b, float))
+    if a.shape != b.shape or a.shape[1] != len(tokens):
         raise ReproError("paired losses must cover the same validation documents")
-    scored = tokens > 0
-    a, b, tokens = a[scored], b[scored], tokens[scored]
-    difference = float((a.sum() - b.sum()) / tokens.sum())
-    if len(tokens) < MIN_DOCUMENTS:
-        return Difference(difference, -np.inf, np.inf)
-    picks = np.random.default_rng(seed).integers(0, len(tokens), (RESAMPLES, len(tokens)))
-    resampled = (a[picks].sum(1) - b[picks].sum(1)) / tokens[picks].sum(1)
-    tail = (1 - LEVEL) / 2 * 100
-    low, high = np.percentile(resampled, [tail, 100 - tail])
-    return Difference(difference, float(low), float(high))
+    return replicate_difference(a - b, tokens, level)
 
 
-def normal_difference(a: np.ndarray, b: np.ndarray, tokens: np.ndarray, level: float) -> Difference:
-    """Mean loss of `a` minus that of `b` (nats/token; per-document summed losses over the same
-    documents, `tokens` scored tokens each) with a normal interval at `level` from the delta-method
-    standard error of a ratio of sums over documents (a 2000-resample bootstrap cannot resolve the
-    tails of Bonferroni levels); (-inf, inf) with fewer than MIN_DOCUMENTS scored documents."""
-    if not (a.shape == b.shape == tokens.shape):
-        raise ReproError("paired losses must cover the same validation documents")
-    scored = tokens > 0
-    gap, tokens = (a - b)[scored], tokens[scored]
-    value = float(gap.sum() / tokens.sum())
-    if len(tokens) < MIN_DOCUMENTS:
-        return Difference(value, -np.inf, np.inf)
-    se = float(np.sqrt(((gap - value * tokens) ** 2).sum()) / tokens.sum())
-    z = NormalDist().inv_cdf(0.5 + level / 2)
-    return Difference(value, value - z * se, value + z * se)
+def mean_interval(losses: np.ndarray, tokens: np.ndarray) -> Difference:
+    """The mean loss (nats/token) of per-document summed `losses` (one row per replicate) with its
+    LEVEL interval over replicates and documents (a difference from zero loss)."""
+    return replicate_difference(losses, tokens)
 
 
-def mean_interval(losses: np.ndarray, tokens: np.ndarray, seed: int = 0) -> Difference:
-    """The mean loss (nats/token) of per-document summed `losses` with its LEVEL bootstrap
-    interval over documents (a difference from zero loss)."""
-    return paired_difference(losses, np.zeros_like(losses), tokens, seed)
+def t_interval(values: list[float], level: float = LEVEL) -> Difference:
+    """The mean of per-replicate `values` (e.g. final training losses, which have no documents)
+    with its `level` t interval over replicates; (-inf, inf) with fewer than two."""
+    values = np.asarray(values, float)
+    replicates = tuple(float(v) for v in values)
+    if len(values) == 0:
+        return NOT_MEASURED
+    mean = float(values.mean())
+    if len(values) < 2:
+        return Difference(mean, -np.inf, np.inf, replicates)
+    half = stats.t.ppf(0.5 + level / 2, len(values) - 1) * values.std(ddof=1) / np.sqrt(len(values))
+    return Difference(mean, mean - float(half), mean + float(half), replicates)
 
 
 def lower_verdict(differences: list[Difference]) -> str:
     """For a claim that each difference is negative (the first arm has the lower loss): "agrees"
-    when every interval lies below 0 and every pool's difference is negative; "disagrees" when
-    some interval lies above 0 with every pool's difference positive; else "undetermined". An arm
-    whose loss might still fall (censored) cannot be the one found worse: it blocks "agrees" as
-    the second arm and "disagrees" as the first."""
-    if any(d.low > 0 and all(p > 0 for p in d.per_pool) and not d.censored[0] for d in differences):
+    when every interval lies below 0; "disagrees" when some interval lies above 0; "undetermined"
+    otherwise, with no difference, or when any is not decisive (fewer than MIN_REPLICATES
+    replicates or no interval). An arm whose loss might still fall (censored) cannot be the one
+    found worse: it blocks "agrees" as the second arm and "disagrees" as the first."""
+    if not differences or not all(d.decisive for d in differences):
+        return "undetermined"
+    if any(d.low > 0 and not d.censored[0] for d in differences):
         return "disagrees"
-    if all(
-        d.high < 0 and all(p < 0 for p in d.per_pool) and not d.censored[1] for d in differences
-    ):
+    if all(d.high < 0 and not d.censored[1] for d in differences):
         return "agrees"
     return "undetermined"
 
 
 def describe(name: str, difference: Difference) -> str:
-    """ "repack - shuffle -0.012 [-0.020, -0.004]" (nats/token, LEVEL interval; "no interval"
-    with too few documents), with the per-pool differences when there are several pools and which
-    arm is censored (its loss might still fall: Difference)."""
-    value, low, high, per_pool, censored = difference
+    """ "repack - shuffle -0.012 [-0.020, -0.004] (replicates -0.010, -0.015, -0.011)" (nats/token,
+    LEVEL interval; "no interval" where there is none), and which arm is censored (its loss might
+    still fall: Difference)."""
+    value, low, high, per_replicate, censored = difference
     if np.isnan(value):
         return f"{name}: not measured"
     interval = "no interval" if np.isinf(low) else f"{low:+.3f}, {high:+.3f}"
-    pools = f" (pools {', '.join(f'{p:+.3f}' for p in per_pool)})" if len(per_pool) > 1 else ""
+    values = ", ".join(f"{p:+.3f}" for p in per_replicate)
+    replicates = f" (replicates {values})" if len(per_replicate) > 1 else ""
+    if len(per_replicate) < MIN_REPLICATES:
+        replicates += f" ({len(per_replicate)} of {MIN_REPLICATES} replicates: no verdict)"
     arms = {(True, False): "first arm", (False, True): "second arm", (True, True): "both arms"}
     if any(censored):
-        pools += f" (censored: {arms[tuple(censored)]})"
-    return f"{name} {value:+.3f} [{interval}]{pools}"
+        replicates += f" (censored: {arms[tuple(censored)]})"
+    return f"{name} {value:+.3f} [{interval}]{replicates}"

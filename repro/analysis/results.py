@@ -3,16 +3,21 @@
 - `load_results(store)` -> (runs, evals): one row per run (its config, status and best point) and
   one row per evaluation point (step, epoch, tokens, lr_t (the scheduled lr), train_loss, val_loss,
   wall_s).
+- `open_results(store)` -> Results: the same frames with each evaluation's per-document losses,
+  the one input of every analysis function.
 - `default_group_by(runs)`: the fields that vary across runs, other than the tuned ones (lr, weight
   decay, epoch budget) and bookkeeping; repro.analysis.selection tunes within such groups.
 """
 
 from __future__ import annotations
 
+import functools
 import json
-from dataclasses import fields
+from collections.abc import Callable
+from dataclasses import dataclass, fields
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from repro.errors import ReproError
@@ -82,6 +87,83 @@ def load_results(
     runs = pd.DataFrame(run_rows)
     evals = pd.DataFrame(eval_rows) if eval_rows else pd.DataFrame(columns=EVAL_COLUMNS)
     return runs, evals
+
+
+DocumentLosses = Callable[[str, int], tuple[np.ndarray, np.ndarray]]
+"""(run id, step) -> (summed loss per validation document, nats; scored tokens per document)."""
+
+REPLICATE_FIELDS = ("pool", "seed")
+"""Run fields whose values are independent replicates of one experiment (pools, seeds)."""
+
+
+@dataclass(frozen=True)
+class Results:
+    """What the analyses read: one row per run (`runs`: its config, status and best point), one
+    per evaluation (`evals`: run_id, step, epoch, tokens, lr_t, train_loss, val_loss, wall_s), and
+    each evaluation's per-document losses (`documents`)."""
+
+    runs: pd.DataFrame
+    evals: pd.DataFrame
+    documents: DocumentLosses
+
+    def subset(self, mask: pd.Series) -> Results:
+        """The runs where `mask` holds, with their evaluations."""
+        runs = self.runs[mask]
+        return Results(runs, self.evals[self.evals["run_id"].isin(runs["run_id"])], self.documents)
+
+    def replicate_fields(self) -> list[str]:
+        """The replicate fields (REPLICATE_FIELDS) these runs have."""
+        return [f for f in REPLICATE_FIELDS if f in self.runs]
+
+
+def store_documents(store: str | Path) -> DocumentLosses:
+    """Per-document losses of the runs under `store` (RUN/val_docs/step-N.npy and tokens.npy),
+    each file read once; a missing or damaged file is a one-line error naming it."""
+
+    @functools.cache
+    def load(run_id: str, step: int) -> tuple[np.ndarray, np.ndarray]:
+        folder = Path(store) / run_id / "val_docs"
+        losses, tokens = folder / f"step-{int(step)}.npy", folder / "tokens.npy"
+        if not losses.is_file():
+            raise ReproError(
+                f"{losses} is missing: the run was trained before per-document losses were "
+                "stored; train it again (remove its directory) to get intervals"
+            )
+        try:
+            pair = np.load(losses), np.load(tokens)
+        except (OSError, ValueError) as error:
+            raise ReproError(
+                f"{folder} is damaged ({error}): remove {folder.parent} and rerun "
+                "the sweep to retrain it"
+            ) from None
+        if pair[0].shape != pair[1].shape or pair[0].ndim != 1:
+            raise ReproError(
+                f"{losses} does not match {tokens}: remove {folder.parent} and "
+                "rerun the sweep to retrain it"
+            )
+        return pair
+
+    return load
+
+
+def memory_documents(
+    table: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]],
+) -> DocumentLosses:
+    """Per-document losses held in memory ((run id, step) -> (losses, tokens)): simulated or
+    hand-made studies."""
+
+    def load(run_id: str, step: int) -> tuple[np.ndarray, np.ndarray]:
+        return table[(run_id, int(step))]
+
+    return load
+
+
+def open_results(
+    store: str | Path, run_ids: list[str] | None = None, pools: dict[str, str] | None = None
+) -> Results:
+    """load_results with the store's per-document losses: what the analyses take."""
+    runs, evals = load_results(store, run_ids, pools)
+    return Results(runs, evals, store_documents(store))
 
 
 def _downstream(run_dir: Path) -> dict:

@@ -2,27 +2,33 @@
 
 A group's candidates are its finished runs (every lr, weight decay and epoch budget tried), each
 judged at its final evaluation: a run's schedule ends at its own epoch budget (cosine to 0, or a WSD
-cool-down branched from a longer run), so the budget is a tuned axis like lr, as in Kim et al. The
-validation documents are split into two halves (even and odd index). The run that is best on one
-half is reported on the other half, so no choice is judged on the documents that chose it; the two
-reported halves together give the endpoint's per-document losses and its loss (nats/token).
-Endpoints of different arms compare document by document (`compare`), on each pool and averaged over
-pools (the pools share their validation documents).
+cool-down branched from a longer run), so the budget is a tuned axis like lr, as in Kim et al.
 
-The best evaluation inside the chosen run (within-run early stopping) is reported beside it,
-never mixed with the budgets.
+No choice is judged on the data that chose it. A group has one replicate per pool (and seed); the
+validation documents are split into two halves (even and odd index). A replicate's endpoint on one
+half is the candidate that is best on the other half *of the other replicates* (mean over those
+that finished it), so neither the documents nor the replicate's own run noise (its pool, its seed)
+pick what it reports; the two reported halves together give the endpoint's per-document losses and
+its loss (nats/token). With a single replicate the choice falls back to the replicate's own other
+half (`held_out` says which). Endpoints of different arms compare document by document and
+replicate by replicate (`compare`, `contrast`; repro.analysis.intervals).
+
+The run chosen on all of a replicate's own documents is shown beside it (its tuned values, final
+training loss, grid edges, and its best evaluation: within-run early stopping), never mixed with
+the reported loss.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 
-from repro.analysis.intervals import Difference, document_losses, paired_difference
-from repro.analysis.results import TUNED
+from repro.analysis.intervals import LEVEL, NOT_MEASURED, Difference, replicate_difference
+from repro.analysis.results import TUNED, Results
 from repro.errors import ReproError
+
+Candidates = dict[tuple, tuple[str, np.ndarray]]
+"""A replicate's finished runs: tuned values -> (run id, per-document summed losses, nats)."""
 
 
 def selection_halves(n_documents: int) -> list[np.ndarray]:
@@ -35,20 +41,33 @@ def _mean(losses: np.ndarray, tokens: np.ndarray, mask: np.ndarray) -> float:
     return float(losses[mask].sum() / max(tokens[mask].sum(), 1))
 
 
+def _choose(mine: Candidates, others: list[Candidates], tokens: np.ndarray, mask) -> tuple:
+    """The candidate of `mine` with the lowest mean loss on `mask` over the `others` that finished
+    it (on `mine` itself when no other replicate shares a candidate)."""
+    shared = [key for key in mine if any(key in other for other in others)]
+    if not shared:
+        return min(mine, key=lambda k: _mean(mine[k][1], tokens, mask))
+    scores = {
+        key: np.mean([_mean(o[key][1], tokens, mask) for o in others if key in o]) for key in shared
+    }
+    return min(shared, key=scores.get)
+
+
 def cross_fit(
-    candidates: dict[str, np.ndarray], tokens: np.ndarray
-) -> tuple[np.ndarray, list[str]]:
-    """Per-document summed losses (nats) of the cross-fitted choice among `candidates` (run id ->
-    per-document losses on the same documents) and the run chosen on each half: documents of one
-    half carry the losses of the run that is best on the other half."""
+    mine: Candidates, others: list[Candidates], tokens: np.ndarray
+) -> tuple[np.ndarray, list[str], bool]:
+    """Per-document summed losses (nats) of a replicate's held-out choice among its candidates
+    `mine`, the run chosen for each half, and whether other replicates chose (module docstring):
+    documents of one half carry the losses of the candidate best on the other half."""
     halves = selection_halves(len(tokens))
     reported = np.zeros(len(tokens))
     chosen = []
     for select, report in (halves, halves[::-1]):
-        rid = min(candidates, key=lambda r: _mean(candidates[r], tokens, select))
-        reported[report] = candidates[rid][report]
-        chosen.append(rid)
-    return reported, chosen
+        key = _choose(mine, others, tokens, select)
+        reported[report] = mine[key][1][report]
+        chosen.append(mine[key][0])
+    held_out = any(key in other for key in mine for other in others)
+    return reported, chosen, held_out
 
 
 GROWN = ("lr", "weight_decay")
@@ -111,34 +130,47 @@ def _edges(group: pd.DataFrame, best: pd.Series, tuned: tuple[str, ...]) -> list
     return notes
 
 
+def _candidates(group: pd.DataFrame, results: Results, tuned: tuple[str, ...]) -> Candidates:
+    """The finished runs of one replicate's group at their final evaluations."""
+    done = group[group["status"] == "done"]
+    finals = results.evals[results.evals["run_id"].isin(done["run_id"])]
+    steps = finals.groupby("run_id")["step"].max().to_dict()
+    return {
+        tuple(run[name] for name in tuned): (rid, results.documents(rid, int(steps[rid]))[0])
+        for run in done[["run_id", *tuned]].to_dict("records")
+        if (rid := run["run_id"]) in steps
+    }
+
+
 def _endpoint(
-    group: pd.DataFrame, evals: pd.DataFrame, store: Path, tuned: tuple[str, ...]
+    group: pd.DataFrame,
+    results: Results,
+    tuned: tuple[str, ...],
+    mine: Candidates,
+    others: list[Candidates],
 ) -> dict:
-    """The tuned endpoint of one group of runs (one pool): see the module docstring."""
+    """The tuned endpoint of one replicate's group of runs (its candidates `mine`, the other
+    replicates' `others`): see the module docstring."""
     done = group[group["status"] == "done"]
     row = {"n_runs": len(group), "n_diverged": int((group["status"] == "diverged").sum())}
-    if done.empty:
+    if not mine:
         return row | {"val_loss": np.nan, "edge": "no run finished"}
-    finals = evals[evals["run_id"].isin(done["run_id"])].sort_values("step")
-    finals = finals.groupby("run_id").last()
-    losses = {
-        rid: document_losses(store / rid, int(finals.loc[rid, "step"])) for rid in finals.index
-    }
-    tokens = next(iter(losses.values()))[1]
-    reported, chosen = cross_fit({rid: pair[0] for rid, pair in losses.items()}, tokens)
+    tokens = _tokens(results, next(iter(mine.values()))[0])
+    reported, chosen, held_out = cross_fit(mine, others, tokens)
     everything = np.ones(len(tokens), bool)
-    rid = min(losses, key=lambda r: _mean(losses[r][0], tokens, everything))
+    rid = min(mine.values(), key=lambda c: _mean(c[1], tokens, everything))[0]
     best = done.set_index("run_id").loc[rid]
-    curve = evals[evals["run_id"] == rid]
+    curve = results.evals[results.evals["run_id"] == rid]
     early = curve.loc[curve["val_loss"].idxmin()]
     edges = _edges(group[group["status"].isin(["done", "diverged"])], best, tuned)
     censored = "epochs" in tuned and best["epochs"] == done["epochs"].max()
     return row | {
         "val_loss": _mean(reported, tokens, everything),
-        "train_loss": float(finals.loc[rid, "train_loss"]),
+        "train_loss": float(curve.sort_values("step")["train_loss"].iloc[-1]),
         **{name: best[name] for name in tuned},
         "run_id": rid,
         "chosen_on_halves": chosen,
+        "held_out": "replicates, documents" if held_out else "documents",
         "censored": bool(censored and done["epochs"].nunique() > 1),
         "bracketed": not any(note.startswith(f"{name}=") for name in GROWN for note in edges),
         "early_stop_epoch": float(early["epoch"]),
@@ -149,49 +181,79 @@ def _endpoint(
     }
 
 
-def tuned(
-    runs: pd.DataFrame,
-    evals: pd.DataFrame,
-    store: str | Path,
-    group_by: list[str],
-    tuned: tuple[str, ...] = TUNED,
-) -> pd.DataFrame:
-    """One row per group (`group_by`, which should include the pool): the cross-fitted loss
-    `val_loss` (nats/token) with its per-document losses (`doc_losses`, `doc_tokens`), the run
-    chosen on all documents (`run_id`, its `tuned` values and final `train_loss`), whether its
-    epoch budget is the largest tried (`censored`: the best budget may lie beyond), grid-edge
-    notes (`edge`), whether its lr and weight decay have runs on both sides (`bracketed`), and
-    the within-run best evaluation of that run (`early_stop_epoch`, `early_stop_val_loss`; chosen
-    on all documents, so not comparable with `val_loss`)."""
+def _tokens(results: Results, run_id: str) -> np.ndarray:
+    """Scored tokens per validation document (the same for every evaluation of every run)."""
+    steps = results.evals.loc[results.evals["run_id"] == run_id, "step"]
+    return results.documents(run_id, int(steps.max()))[1]
+
+
+def _groups(frame: pd.DataFrame, by: list[str]) -> list[tuple[tuple, pd.DataFrame]]:
+    """(key tuple, rows) per group of `by` (one group of everything when `by` is empty)."""
+    if not by:
+        return [((), frame)]
+    return [(k if isinstance(k, tuple) else (k,), g) for k, g in frame.groupby(by, sort=True)]
+
+
+EMPTY_COLUMNS = ["val_loss", "train_loss", "run_id", "censored", "bracketed", "edge"]
+"""Columns of `tuned` that an empty arm still has."""
+
+
+def tuned(results: Results, group_by: list[str], tuned: tuple[str, ...] = TUNED) -> pd.DataFrame:
+    """One row per group (`group_by`, which should include the replicate fields: pool, seed): the
+    held-out loss `val_loss` (nats/token) with its per-document losses (`doc_losses`,
+    `doc_tokens`) and how it was held out (`held_out`), the run chosen on all of the replicate's
+    documents (`run_id`, its `tuned` values and final `train_loss`), whether its epoch budget is
+    the largest tried (`censored`: the best budget may lie beyond), grid-edge notes (`edge`),
+    whether its lr and weight decay have runs on both sides (`bracketed`), and the within-run best
+    evaluation of that run (`early_stop_epoch`, `early_stop_val_loss`; chosen on all documents,
+    so not comparable with `val_loss`)."""
+    runs = results.runs
     missing = [g for g in [*group_by, *tuned] if g not in runs]
     if missing:
         raise ReproError(f"cannot group or tune by {missing[0]!r}: no such run field")
-    groups = runs.groupby(group_by, sort=True) if group_by else [((), runs)]
-    rows = [
-        dict(zip(group_by, key if isinstance(key, tuple) else (key,)))
-        | _endpoint(group, evals, Path(store), tuned)
-        for key, group in groups
+    if runs.empty:  # an arm with no run: no endpoint, and comparisons with it not measured
+        return pd.DataFrame(columns=[*group_by, *EMPTY_COLUMNS])
+    replicate = [f for f in results.replicate_fields() if f in group_by]
+    cell_by = [g for g in group_by if g not in replicate]
+    rows = []
+    for cell_key, cell in _groups(runs, cell_by):
+        replicates = _groups(cell, replicate)
+        candidates = [_candidates(group, results, tuned) for _, group in replicates]
+        for i, (key, group) in enumerate(replicates):
+            others = candidates[:i] + candidates[i + 1 :]
+            fields = dict(zip(cell_by, cell_key)) | dict(zip(replicate, key))
+            rows.append(fields | _endpoint(group, results, tuned, candidates[i], others))
+    return pd.DataFrame(rows).sort_values(group_by, kind="mergesort", ignore_index=True)
+
+
+def replicate_key(endpoints: pd.DataFrame) -> list[str]:
+    """The replicate fields (pool, seed) that endpoint rows carry."""
+    return [f for f in ("pool", "seed") if f in endpoints]
+
+
+def contrast(terms: list[tuple[float, pd.DataFrame]], level: float = LEVEL) -> Difference:
+    """The weighted sum of endpoint losses, sum of w * loss over `terms` (weight, endpoints: rows
+    of `tuned`, one per replicate, matched by replicate), nats/token, with its `level` interval
+    over replicates and documents (repro.analysis.intervals). Only replicates every term measured
+    count; none gives NOT_MEASURED. Censored: (some arm of positive weight, some of negative
+    weight) is censored on a counted replicate (best budget the largest tried, or lr / weight
+    decay not bracketed): its loss might still fall."""
+    key = replicate_key(terms[0][1])
+    frames = [ends.dropna(subset=["val_loss"]).set_index(key) for _, ends in terms]
+    common = sorted(set.intersection(*(set(f.index) for f in frames)))
+    if not common:
+        return NOT_MEASURED
+    gaps = sum(w * np.stack(list(f.loc[common, "doc_losses"])) for (w, _), f in zip(terms, frames))
+    diff = replicate_difference(gaps, frames[0].loc[common[0], "doc_tokens"], level)
+    open_ = [
+        bool((f.loc[common, "censored"] | ~f.loc[common, "bracketed"].astype(bool)).any())
+        for f in frames
     ]
-    return pd.DataFrame(rows)
+    weights = [w for w, _ in terms]
+    censored = tuple(any(o for o, w in zip(open_, weights) if sign * w > 0) for sign in (1, -1))
+    return diff._replace(censored=censored)
 
 
-def compare(a: pd.DataFrame, b: pd.DataFrame, seed: int = 0) -> Difference:
-    """Endpoints `a` minus endpoints `b` (rows of `tuned`, one per pool, matched by pool): the
-    difference of the pool-averaged losses (nats/token) with its paired interval over validation
-    documents, the difference on each pool, and whether either arm is censored on some pool: its
-    best budget is the largest tried, or its lr or weight decay is not bracketed (`bracketed`), so
-    its loss might still fall."""
-    a, b = a.set_index("pool"), b.set_index("pool")
-    pools = sorted(set(a.index) & set(b.index))
-    if not pools or a.loc[pools, "val_loss"].isna().any() or b.loc[pools, "val_loss"].isna().any():
-        return Difference(np.nan, -np.inf, np.inf, ())
-    stack_a = np.stack(list(a.loc[pools, "doc_losses"]))
-    stack_b = np.stack(list(b.loc[pools, "doc_losses"]))
-    tokens = a.loc[pools[0], "doc_tokens"]
-    pooled = paired_difference(stack_a.mean(0), stack_b.mean(0), tokens, seed)
-    per_pool = tuple(float((x.sum() - y.sum()) / tokens.sum()) for x, y in zip(stack_a, stack_b))
-    censored = tuple(
-        bool((arm.loc[pools, "censored"] | ~arm.loc[pools, "bracketed"].astype(bool)).any())
-        for arm in (a, b)
-    )
-    return pooled._replace(per_pool=per_pool, censored=censored)
+def compare(a: pd.DataFrame, b: pd.DataFrame, level: float = LEVEL) -> Difference:
+    """Endpoints `a` minus endpoints `b` (contrast): per replicate and averaged over them."""
+    return contrast([(1.0, a), (-1.0, b)], level)
