@@ -80,6 +80,12 @@ class Preset:
     # with grid_growth, a group whose best epoch budget is the largest it tried also gets a run
     # of twice that budget each round (a longer trunk with wsd_branches)
     grow_epochs: bool = False
+    # beta2 scaled with the batch: the batch (sequences) at which the preset's beta2 (extra's
+    # adam_beta2, else the run default) holds; a run of batch B gets beta2 ** (B / this batch),
+    # the same token half-life of its second-moment average (Marek et al. 2025), rounded to
+    # BETA2_DIGITS significant digits of 1 - beta2 (a batch schedule: schedule_batch's beta2);
+    # 0: the same betas at every batch
+    beta2_half_life_batch: int = 0
 
     def __post_init__(self) -> None:
         """One-line errors for a preset that could not run, before anything is built or trained."""
@@ -121,6 +127,10 @@ class Preset:
             raise ReproError(f"{where}: grid_growth must be >= 0 (rounds; 0 keeps the grids fixed)")
         if self.grow_epochs and not self.grid_growth:
             raise ReproError(f"{where}: grow_epochs needs grid_growth rounds (set grid_growth: 1)")
+        if self.beta2_half_life_batch < 0:
+            raise ReproError(
+                f"{where}: beta2_half_life_batch must be >= 0 (sequences; 0 keeps beta2 fixed)"
+            )
         try:
             self._check_runs()
         except ReproError as exc:
@@ -136,7 +146,9 @@ class Preset:
             for tie in (False, True)
         ]
         runs = [
-            self.run_fields(model=m, batch_size=b, lr=lr, weight_decay=wd) | recipe
+            self.run_fields(model=m, batch_size=b, lr=lr, weight_decay=wd)
+            | self.beta2_fields(b)
+            | recipe
             for m in self.models
             for b in self.batch_sizes
             for lr in self.lrs[b]
@@ -146,11 +158,13 @@ class Preset:
         runs += [runs[0] | recipe for recipe in recipes]
         runs += [
             self.run_fields(model=self.models[0], batch_size=b, lr=self.lrs[b][0])
+            | self.beta2_fields(b)
             | {"noise_scale": True, "micro_batch": self.noise_micro_batch}
             for b in self.noise_scale_batches
         ]
         runs += [
             self.run_fields(model=self.models[0], batch_size=self.schedule_batch)
+            | self.beta2_fields(self.schedule_batch)
             | {"lr": self.lrs[self.schedule_batch][0], "batch_schedule": schedule}
             for schedule in self.batch_schedules.values()
         ]
@@ -200,6 +214,11 @@ class Preset:
             )
         if self.extra.get("device") != "cuda":
             notes.append("float32 on CPU (reference: bfloat16 compute)")
+        if self.beta2_half_life_batch:
+            notes.append(
+                f"AdamW beta2 scaled with the batch to the token half-life of {self.base_beta2()} "
+                f"at batch {self.beta2_half_life_batch} (reference: 0.95 at every batch)"
+            )
         return notes
 
     def pool_dir(self, data_dir: str | Path, seed: int) -> Path:
@@ -239,6 +258,33 @@ class Preset:
             base["schedule"] = "wsd"
         return base | ({"gpus": gpus} if gpus > 1 else {}) | self.extra | changes
 
+    def beta2_fields(self, batch_size: int) -> dict:
+        """{"adam_beta2": beta2} for a run of `batch_size` sequences per step under
+        beta2_half_life_batch, rounded to BETA2_DIGITS significant digits of 1 - beta2 (at the
+        reference batch too: 0.95 stays 0.95); {} with fixed betas, or with a beta2 outside [0, 1)
+        (which the runs' checks report)."""
+        if not self.beta2_half_life_batch:
+            return {}
+        beta2 = self.base_beta2()
+        if not 0 <= beta2 < 1:
+            return {}
+        from repro.runtime.optim import beta2_for_batch
+
+        tokens = (self.beta2_half_life_batch * self.seq_len, batch_size * self.seq_len)
+        scaled = beta2_for_batch(beta2, *tokens)
+        digits = BETA2_DIGITS - 1 - math.floor(math.log10(1 - scaled))
+        return {"adam_beta2": round(scaled, digits)}
+
+    def base_beta2(self) -> float:
+        """The AdamW beta2 of this preset's runs (at beta2_half_life_batch, if set)."""
+        from repro.runtime.config import make_run_config
+
+        return make_run_config(self.extra).adam_beta2
+
+    def _beta2_axes(self, batch_size: int) -> dict:
+        """beta2_fields as one-value grid axes (a batch size's `when` rule)."""
+        return {name: [value] for name, value in self.beta2_fields(batch_size).items()}
+
     def batch_sweep_grid(
         self,
         pools: list[str | Path],
@@ -252,12 +298,16 @@ class Preset:
         arms, notebook 03): every arm is tuned over the same grid."""
         batch_sizes = list(batch_sizes or self.batch_sizes)
         models = list(models or self.models)
-        rules = [{"if": {"batch_size": b}, "axes": {"lr": list(self.lrs[b])}} for b in batch_sizes]
+        rules = [
+            {"if": {"batch_size": b}, "axes": {"lr": list(self.lrs[b])} | self._beta2_axes(b)}
+            for b in batch_sizes
+        ]
         if self.gpus_per_run:  # lr per batch size and GPUs per model
             rules = [
                 {
                     "if": {"batch_size": b, "model": m},
-                    "axes": {"lr": list(self.lrs[b]), "gpus": [self.gpus_per_run.get(m, 1)]},
+                    "axes": {"lr": list(self.lrs[b]), "gpus": [self.gpus_per_run.get(m, 1)]}
+                    | self._beta2_axes(b),
                 }
                 for b in batch_sizes
                 for m in models
@@ -294,7 +344,10 @@ class Preset:
         """Runs that log the gradient noise scale: each noise-scale batch at its middle lr,
         evaluated 4x per epoch."""
         rules = [
-            {"if": {"batch_size": b}, "axes": {"lr": [self.lrs[b][len(self.lrs[b]) // 2]]}}
+            {
+                "if": {"batch_size": b},
+                "axes": {"lr": [self.lrs[b][len(self.lrs[b]) // 2]]} | self._beta2_axes(b),
+            }
             for b in self.noise_scale_batches
         ]
         return {
@@ -332,7 +385,8 @@ class Preset:
                 "batch_size": self.schedule_batch,
                 "weight_decay": weight_decay,
                 "epochs": epochs,
-            },
+            }
+            | self.beta2_fields(self.schedule_batch),
             "axes": {
                 "pool": [str(p) for p in pools],
                 "batch_schedule": list(self.batch_schedules.values()),
@@ -371,6 +425,9 @@ def describe_regime(regime: dict[str, tuple[float, float]]) -> str:
         lines.append(f"  {name}: {ours} (paper {paper_low:.2g} to {paper_high:.2g}: {where})")
     return "\n".join(lines)
 
+
+BETA2_DIGITS = 3
+"""Significant digits of 1 - beta2 that beta2_half_life_batch keeps (0.993608 -> 0.99361)."""
 
 ORIGINAL_RECIPE = {"loader": "shuffle", "tie_embeddings": False, "embedding_weight_decay": 0.0}
 """Kim et al.'s recipe as tuned for one pass: sequences packed once and reshuffled, untied, no
@@ -547,17 +604,19 @@ CPU_SIZES = ("nano", "tiny", "cpu-xs", "cpu-s", "cpu-m", "cpu-l")  # smallest fi
 def dry_run(preset: Preset) -> Preset:
     """`preset` with every run kept (models, batch sizes, lr and weight-decay grids, epoch budgets,
     ablations, schedules, noise-scale and pool-size runs) but shrunk to CPU-seconds: models become
-    the CPU sizes of the same rank by parameters, batches and epoch budgets their ranks (1, 2, ...;
-    micro-batches of 1 where the preset has micro-batches), sequences 16 tokens, pools of exactly
-    two largest batches (the smallest pool-size pool at least one), a Llama-3-sized vocab's uint32
-    token storage kept, float32 on the CPU without torch.compile, one process per run."""
+    the CPU sizes of the same rank by parameters, batches (beta2_half_life_batch too) and epoch
+    budgets their ranks (1, 2, ...; micro-batches of 1 where the preset has micro-batches),
+    sequences 16 tokens, pools of exactly two largest batches (the smallest pool-size pool at least
+    one), a Llama-3-sized vocab's uint32 token storage kept, float32 on the CPU without
+    torch.compile, one process per run."""
     from repro.runtime.model import model_config, parameter_count
 
     if len(preset.models) > len(CPU_SIZES):
         raise ReproError(f"preset {preset.name}: a dry run maps at most {len(CPU_SIZES)} models")
     by_size = sorted(preset.models, key=lambda m: parameter_count(model_config(m, 512)))
     phases = [p for s in preset.batch_schedules.values() for p in _phases(s)]
-    batch = _ranks([*preset.lrs, preset.schedule_batch, *(b for _, b in phases)])
+    half_life = [preset.beta2_half_life_batch] if preset.beta2_half_life_batch else []
+    batch = _ranks([*preset.lrs, preset.schedule_batch, *(b for _, b in phases), *half_life])
     epochs = _ranks(preset.epochs)
     largest = max(batch.values()) * 17  # tokens of one batch of 16-token sequences (+1 target)
     share = min(preset.scaling_pool_tokens, default=preset.pool.tokens) / preset.pool.tokens
@@ -587,6 +646,7 @@ def dry_run(preset: Preset) -> Preset:
         },
         schedule_batch=batch[preset.schedule_batch],
         one_pass_batch_size=batch.get(preset.one_pass_batch_size, 0),
+        beta2_half_life_batch=batch.get(preset.beta2_half_life_batch, 0),
         gpus_per_run={},
         downstream_tasks=("pool_continuation",) if preset.downstream_tasks else (),
         extra={"device": "cpu"},

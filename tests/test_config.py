@@ -2,8 +2,19 @@ import json
 
 import pytest
 
+import repro.runtime.config as config_module
+import repro.sweep
 from repro.errors import ReproError
-from repro.runtime.config import RunConfig, config_record, make_run_config, run_identity
+from repro.runtime.config import (
+    RunConfig,
+    check_fields,
+    config_record,
+    make_run_config,
+    run_identity,
+)
+from repro.sweep import run_id
+
+BETAS = ("adam_beta1", "adam_beta2")
 
 
 def test_tuple_fields_parse_once_and_keep_their_text_form():
@@ -41,3 +52,48 @@ def test_malformed_values_are_one_line_errors(values, message):
     with pytest.raises(ReproError, match=message) as error:
         make_run_config(values)
     assert "\n" not in str(error.value)
+
+
+def test_default_betas_leave_run_ids_unchanged(monkeypatch):
+    """A run id with the betas at their defaults is the id the same run had before the betas were
+    run fields (the id computed with them left out of the record), and a config.json without them
+    (an older run) reads back as the same run."""
+    config = make_run_config({"pool": "p", "lr": 1e-3, "batch_size": 8, "adam_beta1": 0.9})
+    with_betas = run_id(config)
+    older = {k: v for k, v in config_record(config).items() if k not in BETAS}
+    assert make_run_config(older) == config
+
+    def without_betas(function):
+        return lambda c: {k: v for k, v in function(c).items() if k not in BETAS}
+
+    monkeypatch.setattr(repro.sweep, "run_identity", without_betas(config_module.run_identity))
+    monkeypatch.setattr(repro.sweep, "config_record", without_betas(config_module.config_record))
+    assert run_id(config) == with_betas
+
+
+def test_betas_enter_the_run_id_and_config_record_only_as_set():
+    default = make_run_config({"pool": "p"})
+    other = make_run_config({"pool": "p", "adam_beta2": "0.99"})
+    assert (other.adam_beta1, other.adam_beta2) == (0.9, 0.99)
+    assert config_record(other)["adam_beta2"] == 0.99
+    assert config_record(default)["adam_beta2"] == 0.95
+    assert run_id(other) != run_id(default)
+    assert run_id(make_run_config({"pool": "p", "adam_beta1": 0.8})) not in (
+        run_id(default),
+        run_id(other),
+    )
+
+
+@pytest.mark.parametrize(
+    "values,message",
+    [
+        ({"adam_beta1": 1.0}, "adam_beta1=1.0 is outside [0, 1)"),
+        ({"adam_beta2": -0.1}, "adam_beta2=-0.1 is outside [0, 1)"),
+        ({"adam_beta2": 1.5}, "adam_beta2=1.5 is outside [0, 1)"),
+    ],
+)
+def test_betas_outside_zero_to_one_are_one_line_errors(values, message):
+    with pytest.raises(ReproError) as error:
+        check_fields(make_run_config(values))
+    assert message in str(error.value) and "\n" not in str(error.value)
+    check_fields(make_run_config({"adam_beta1": 0.0, "adam_beta2": 0.999}))  # the bounds' insides

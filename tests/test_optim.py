@@ -4,7 +4,13 @@ import pytest
 import torch
 
 from repro.runtime.model import ModelConfig, Transformer
-from repro.runtime.optim import Schedule, build_optimizer, lr_multiplier, param_groups
+from repro.runtime.optim import (
+    Schedule,
+    beta2_for_batch,
+    build_optimizer,
+    lr_multiplier,
+    param_groups,
+)
 
 
 def make_model(tie: bool) -> Transformer:
@@ -188,3 +194,14 @@ def test_invalid_schedule(kwargs, match):
 def test_step_out_of_range():
     with pytest.raises(ValueError, match="outside"):
         lr_multiplier(Schedule(), 10, 10)
+
+
+def test_beta2_for_batch_keeps_the_token_half_life():
+    """By hand: 0.95 at 8 x 128 tokens per step is 0.95 ** (1/8) = exp(ln 0.95 / 8) =
+    exp(-0.0064117) = 0.993609 at 128 tokens per step, and 0.95 ** 2 = 0.9025 at twice the batch."""
+    assert beta2_for_batch(0.95, 8 * 128, 128) == pytest.approx(0.9936088, abs=1e-7)
+    assert beta2_for_batch(0.95, 1024, 2048) == pytest.approx(0.9025, abs=1e-12)
+    assert beta2_for_batch(0.95, 1024, 1024) == 0.95
+    # half-life in tokens: ln 0.5 / ln beta2 steps of batch_tokens each, equal at both batches
+    half_life = [math.log(0.5) / math.log(beta2_for_batch(0.95, 1024, t)) * t for t in (128, 1024)]
+    assert half_life[0] == pytest.approx(half_life[1], rel=1e-12)

@@ -9,8 +9,8 @@ import yaml
 
 from repro.cli import main
 from repro.errors import ReproError
-from repro.presets import PRESETS, get_preset, load_preset, preset_yaml
-from repro.sweep import expand
+from repro.presets import PRESETS, dry_run, get_preset, load_preset, preset_yaml
+from repro.sweep import expand, run_id
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -62,6 +62,10 @@ def test_yaml_preset_overrides_a_base_and_types_its_fields(tmp_path):
         ("frontier_micro_batch: 0", "frontier_micro_batch and workers must be >= 1"),
         ("grid_growth: -1", "grid_growth must be >= 0"),
         ("grow_epochs: true", "grow_epochs needs grid_growth rounds"),
+        ("beta2_half_life_batch: -1", "beta2_half_life_batch must be >= 0"),
+        ("extra: {adam_beta2: 1.0}", "adam_beta2=1.0 is outside [0, 1)"),
+        ("beta2_half_life_batch: 2\nextra: {adam_beta2: 1.5}", "adam_beta2=1.5 is outside [0, 1)"),
+        ("beta2_half_life_batch: 2\nextra: {adam_beta2: x}", "adam_beta2='x' is not a valid float"),
         ("lrs: {2: [0.0], 8: [0.1]}", "lr must be positive"),
         ("weight_decays: [-0.1]", "weight decays must be >= 0"),
         ("batch_schedules: {up: 'fast'}", "batch_schedule='fast' must look like"),
@@ -219,6 +223,31 @@ def test_gpus_per_run_gives_each_model_its_gpus_in_every_grid():
     assert {c.gpus for c in expand(first.schedule_grid("p0", 2, 0.1))} == {2}
     with pytest.raises(ReproError, match="gpus_per_run needs models of this preset"):
         replace(PRESETS["smoke"], gpus_per_run={"1.5b": 8})
+
+
+def test_beta2_half_life_batch_scales_beta2_with_the_batch_in_every_grid(tmp_path):
+    """By hand: 0.95 at batch 2 has the token half-life of 0.95 ** (8 / 2) = 0.81450625 at batch
+    8, 0.815 at 3 significant digits of 1 - beta2; 0.99 at batch 8 is 0.99 ** (2 / 8) =
+    0.9974906, 0.99749, at batch 2. The reference batch keeps the default and its run ids."""
+    smoke = PRESETS["smoke"]
+    preset = load_preset(_preset_file(tmp_path, "base: smoke\nbeta2_half_life_batch: 2\n"))
+    assert preset.beta2_half_life_batch == 2 and smoke.beta2_half_life_batch == 0
+    sweep = expand(preset.batch_sweep_grid(["p0"]))
+    assert {(c.batch_size, c.adam_beta2) for c in sweep} == {(2, 0.95), (8, 0.815)}
+    assert {c.adam_beta2 for c in expand(preset.noise_scale_grid("p0"))} == {0.815}
+    assert {c.adam_beta2 for c in expand(preset.schedule_grid("p0", 2, 0.1))} == {0.815}
+    plain = expand(smoke.batch_sweep_grid(["p0"]))
+    assert {c.adam_beta2 for c in plain} == {0.95}  # fixed betas: the built-in presets
+    assert [run_id(c) for c in sweep if c.batch_size == 2] == [
+        run_id(c) for c in plain if c.batch_size == 2
+    ]
+    assert any("beta2 scaled with the batch" in note for note in preset.deviations())
+    other = replace(
+        preset, beta2_half_life_batch=8, extra={"adam_beta2": 0.99}, gpus_per_run={"cpu-s": 2}
+    )
+    runs = expand(other.batch_sweep_grid(["p0"]))
+    assert {(c.batch_size, c.adam_beta2) for c in runs} == {(2, 0.99749), (8, 0.99)}
+    assert dry_run(replace(PRESETS["gpu"], beta2_half_life_batch=64)).beta2_half_life_batch == 3
 
 
 @pytest.mark.parametrize("name", ["gpu-small", "gpu"])

@@ -28,8 +28,8 @@ BASE = dict(
 )
 CONFIGS = [
     dict(lr=1e-3, weight_decay=0.1),
-    dict(lr=3e-3, weight_decay=1.0, embedding_weight_decay=0.1),
-    dict(lr=1e-2, weight_decay=0.0),
+    dict(lr=3e-3, weight_decay=1.0, embedding_weight_decay=0.1, adam_beta2=0.99),
+    dict(lr=1e-2, weight_decay=0.0, adam_beta1=0.8),
 ]
 
 
@@ -39,7 +39,7 @@ WIDE = [
     dict(lr=1e-3, weight_decay=0.1),
     dict(lr=3e-3, seed=1, loader="shuffle", epochs=1, embedding_weight_decay=0.1),
     dict(lr=1e-2, loader="repeat", schedule="wsd", eval_every=1.0, min_lr_ratio=0.1),
-    dict(lr=2e-3, epochs=3, warmup=0.1, pool="other"),
+    dict(lr=2e-3, epochs=3, warmup=0.1, pool="other", adam_beta2=0.99),
 ]
 
 
@@ -67,6 +67,12 @@ def _metrics(run):
 
 def _weights(run):
     return torch.load(run / "checkpoint.pt", weights_only=True)["model"]
+
+
+def _betas(run):
+    """The betas of every parameter group of the run's last checkpoint."""
+    groups = torch.load(run / "checkpoint.pt", weights_only=True)["optimizer"]["param_groups"]
+    return {tuple(group["betas"]) for group in groups}
 
 
 def _assert_same_run(a, b):
@@ -124,6 +130,8 @@ def test_stack_equals_separate_runs(synthetic_pool, tmp_path):
     )
     for i in range(3):
         _assert_same_run(tmp_path / f"alone{i}", tmp_path / f"stacked{i}")
+        # each member stepped with its own betas
+        assert _betas(tmp_path / f"stacked{i}") == {(configs[i].adam_beta1, configs[i].adam_beta2)}
     # a finished stack is a no-op; a stacked run's checkpoint is an ordinary single-run checkpoint
     assert (
         train_stacked(configs, [tmp_path / f"stacked{i}" for i in range(3)], progress=False)

@@ -236,6 +236,7 @@ def test_small_model_overfits_a_tiny_pool(tmp_path):
         ({"batch_schedule": "0:4,x"}, "must look like 0:4,0.5:16"),
         ({"batch_schedule": "0.5:4"}, "must look like 0:4,0.5:16"),
         ({"save_steps": "10,ten"}, "not a comma-separated list of steps"),
+        ({"adam_beta2": 1}, "adam_beta2=1.0 is outside [0, 1)"),
     ],
 )
 def test_bad_configs_fail_before_compute(synthetic_pool, tmp_path, overrides, message, capsys):
@@ -279,6 +280,24 @@ def test_config_file_and_overrides(tmp_path, synthetic_pool):
             tmp_path / "a",
             progress=False,
         )
+
+
+def test_betas_from_the_command_line_are_recorded_and_kept_by_a_branch(
+    synthetic_pool, tmp_path, capsys
+):
+    """`repro train ... adam_beta2=0.99` records it in config.json and steps with it, also as a WSD
+    branch continuing a trunk of the default betas (whose optimizer state holds those)."""
+    fields = BASE | {"epochs": 1, "schedule": "wsd", "warmup_steps": 1}
+    trunk = make_run_config(fields | {"pool": str(synthetic_pool), "save_steps": "2"})
+    train(trunk, tmp_path / "trunk", progress=False)
+    branch = fields | {"init_from": tmp_path / "trunk" / "checkpoints" / "step-2.pt"}
+    main(_cli_train(synthetic_pool, tmp_path / "run", *(branch | {"adam_beta2": 0.99}).items())[3:])
+    assert "run: done" in capsys.readouterr().out
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert (config["adam_beta1"], config["adam_beta2"]) == (0.9, 0.99)
+    for run, betas in (("trunk", (0.9, 0.95)), ("run", (0.9, 0.99))):
+        checkpoint = torch.load(tmp_path / run / LATEST, weights_only=True)
+        assert {tuple(g["betas"]) for g in checkpoint["optimizer"]["param_groups"]} == {betas}
 
 
 def test_trainer_logs_noise_scale_and_follows_a_batch_schedule(synthetic_pool, tmp_path):

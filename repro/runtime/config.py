@@ -42,6 +42,10 @@ class RunConfig:
     embedding_weight_decay: float = _field(
         0.0, "AdamW decay of the token embedding (and of the head when tied)"
     )
+    adam_beta1: float = _field(0.9, "AdamW first-moment decay per optimizer step")
+    adam_beta2: float = _field(
+        0.95, "AdamW second-moment decay per optimizer step (half-life ln 0.5 / ln beta2 steps)"
+    )
     tie_embeddings: bool = _field(False, "share the token embedding with the output head")
     loader: Loader = _field("repack", "epoch order: repeat | shuffle | repack")
     schedule: ScheduleName = _field("cosine", "lr schedule: cosine | wsd | constant")
@@ -238,6 +242,8 @@ STACKABLE = (
     "lr",
     "weight_decay",
     "embedding_weight_decay",
+    "adam_beta1",
+    "adam_beta2",
 )
 """Run fields that may differ between the members of a stack (train_stacked): each member keeps
 its own data, schedule, optimizer and evaluations; the rest (the model's shape, the batch and its
@@ -280,6 +286,12 @@ def check_fields(config: RunConfig, world_size: int = 1) -> None:
         )
     if config.weight_decay < 0 or config.embedding_weight_decay < 0:
         raise ReproError("weight decays must be >= 0")
+    for name in ("adam_beta1", "adam_beta2"):
+        if not 0 <= getattr(config, name) < 1:
+            raise ReproError(
+                f"{name}={getattr(config, name)} is outside [0, 1); "
+                f"give a decay per step such as {getattr(RunConfig, name)}"
+            )
     if config.micro_batch < 0 or config.seed < 0 or config.threads < 0 or config.warmup_steps < 0:
         raise ReproError("micro_batch, seed, threads and warmup_steps must be >= 0")
     if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", config.device):

@@ -60,6 +60,14 @@ def build_optimizer(
     return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, fused=True)
 
 
+def beta2_for_batch(beta2: float, reference_batch_tokens: int, batch_tokens: int) -> float:
+    """The AdamW beta2 at a batch of `batch_tokens` tokens per optimizer step whose second-moment
+    average has the same half-life in tokens as `beta2` at `reference_batch_tokens` per step
+    (Marek et al. 2025, arXiv 2507.07101): beta2 ** (batch_tokens / reference_batch_tokens). The
+    half-life is ln 0.5 / ln beta2 steps, so steps x tokens per step stays constant."""
+    return beta2 ** (batch_tokens / reference_batch_tokens)
+
+
 ScheduleName = Literal["cosine", "wsd", "constant"]
 DecayShape = Literal["linear", "1-sqrt"]
 

@@ -575,15 +575,19 @@ def build_engine(
 
 
 def attach_optimizers(members: list[Member]) -> None:
-    """Each member's AdamW, with the state of the checkpoint it resumes from (consumed here)."""
+    """Each member's AdamW, with the state of the checkpoint it resumes from (consumed here); the
+    betas stay the run's own (a WSD branch may continue a trunk of other betas)."""
     for member in members:
         c = member.config
+        betas = (c.adam_beta1, c.adam_beta2)
         member.optimizer = build_optimizer(
-            member.model, c.lr, c.weight_decay, c.embedding_weight_decay
+            member.model, c.lr, c.weight_decay, c.embedding_weight_decay, betas
         )
         if member.checkpoint is not None:
             member.optimizer.load_state_dict(member.checkpoint["optimizer"])
             member.checkpoint = None
+            for group in member.optimizer.param_groups:  # loading restored the saved betas
+                group["betas"] = betas
 
 
 @dataclass
