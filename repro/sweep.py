@@ -79,7 +79,8 @@ class SweepResult:
             more = f" and {len(self.failed) - 3} more" if len(self.failed) > 3 else ""
             raise ReproError(
                 f"{len(self.failed)} run(s) failed; the error is in {where}{more}; fix its cause, "
-                "then rerun with --retry-failed (or delete those status.json files)"
+                "then rerun the command with --retry-failed (repro sweep run, repro reproduce) or "
+                "delete those status.json files"
             )
 
 
@@ -553,6 +554,23 @@ def _write_manifest(store: Path, spec: dict, planned: list[PlannedRun]) -> None:
             {"run_id": p.run_id, "after": p.after} for p in planned if p.run_id not in known
         ]
         write_json(path, json.loads(json.dumps(manifest, default=str)))  # Paths as strings
+
+
+def reset_failed(store: str | Path) -> list[str]:
+    """Let the failed runs of a store train again, as `--retry-failed` does: each failed run's
+    status.json is removed under its run's lock (a run another process holds is left alone), so
+    that the next sweep resumes or retrains it. Returns their run ids."""
+    reset = []
+    for rid in failed_runs(store):
+        with open(Path(store) / rid / ".lock", "w") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue
+            if run_status(Path(store) / rid) == "failed":
+                (Path(store) / rid / "status.json").unlink()
+                reset.append(rid)
+    return reset
 
 
 def failed_runs(store: str | Path) -> list[str]:

@@ -335,8 +335,9 @@ def test_existing_different_pool_needs_force(small_synthetic_spec, tmp_path):
     out = tmp_path / "pool"
     build_pool(small_synthetic_spec, out, progress=False)
     other = replace(small_synthetic_spec, seed=3)
-    with pytest.raises(ReproError, match="already holds a different pool.*--force"):
-        build_pool(other, out, progress=False)
+    message = "already holds a different pool; move it away or remove it, or replace it with repro"
+    with pytest.raises(ReproError, match=f"{message} data build .*--force"):  # not "pass --force":
+        build_pool(other, out, progress=False)  # repro reproduce, which builds pools, has none
     build_pool(other, out, force=True, progress=False)
     assert load_pool(out).meta["seed"] == 3 and sorted(p.name for p in tmp_path.iterdir()) == [
         "pool"

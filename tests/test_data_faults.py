@@ -190,7 +190,8 @@ def _damaged_copy(folder, damage: str, uninterrupted: dict):
 @pytest.mark.parametrize("damage", list(DAMAGES))
 def test_damaged_pool_is_a_one_line_error_that_says_rebuild(tmp_path, uninterrupted, damage):
     pool = _damaged_copy(tmp_path / "pool", damage, uninterrupted)
-    with pytest.raises(ReproError, match=r"is damaged: .*repro data build .*--force") as error:
+    advice = r"remove it and run again what built it .*or repro data build .*--force"
+    with pytest.raises(ReproError, match=rf"is damaged: .*; {advice}") as error:
         load_pool(pool)
     assert "\n" not in str(error.value)
     with pytest.raises(ReproError, match="is damaged"):  # without --force nothing is replaced

@@ -235,8 +235,8 @@ def _check_existing(out: Path, build_args: dict, force: bool) -> bool:
         return True
     if not force:
         raise ReproError(
-            f"{out} already holds a different pool; "
-            "pass --force to replace it or choose another --out"
+            f"{out} already holds a different pool; move it away or remove it, or replace it with "
+            f"repro data build ... --out {out} --force"
         )
     return False
 
