@@ -111,6 +111,11 @@ def evaluate_run(
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
 
+    if batch_size < 1 or (limit is not None and limit < 1):
+        raise ReproError(
+            f"--batch-size (sequences) and --limit (examples per task) must be at least 1; got "
+            f"{batch_size} and {limit}"
+        )
     path = Path(run) / "downstream.json"
     earlier = read_json(path, "remove it and evaluate its tasks again") if path.exists() else {}
 

@@ -419,6 +419,8 @@ def run_sweep(
         raise ReproError(f"--workers must be at least 1, got {workers}")
     if stack < 1:
         raise ReproError(f"--stack must be at least 1, got {stack}")
+    if executor == "local":
+        workers = _local_workers(workers)
     store = Path(store)
     store.mkdir(parents=True, exist_ok=True)
     specs = [load_grid(one) for one in (grid if isinstance(grid, list) else [grid])]
@@ -455,6 +457,18 @@ def run_sweep(
                 bar.update(len(job_outcomes))
     pools = {p.run_id: p.config.pool for p in planned}
     return SweepResult(outcomes, [p.run_id for p in planned], failed, pools)
+
+
+def _local_workers(workers: int) -> int:
+    """`workers` at most this machine's CPU cores (a one-line warning when capped): a local worker
+    is a process that needs a core of its own."""
+    cores = os.cpu_count() or 1
+    if workers > cores:
+        print(
+            f"repro: warning: --workers {workers} > {cores} CPU cores; using {cores}",
+            file=sys.stderr,
+        )
+    return min(workers, cores)
 
 
 def _check_pools(planned: list[PlannedRun]) -> None:

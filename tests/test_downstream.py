@@ -111,6 +111,15 @@ def test_repro_eval_merges_into_downstream_json(trained_run, local_task, tmp_pat
     assert merged["repro_tiny_mc"]["n"] == len(QUESTIONS)
 
 
+@pytest.mark.parametrize("option", [["--batch-size", "0"], ["--limit", "-1"]])
+def test_batch_size_and_limit_must_be_positive(trained_run, option, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["eval", str(trained_run), "--tasks", "no_such_task_here", *option])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1, err
+    assert "--batch-size (sequences) and --limit (examples per task) must be at least 1" in err
+
+
 def test_a_task_whose_data_cannot_be_fetched_gets_a_one_line_error(trained_run, local_task):
     with pytest.raises(ReproError, match="task no_such_task_here could not be loaded") as error:
         evaluate_run(trained_run, ["no_such_task_here"], include=local_task)

@@ -259,8 +259,12 @@ def _split_stats(split: Split, logprobs: list[float] | None) -> dict:
     return stats
 
 
-def _check_spec(spec: PoolSpec) -> None:
-    """Reject a dtype or vocab size that cannot make a pool, before reading the source."""
+def check_spec(spec: PoolSpec) -> None:
+    """Reject token counts, a dtype or a vocab size that cannot make a pool, before reading the
+    source (presets check their pool with it)."""
+    for name in ("tokens", "val_tokens"):
+        if getattr(spec, name) < 1:
+            raise ReproError(f"{name} must be positive, got {getattr(spec, name)}")
     if spec.dtype not in DTYPES:
         raise ReproError(f"unknown dtype {spec.dtype!r}; choose one of: {', '.join(DTYPES)}")
     if spec.tokenizer is None and spec.vocab_size < MIN_BPE_VOCAB:
@@ -459,7 +463,7 @@ def _pool_meta(
 def build_pool(spec: PoolSpec, out: str | Path, force: bool = False, progress: bool = True) -> Path:
     """Build the pool described by `spec` at `out` (atomically); a no-op if it is already there."""
     out = Path(out)
-    _check_spec(spec)
+    check_spec(spec)
     check_out(out, "pool", POOL_ENTRIES, "meta.json")
     _remove_stale_temps(out)
     source = open_source(spec.source, spec.text_field, spec.text_unit, spec.skip_bad_records)
