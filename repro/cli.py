@@ -153,7 +153,7 @@ def _reproduce(args: argparse.Namespace) -> None:
         raise ReproError(f"--dry-run takes a built-in preset ({', '.join(PRESETS)})")
     if args.dry_run and args.store_outputs:
         raise ReproError("--store-outputs would put a dry run's outputs in notebooks/; drop one")
-    times = reproduce(preset, only, args.workers, store_outputs=args.store_outputs)
+    times = reproduce(preset, only, args.workers, args.store_outputs, args.retry_failed)
     print(f"\n{'stage':<28} {'wall s':>8}")
     for name, seconds in times:
         print(f"{name:<28} {seconds:8.1f}")
@@ -677,6 +677,11 @@ def _add_reproduce_command(commands) -> None:
         "--store-outputs",
         action="store_true",
         help="copy the executed outputs back into notebooks/*.ipynb (the committed copies)",
+    )
+    reproduce.add_argument(
+        "--retry-failed",
+        action="store_true",
+        help="train the preset's failed runs again (default: a failed run stops the reproduction)",
     )
     reproduce.add_argument(
         "--dry-run",

@@ -3,9 +3,10 @@
 `ReproLM` serves a run's final checkpoint and its pool's tokenizer as an lm-eval model: the
 log-likelihood of each continuation given its context, in batches, on CPU or CUDA. Multiple-choice
 tasks (ARC-Easy, PIQA, SciQ, ...) need nothing else; tasks that generate text are refused.
-`evaluate_run` writes RUN/downstream.json: per task, accuracy, its standard error and the number of
-examples. Task data come from the Hugging Face hub unless a task is defined locally
-(`include`: a folder of lm-eval task YAML files, e.g. over a local JSON file).
+`evaluate_run` merges into RUN/downstream.json: per task, accuracy, its standard error and the
+number of examples (a task evaluated again replaces its own entry only). Task data come from the
+Hugging Face hub unless a task is defined locally (`include`: a folder of lm-eval task YAML files,
+e.g. over a local JSON file).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from tokenizers import Tokenizer
 
 from repro.errors import ReproError
-from repro.runtime.files import write_json
+from repro.runtime.files import read_json, write_json
 from repro.runtime.train import load_final_model
 
 
@@ -104,10 +105,19 @@ def evaluate_run(
     device: str = "auto",
     batch_size: int = 16,
 ) -> dict:
-    """Evaluate `run` on `tasks` with lm-eval and write RUN/downstream.json; returns it:
-    {task: {"acc", "acc_stderr", "n"}}. device "auto": a GPU when one is visible, else the CPU."""
+    """Evaluate `run` on `tasks` with lm-eval and merge the results into RUN/downstream.json (other
+    tasks' results kept); returns these tasks' results: {task: {"acc", "acc_stderr", "n"}}. device
+    "auto": a GPU when one is visible, else the CPU."""
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
+
+    if batch_size < 1 or (limit is not None and limit < 1):
+        raise ReproError(
+            f"--batch-size (sequences) and --limit (examples per task) must be at least 1; got "
+            f"{batch_size} and {limit}"
+        )
+    path = Path(run) / "downstream.json"
+    earlier = read_json(path, "remove it and evaluate its tasks again") if path.exists() else {}
 
     local = {path.stem for path in Path(include).glob("*.yaml")} if include else set()
     manager = TaskManager(  # lm-eval's own task index (seconds to build) only when needed
@@ -135,7 +145,7 @@ def evaluate_run(
         for task, values in output["results"].items()
         if task in output["n-samples"] and "acc,none" in values  # tasks, not their groups
     }
-    write_json(Path(run) / "downstream.json", results)
+    write_json(path, earlier | results)
     return results
 
 

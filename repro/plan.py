@@ -222,7 +222,12 @@ def _hours(hours: float) -> str:
 def plan_text(
     preset: Preset, root: Path, gpus: tuple[int, ...] = (1, 8), vocab: int | None = None
 ) -> str:
-    """The plan of `preset` as printed by `repro plan` and at the start of `repro reproduce`."""
+    """The plan of `preset` as printed by `repro plan` and at the start of `repro reproduce`, on
+    `gpus` GPU counts, at `vocab` (default: the built pool's)."""
+    if min(gpus) < 1:
+        raise ReproError(f"--gpus takes GPU counts of at least 1, got {min(gpus)}")
+    if vocab is not None and vocab < 1:
+        raise ReproError(f"--vocab takes a vocab size of at least 1, got {vocab}")
     built = built_meta(preset.pool_dir(root / "data" / "pools", preset.pool_seeds[0]))
     vocab = vocab or pool_vocab(preset, built)
     speed = gpu_speed(root)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from repro.data.build import PoolSpec
+from repro.data.build import PoolSpec, check_spec
 from repro.errors import ReproError
 from repro.paths import project_root
 from repro.units import parse_count
@@ -90,6 +90,11 @@ class Preset:
     def __post_init__(self) -> None:
         """One-line errors for a preset that could not run, before anything is built or trained."""
         where = f"preset {self.name}"
+        listed = [k for k, v in self.extra.items() if not isinstance(v, bool | int | float | str)]
+        if listed:  # a list or mapping (maybe a YAML alias bomb) is never a run field's value
+            raise ReproError(
+                f"{where}: extra: {listed[0]} must be one value, not a list or mapping"
+            )
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", self.name):
             raise ReproError(f"{where}: name must be letters, digits, '.', '_' or '-' (a folder)")
         for name in ("pool_seeds", "models", "batch_sizes", "weight_decays", "epochs"):
@@ -113,11 +118,6 @@ class Preset:
         outside = sorted(set(self.ablation_batch_sizes) - set(self.batch_sizes))
         if outside:
             raise ReproError(f"{where}: ablation batch size {outside[0]} is not one of batch_sizes")
-        too_large = [t for t in self.scaling_pool_tokens if t >= self.pool.tokens]
-        if too_large:
-            raise ReproError(
-                f"{where}: scaling pool of {too_large[0]} tokens is not smaller than the pool"
-            )
         unknown = sorted(set(self.gpus_per_run) - set(self.models))
         if unknown or min(self.gpus_per_run.values(), default=1) < 1:
             raise ReproError(f"{where}: gpus_per_run needs models of this preset and values >= 1")
@@ -132,9 +132,17 @@ class Preset:
                 f"{where}: beta2_half_life_batch must be >= 0 (sequences; 0 keeps beta2 fixed)"
             )
         try:
+            check_spec(self.pool)
             self._check_runs()
         except ReproError as exc:
             raise ReproError(f"{where}: {exc}") from None
+        if min(self.scaling_pool_tokens, default=1) < 1:
+            raise ReproError(f"{where}: scaling_pool_tokens must be positive")
+        too_large = [t for t in self.scaling_pool_tokens if t >= self.pool.tokens]
+        if too_large:
+            raise ReproError(
+                f"{where}: scaling pool of {too_large[0]} tokens is not smaller than the pool"
+            )
 
     def _check_runs(self) -> None:
         """Every run the notebooks derive from this preset passes the trainer's field checks."""
@@ -156,6 +164,7 @@ class Preset:
             for recipe in recipes[:1]
         ]
         runs += [runs[0] | recipe for recipe in recipes]
+        runs += [runs[0] | {"epochs": epochs} for epochs in self.epochs]
         runs += [
             self.run_fields(model=self.models[0], batch_size=b, lr=self.lrs[b][0])
             | self.beta2_fields(b)
@@ -705,7 +714,7 @@ def load_preset(path: str | Path) -> Preset:
     name = data.pop("name", path.stem)
     if not isinstance(name, str):
         raise ReproError(f"{path}: name must be a string (a folder name), got {name!r}")
-    if name in PRESETS:
+    if name.removesuffix(DRY_RUN) in PRESETS:  # a built-in's or its dry run's runs/ and figures/
         raise ReproError(f"{path}: name {name!r} is a built-in preset's; choose another name")
     base = PRESETS[base_name]
     pool_changes = data.pop("pool", None) or {}

@@ -20,6 +20,7 @@ from repro.paths import project_root
 from repro.plan import plan_text
 from repro.presets import get_preset
 from repro.study import open_study
+from repro.sweep import reset_failed
 
 WIDGET = "application/vnd.jupyter.widget-view+json"  # a live widget's output (tqdm's bars)
 
@@ -60,10 +61,12 @@ def reproduce(
     only: list[str] | None = None,
     workers: int | None = None,
     store_outputs: bool = False,
+    retry_failed: bool = False,
 ) -> list[tuple[str, float]]:
     """Run the notebooks in order; returns (stage, wall seconds). For the whole series (no `only`),
     the runs that follow from the preset alone train first as one sweep (Study.prefetch: the longest
-    jobs first, no idle workers between notebooks). Raises ReproError naming the failing cell."""
+    jobs first, no idle workers between notebooks). With `retry_failed`, the failed runs of the
+    preset's store train again (sweep.reset_failed). Raises ReproError naming the failing cell."""
     import papermill
 
     chosen = get_preset(preset)  # fail fast on a bad name or preset file
@@ -78,10 +81,13 @@ def reproduce(
     out_dir = root / "runs" / chosen.name / "notebooks"
     out_dir.mkdir(parents=True, exist_ok=True)
     parameters = {"preset": preset} | ({"workers": workers} if workers else {})
+    study = open_study(preset, workers=workers)
+    if retry_failed:
+        print(f"retrying {len(reset_failed(study.store))} failed run(s)", flush=True)
     times = []
     if not only:  # the whole series: first every run the preset fixes, as one sweep
         started = time.perf_counter()
-        open_study(preset, workers=workers).prefetch()
+        study.prefetch()
         times.append(("preset sweeps (prefetch)", time.perf_counter() - started))
         print(f"{times[-1][0]:<28} {times[-1][1]:8.1f} s", flush=True)
     for nb in selected:

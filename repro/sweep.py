@@ -79,7 +79,8 @@ class SweepResult:
             more = f" and {len(self.failed) - 3} more" if len(self.failed) > 3 else ""
             raise ReproError(
                 f"{len(self.failed)} run(s) failed; the error is in {where}{more}; fix its cause, "
-                "then rerun with --retry-failed (or delete those status.json files)"
+                "then rerun the command with --retry-failed (repro sweep run, repro reproduce) or "
+                "delete those status.json files"
             )
 
 
@@ -418,6 +419,8 @@ def run_sweep(
         raise ReproError(f"--workers must be at least 1, got {workers}")
     if stack < 1:
         raise ReproError(f"--stack must be at least 1, got {stack}")
+    if executor == "local":
+        workers = _local_workers(workers)
     store = Path(store)
     store.mkdir(parents=True, exist_ok=True)
     specs = [load_grid(one) for one in (grid if isinstance(grid, list) else [grid])]
@@ -454,6 +457,18 @@ def run_sweep(
                 bar.update(len(job_outcomes))
     pools = {p.run_id: p.config.pool for p in planned}
     return SweepResult(outcomes, [p.run_id for p in planned], failed, pools)
+
+
+def _local_workers(workers: int) -> int:
+    """`workers` at most this machine's CPU cores (a one-line warning when capped): a local worker
+    is a process that needs a core of its own."""
+    cores = os.cpu_count() or 1
+    if workers > cores:
+        print(
+            f"repro: warning: --workers {workers} > {cores} CPU cores; using {cores}",
+            file=sys.stderr,
+        )
+    return min(workers, cores)
 
 
 def _check_pools(planned: list[PlannedRun]) -> None:
@@ -553,6 +568,23 @@ def _write_manifest(store: Path, spec: dict, planned: list[PlannedRun]) -> None:
             {"run_id": p.run_id, "after": p.after} for p in planned if p.run_id not in known
         ]
         write_json(path, json.loads(json.dumps(manifest, default=str)))  # Paths as strings
+
+
+def reset_failed(store: str | Path) -> list[str]:
+    """Let the failed runs of a store train again, as `--retry-failed` does: each failed run's
+    status.json is removed under its run's lock (a run another process holds is left alone), so
+    that the next sweep resumes or retrains it. Returns their run ids."""
+    reset = []
+    for rid in failed_runs(store):
+        with open(Path(store) / rid / ".lock", "w") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue
+            if run_status(Path(store) / rid) == "failed":
+                (Path(store) / rid / "status.json").unlink()
+                reset.append(rid)
+    return reset
 
 
 def failed_runs(store: str | Path) -> list[str]:

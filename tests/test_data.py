@@ -335,8 +335,9 @@ def test_existing_different_pool_needs_force(small_synthetic_spec, tmp_path):
     out = tmp_path / "pool"
     build_pool(small_synthetic_spec, out, progress=False)
     other = replace(small_synthetic_spec, seed=3)
-    with pytest.raises(ReproError, match="already holds a different pool.*--force"):
-        build_pool(other, out, progress=False)
+    message = "already holds a different pool; move it away or remove it, or replace it with repro"
+    with pytest.raises(ReproError, match=f"{message} data build .*--force"):  # not "pass --force":
+        build_pool(other, out, progress=False)  # repro reproduce, which builds pools, has none
     build_pool(other, out, force=True, progress=False)
     assert load_pool(out).meta["seed"] == 3 and sorted(p.name for p in tmp_path.iterdir()) == [
         "pool"
@@ -442,14 +443,14 @@ def _tree(path):
     "make,message",
     [
         (lambda out: out.write_text("precious"), "is a file"),
-        (lambda out: out.mkdir(), "has no meta.json"),
+        (lambda out: (out.mkdir(), (out / "train").mkdir()), "has no meta.json"),
         (lambda out: (out.mkdir(), (out / "notes.txt").write_text("precious")), "'notes.txt'"),
         (
             lambda out: (out.mkdir(), (out / "meta.json").write_text("{}"), (out / "x").mkdir()),
             "holds 'x'",
         ),
     ],
-    ids=["file", "empty-folder", "folder", "meta-json-and-more"],
+    ids=["file", "pool-entries-only", "folder", "meta-json-and-more"],
 )
 def test_out_that_is_not_a_pool_is_refused_untouched_before_any_work(
     tmp_path, monkeypatch, make, message
@@ -463,6 +464,12 @@ def test_out_that_is_not_a_pool_is_refused_untouched_before_any_work(
         build_pool(spec, out, force=True, progress=False)
     assert "--force" not in str(error.value) and "\n" not in str(error.value)
     assert _tree(tmp_path) == before
+
+
+def test_an_empty_out_folder_is_built_into(tmp_path):
+    (tmp_path / "pool").mkdir()
+    spec = PoolSpec(source="synthetic", tokens=1_000, val_tokens=500, vocab_size=300)
+    assert load_pool(build_pool(spec, tmp_path / "pool", progress=False)).train.n_tokens >= 1_000
 
 
 def test_out_below_a_file_is_refused(tmp_path, monkeypatch):

@@ -3,6 +3,7 @@ just before each of its file-system writes, leaves --out absent or a complete po
 build repairs it; damaged pool files are one-line errors with a non-zero exit status."""
 
 import json
+import os
 import random
 import signal
 import subprocess
@@ -189,7 +190,8 @@ def _damaged_copy(folder, damage: str, uninterrupted: dict):
 @pytest.mark.parametrize("damage", list(DAMAGES))
 def test_damaged_pool_is_a_one_line_error_that_says_rebuild(tmp_path, uninterrupted, damage):
     pool = _damaged_copy(tmp_path / "pool", damage, uninterrupted)
-    with pytest.raises(ReproError, match=r"is damaged: .*repro data build .*--force") as error:
+    advice = r"remove it and run again what built it .*or repro data build .*--force"
+    with pytest.raises(ReproError, match=rf"is damaged: .*; {advice}") as error:
         load_pool(pool)
     assert "\n" not in str(error.value)
     with pytest.raises(ReproError, match="is damaged"):  # without --force nothing is replaced
@@ -207,3 +209,17 @@ def test_cli_on_damaged_pools_exits_non_zero_with_one_line(tmp_path, uninterrupt
         assert result.returncode == 2 and result.stdout == "", command
         assert result.stderr.count("\n") == 1, result.stderr
         assert result.stderr.startswith("repro: error: pool") and "--force" in result.stderr
+
+
+def test_a_build_flushes_every_file_before_its_rename_and_the_rename(tmp_path, monkeypatch):
+    flushed, fsync = set(), os.fsync
+
+    def recording(fd):
+        flushed.add(os.readlink(f"/proc/self/fd/{fd}"))
+        fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording)
+    out = build_pool(SPEC, tmp_path / "pool", progress=False)
+    tmp = f"{tmp_path.resolve()}/.pool.tmp-{os.getpid()}"  # the folder renamed into place
+    written = {f"{tmp}/{p.relative_to(out)}" for p in out.rglob("*")}
+    assert written | {tmp, str(tmp_path.resolve())} <= flushed

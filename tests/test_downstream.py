@@ -3,6 +3,7 @@ task defined locally (a task YAML over a local JSON file) and the adapter's log-
 against a direct computation with the model."""
 
 import json
+import shutil
 
 import pandas as pd
 import pytest
@@ -95,6 +96,28 @@ def test_repro_eval_on_a_local_task_writes_accuracy(trained_run, local_task, cap
     result = json.loads((trained_run / "downstream.json").read_text())["repro_tiny_mc"]
     assert result["n"] == len(QUESTIONS) and 0 <= result["acc"] <= 1 and result["acc_stderr"] >= 0
     assert "repro_tiny_mc" in capsys.readouterr().out
+
+
+def test_repro_eval_merges_into_downstream_json(trained_run, local_task, tmp_path):
+    """Earlier tasks' results are kept; a task evaluated again replaces its own entry only."""
+    run = shutil.copytree(trained_run, tmp_path / "run")
+    earlier = {"other_task": {"acc": 0.5, "acc_stderr": 0.1, "n": 10}}
+    stale = {"repro_tiny_mc": {"acc": 2.0, "acc_stderr": 0.0, "n": 1}}
+    (run / "downstream.json").write_text(json.dumps(earlier | stale))
+    main(["eval", str(run), "--tasks", "repro_tiny_mc", "--include", str(local_task)])
+    merged = json.loads((run / "downstream.json").read_text())
+    assert merged["other_task"] == earlier["other_task"]
+    assert merged.keys() == {"other_task", "repro_tiny_mc"}
+    assert merged["repro_tiny_mc"]["n"] == len(QUESTIONS)
+
+
+@pytest.mark.parametrize("option", [["--batch-size", "0"], ["--limit", "-1"]])
+def test_batch_size_and_limit_must_be_positive(trained_run, option, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["eval", str(trained_run), "--tasks", "no_such_task_here", *option])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1, err
+    assert "--batch-size (sequences) and --limit (examples per task) must be at least 1" in err
 
 
 def test_a_task_whose_data_cannot_be_fetched_gets_a_one_line_error(trained_run, local_task):

@@ -119,3 +119,20 @@ def test_a_run_on_several_gpus_is_shorter_but_needs_them():
     text = describe_plan(two, SPEED, (1, 2))
     total = text.splitlines()[-4]
     assert total.startswith("all") and total.split()[-3] == "-"  # on 1 GPU: a run needs 2
+
+
+@pytest.mark.parametrize(
+    "option, message",
+    [
+        (["--gpus", "0"], "--gpus takes GPU counts of at least 1, got 0"),
+        (["--gpus", "8,-1"], "--gpus takes GPU counts of at least 1, got -1"),
+        (["--vocab", "-5"], "--vocab takes a vocab size of at least 1, got -5"),
+    ],
+)
+def test_gpu_counts_and_vocab_must_be_positive(option, message, capsys):
+    from repro.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["plan", "--preset", "smoke", *option])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1 and message in err, err

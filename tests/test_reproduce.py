@@ -1,6 +1,7 @@
 """`repro reproduce`: the preset's runs first (whole series only), then the notebooks; a failure
 names the notebook and cell and exits non-zero."""
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -13,6 +14,7 @@ from repro.cli import main
 from repro.errors import ReproError
 from repro.reproduce import copy_outputs
 from repro.study import Study
+from repro.sweep import run_status
 
 
 def _project(root, *sources):
@@ -66,6 +68,27 @@ def test_whole_series_trains_the_preset_runs_first(tmp_path, monkeypatch, capsys
         ["reproduce", "--preset", "smoke", "--only", "01"]
     )  # part of the series: only its notebooks
     assert prefetched == [("smoke", 3)]
+
+
+def test_retry_failed_lets_the_presets_failed_runs_train_again(tmp_path, monkeypatch, capsys):
+    """The advice of a failed run (rerun with --retry-failed) can be followed: the failed runs of
+    the preset's store lose their failed status before anything trains, so that the sweeps
+    retrain them; without it they stay failed."""
+    _project(tmp_path, "x = 1")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("papermill.execute_notebook", lambda *args, **kwargs: None)
+    store = tmp_path / "runs" / "smoke" / "store"
+    for status in ("failed", "done"):
+        (store / status).mkdir(parents=True)
+        (store / status / "status.json").write_text(json.dumps({"status": status}))
+    seen = []
+    monkeypatch.setattr(
+        Study, "prefetch", lambda study: seen.append(run_status(study.store / "failed"))
+    )
+    main(["reproduce", "--preset", "smoke"])
+    main(["reproduce", "--preset", "smoke", "--retry-failed"])
+    assert seen == ["failed", "pending"] and run_status(store / "done") == "done"
+    assert "retrying 1 failed run(s)" in capsys.readouterr().out
 
 
 def test_only_takes_numbers_with_or_without_the_leading_zero(tmp_path, monkeypatch, capfd):

@@ -158,6 +158,18 @@ def test_failures_are_recorded_and_isolated(synthetic_pool, tmp_path):
     assert again.outcomes == {"skipped (failed)": 1} and again.failed == [bad]
 
 
+def test_local_workers_are_capped_at_the_cpu_cores(synthetic_pool, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    started = []
+    monkeypatch.setattr(
+        "repro.sweep._run_local", lambda jobs, workers: started.append(workers) or iter([])
+    )
+    run_sweep(_grid(synthetic_pool, lr=[1e-3]), tmp_path / "s", workers=12, progress=False)
+    assert started == [2, 2]  # trunks, then branches
+    err = capsys.readouterr().err
+    assert err == "repro: warning: --workers 12 > 2 CPU cores; using 2\n"
+
+
 def test_a_missing_pool_stops_the_sweep_before_anything_is_recorded(tmp_path):
     grid = _grid(tmp_path / "no-pool", lr=[1e-3])
     with pytest.raises(

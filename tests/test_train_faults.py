@@ -6,6 +6,7 @@ back to the previous one, or stops with one line naming the file to remove."""
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -257,3 +258,58 @@ def test_unusable_init_from_is_one_line(pool, straight, tmp_path, capsys):
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and err.count("\n") == 1, err
     assert f"init_from: {trunk} is unusable" in err and "good checkpoint" in err
+
+
+USER_FILES = ("metrics.jsonl", "notes.txt")
+
+
+def _tree(path):
+    return sorted((str(p), p.is_file() and p.read_bytes()) for p in path.rglob("*"))
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda out, pool: out.write_text("mine"), "is a file, not a run folder"),
+        (
+            lambda out, pool: [out.mkdir()] + [(out / n).write_text("mine") for n in USER_FILES],
+            "holds 'notes.txt'",
+        ),
+        (
+            lambda out, pool: (out.mkdir(), (out / "metrics.jsonl").write_text("mine")),
+            "has no config.json",
+        ),
+        (lambda out, pool: shutil.copytree(pool, out), "holds 'meta.json'"),
+    ],
+    ids=["file", "user-files", "user-metrics", "pool"],
+)
+def test_train_out_that_is_not_a_run_is_one_line_and_left_untouched(
+    pool, tmp_path, make, message, capsys
+):
+    """A user's files, a pool or a file at --out: refused before any work; an empty folder or a
+    run (tested throughout) is trained into."""
+    out = tmp_path / "out"
+    make(out, pool)
+    before = _tree(tmp_path)
+    argv = ["train", "--pool", str(pool), "--out", str(out), "--quiet", "model=tiny"]
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1 and message in err, err
+    assert _tree(tmp_path) == before
+
+
+def test_checkpoints_and_statuses_are_flushed_with_their_folder(pool, tmp_path, monkeypatch):
+    """Each published file is on disk before its rename, and the rename (its folder) after it."""
+    run = tmp_path / "run"
+    run.mkdir()  # an empty folder is trained into
+    flushed, fsync = set(), os.fsync
+
+    def recording(fd):
+        flushed.add(os.readlink(f"/proc/self/fd/{fd}"))
+        fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording)
+    train(make_run_config(FIELDS | {"pool": str(pool), "epochs": 1}), run, progress=False)
+    published = {f"{run.resolve()}/{name}.tmp" for name in ("config.json", "status.json", LATEST)}
+    assert published | {str(run.resolve())} <= flushed

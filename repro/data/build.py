@@ -22,8 +22,9 @@ size the BPE cannot reach on them is an error.
 Writing. A build writes into the sibling folder .NAME.tmp-PID and renames it into place, so --out
 is either absent or a complete pool. A build removes the .NAME.tmp-PID / .NAME.old-PID siblings of
 builds that were killed (no process PID on this machine), never those of a live build. --out may
-be absent or a pool folder (meta.json and nothing but pool entries); a file or any other folder is
-refused, force or not.
+be absent, an empty folder or a pool folder (meta.json and nothing but pool entries); a file or any
+other folder is refused, force or not. Every file is flushed to disk before the rename, and the
+rename after it.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ from repro.data.tokenizer import (
     train_bpe,
 )
 from repro.errors import ReproError
+from repro.runtime.files import check_out, fsync, fsync_tree
 
 DTYPES = ("auto", "uint16", "uint32")
 INITIAL_BYTES_PER_TOKEN = 4.5  # first guess for gathering candidates; corrected by measurement
@@ -195,25 +197,6 @@ def _tokenize_until(
     return arrays
 
 
-def _check_out(out: Path) -> None:
-    """Refuse an --out that cannot become a pool, force or not: a file, a folder other than a pool
-    folder (meta.json and nothing but pool entries), a path below a file."""
-    if (out.exists() or out.is_symlink()) and not out.is_dir():
-        raise ReproError(f"--out {out} is a file, not a pool folder; choose another --out")
-    if out.is_dir():
-        foreign = sorted(p.name for p in out.iterdir() if p.name not in POOL_ENTRIES)
-        if foreign or not (out / "meta.json").is_file():
-            why = f"it holds {foreign[0]!r}" if foreign else "it has no meta.json"
-            raise ReproError(
-                f"--out {out} is a folder but not a pool ({why}); only a pool is ever replaced: "
-                "choose another --out, or move that folder away yourself"
-            )
-        return
-    parent = next(p for p in out.absolute().parents if p.exists() or p.is_symlink())
-    if not parent.is_dir():
-        raise ReproError(f"--out {out} lies below {parent}, which is a file; choose another --out")
-
-
 def _remove_stale_temps(out: Path) -> None:
     """Remove the .NAME.tmp-PID / .NAME.old-PID siblings of `out` that builds killed before they
     finished left behind: those whose process PID is gone (a live build's are kept)."""
@@ -239,8 +222,8 @@ def _process_alive(pid: int) -> bool:
 
 def _check_existing(out: Path, build_args: dict, force: bool) -> bool:
     """True when `out` already holds this exact, undamaged pool (rebuilding is then a no-op); an
-    error when it holds another or a damaged one and not `force`. `out` passed _check_out."""
-    if not out.exists():
+    error when it holds another or a damaged one and not `force`. `out` passed check_out."""
+    if not out.exists() or not any(out.iterdir()):
         return False
     try:
         existing = load_pool(out).meta.get("build_args")
@@ -252,8 +235,8 @@ def _check_existing(out: Path, build_args: dict, force: bool) -> bool:
         return True
     if not force:
         raise ReproError(
-            f"{out} already holds a different pool; "
-            "pass --force to replace it or choose another --out"
+            f"{out} already holds a different pool; move it away or remove it, or replace it with "
+            f"repro data build ... --out {out} --force"
         )
     return False
 
@@ -276,8 +259,12 @@ def _split_stats(split: Split, logprobs: list[float] | None) -> dict:
     return stats
 
 
-def _check_spec(spec: PoolSpec) -> None:
-    """Reject a dtype or vocab size that cannot make a pool, before reading the source."""
+def check_spec(spec: PoolSpec) -> None:
+    """Reject token counts, a dtype or a vocab size that cannot make a pool, before reading the
+    source (presets check their pool with it)."""
+    for name in ("tokens", "val_tokens"):
+        if getattr(spec, name) < 1:
+            raise ReproError(f"{name} must be positive, got {getattr(spec, name)}")
     if spec.dtype not in DTYPES:
         raise ReproError(f"unknown dtype {spec.dtype!r}; choose one of: {', '.join(DTYPES)}")
     if spec.tokenizer is None and spec.vocab_size < MIN_BPE_VOCAB:
@@ -476,8 +463,8 @@ def _pool_meta(
 def build_pool(spec: PoolSpec, out: str | Path, force: bool = False, progress: bool = True) -> Path:
     """Build the pool described by `spec` at `out` (atomically); a no-op if it is already there."""
     out = Path(out)
-    _check_spec(spec)
-    _check_out(out)
+    check_spec(spec)
+    check_out(out, "pool", POOL_ENTRIES, "meta.json")
     _remove_stale_temps(out)
     source = open_source(spec.source, spec.text_field, spec.text_unit, spec.skip_bad_records)
     build_args = spec.build_args() | {"source_info": source.info}
@@ -536,6 +523,7 @@ def _write_atomically(
         tokenizer.save(str(tmp / "tokenizer.json"))
         meta = meta | {"files": _file_records(tmp, splits, progress)}
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+        fsync_tree(tmp)
         if out.exists():
             old = out.parent / f".{out.name}.old-{os.getpid()}"
             out.rename(old)
@@ -543,5 +531,6 @@ def _write_atomically(
             shutil.rmtree(old)
         else:
             tmp.rename(out)
+        fsync(out.parent)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -102,8 +102,9 @@ def load_pool(path: str | Path) -> Pool:
 
 def _damaged(path: Path, what: str) -> ReproError:
     return ReproError(
-        f"pool {path} is damaged: {what}; rebuild it with "
-        f"repro data build ... --out {path} --force (the same arguments as before)"
+        f"pool {path} is damaged: {what}; remove it and run again what built it (repro "
+        f"reproduce rebuilds its pools), or repro data build ... --out {path} --force (the same "
+        "arguments as before)"
     )
 
 

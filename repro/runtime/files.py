@@ -1,20 +1,38 @@
 """Files written so that a reader never sees half of one: write a temporary file, flush it to disk,
-then rename it over the target."""
+rename it over the target, then flush the rename (the folder's entries) to disk. Also: JSON files
+read back with a one-line error, and the check of an output folder before anything is written."""
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
+
+from repro.errors import ReproError
+
+
+def fsync(path: Path) -> None:
+    """Flush a file's data, or a folder's entries (the renames into it), to disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_tree(folder: Path) -> None:
+    """Flush every file and folder under `folder`, and `folder` itself, to disk."""
+    for path in [*sorted(folder.rglob("*"), reverse=True), folder]:
+        fsync(path)
 
 
 @contextmanager
 def atomic_write(path: Path, mode: str = "w", keep_previous: Path | None = None) -> Iterator[IO]:
     """Open `path` + ".tmp" for writing; once the block succeeds, flush it to disk, move the old
-    `path` to `keep_previous` (if given) and rename the temporary file to `path`. A failing block
-    removes the temporary file; a killed process leaves at most the temporary file, which the next
-    write replaces."""
+    `path` to `keep_previous` (if given, beside `path`), rename the temporary file to `path` and
+    flush the folder. A failing block removes the temporary file; a killed process leaves at most
+    the temporary file, which the next write replaces."""
     tmp = path.with_name(path.name + ".tmp")
     try:
         with open(tmp, mode) as f:
@@ -27,9 +45,52 @@ def atomic_write(path: Path, mode: str = "w", keep_previous: Path | None = None)
     if keep_previous is not None and path.exists():
         os.replace(path, keep_previous)
     os.replace(tmp, path)
+    fsync(path.parent)
 
 
 def write_json(path: Path, obj: dict) -> None:
     """Write `obj` to `path` as indented JSON, atomically."""
     with atomic_write(path) as f:
         f.write(json.dumps(obj, indent=2) + "\n")
+
+
+def read_json(path: Path, fix: str) -> dict:
+    """The JSON object in file `path`; a one-line ReproError naming the file, what is wrong with it
+    (unreadable, not UTF-8, empty, not JSON, not an object) and `fix`: what to do about it."""
+    try:
+        value = json.loads(path.read_bytes().decode("utf-8"))
+    except OSError as exc:
+        problem = f"cannot be read ({exc.strerror or type(exc).__name__})"
+    except UnicodeDecodeError:
+        problem = "is not UTF-8 text"
+    except json.JSONDecodeError as exc:
+        problem = "is empty" if not exc.doc.strip() else f"is not valid JSON ({exc.msg})"
+    else:
+        if isinstance(value, dict):
+            return value
+        problem = f"holds a JSON {type(value).__name__}, not an object"
+    raise ReproError(f"{path} {problem}; {fix}")
+
+
+def check_out(
+    out: Path, kind: str, entries: Collection[str], marker: str, scratch: Collection[str] = ()
+) -> None:
+    """Refuse, before any work, an --out that writing a `kind` there would damage: a file, a path
+    below a file, a folder holding anything but `entries` and `scratch` (what interrupted writes
+    leave), or one holding any of `entries` without `marker` (so not a `kind`). Accepted: a missing
+    folder, one holding nothing but `scratch`, and a `kind` (which the caller may reuse)."""
+    if (out.exists() or out.is_symlink()) and not out.is_dir():
+        raise ReproError(f"--out {out} is a file, not a {kind} folder; choose another --out")
+    if out.is_dir():
+        names = {p.name for p in out.iterdir()}
+        foreign = sorted(names - set(entries) - set(scratch))
+        if foreign or (names - set(scratch) and marker not in names):
+            why = f"it holds {foreign[0]!r}" if foreign else f"it has no {marker}"
+            raise ReproError(
+                f"--out {out} is a folder but not a {kind} ({why}); only an empty folder or a "
+                f"{kind} is written into: choose another --out, or move that folder away yourself"
+            )
+        return
+    parent = next(p for p in out.absolute().parents if p.exists() or p.is_symlink())
+    if not parent.is_dir():
+        raise ReproError(f"--out {out} lies below {parent}, which is a file; choose another --out")

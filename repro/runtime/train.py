@@ -15,6 +15,9 @@ Run directory (docs/CONTRACT.md):
     RUN/checkpoint.pt   model, optimizer, RNG and progress at the last evaluation point
     RUN/checkpoint.prev.pt  the one before, kept until the run ends
 
+`out` is a missing or empty folder or a run's: any other folder (a user's files, a pool, a
+checkout) is refused before any work (RUN_ENTRIES).
+
 Starting a run whose directory holds a checkpoint resumes it; on CPU the continued run is
 bit-identical to an uninterrupted one (the loader is a pure function of (seed, epoch, step)).
 Checkpoints load with weights_only (tensors and plain values: a checkpoint cannot run code); an
@@ -54,7 +57,7 @@ from repro.runtime.config import (
     run_identity,
     stack_key,
 )
-from repro.runtime.files import atomic_write, write_json
+from repro.runtime.files import atomic_write, check_out, write_json
 from repro.runtime.loaders import (
     EpochLoader,
     EpochSteps,
@@ -75,6 +78,12 @@ CHECKPOINT_KEYS = set(
     "model optimizer torch_rng python_rng step wall_s best loss_sum loss_steps".split()
 )
 FINISHED = ("done", "diverged")
+# what a run folder holds (RUN/config.json marks one; downstream.json: repro eval), and what
+# interrupted writes and a sweep's claim leave (.lock; launch.json: repro.launch): `--out` is a
+# missing folder, one of scratch only, or a run
+RUN_FILES = {"config.json", "metrics.jsonl", "status.json", LATEST, PREVIOUS, "downstream.json"}
+RUN_ENTRIES = frozenset({*RUN_FILES, "checkpoints", "val_docs"})
+RUN_SCRATCH = frozenset({".lock", "launch.json", *(f"{name}.tmp" for name in RUN_FILES)})
 
 
 def check_config(config: RunConfig, pool: Pool, world_size: int = 1) -> EpochLoader:
@@ -192,6 +201,8 @@ def train_stacked(
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     _check_stack(configs, outs, world_size)
+    for out in outs:
+        check_out(out, "run", RUN_ENTRIES, "config.json", RUN_SCRATCH)
     if configs[0].gpus > 1 and world_size == 1:
         raise ReproError(
             f"gpus={configs[0].gpus} trains in {configs[0].gpus} processes: run it through "
