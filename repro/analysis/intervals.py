@@ -74,11 +74,15 @@ def _mean_squares(linear: np.ndarray) -> tuple[float, float, float]:
     return float(ms_r), float(ms_d), float(ms_e)
 
 
-def _variance(linear: np.ndarray, n_eff: float) -> tuple[float, float]:
+def _variance(linear: np.ndarray, n_eff: float, held_out: bool) -> tuple[float, float]:
     """(variance of the grand mean of `linear` (R x N), its Satterthwaite degrees of freedom);
-    documents carry n_eff - 1 degrees of freedom."""
+    documents carry n_eff - 1 degrees of freedom. `held_out`: each replicate's value was chosen
+    on the other replicates, which makes the values covary: the replicate term is inflated by
+    Nadeau and Bengio's factor for R folds trained on R - 1, (1/R + 1/(R-1)) / (1/R)."""
     R, N = linear.shape
     ms_r, ms_d, ms_e = _mean_squares(linear)
+    if held_out and R > 1:
+        ms_r *= 1 + R / (R - 1)
     df_r, df_d, df_e = R - 1, max(n_eff - 1, 1), max((R - 1) * (n_eff - 1), 1)
     if R == 1:
         terms = [(ms_d, df_d)]
@@ -93,10 +97,13 @@ def _variance(linear: np.ndarray, n_eff: float) -> tuple[float, float]:
     return total / (R * N), float(df)
 
 
-def replicate_difference(gaps: np.ndarray, tokens: np.ndarray, level: float = LEVEL) -> Difference:
+def replicate_difference(
+    gaps: np.ndarray, tokens: np.ndarray, level: float = LEVEL, held_out: bool = False
+) -> Difference:
     """The replicate-mean gap (nats/token) of per-document summed-loss `gaps` (R replicates x N
     documents, each document scoring `tokens`) with its `level` t interval over replicates and
-    documents (module docstring); (-inf, inf) with fewer than MIN_DOCUMENTS scored documents."""
+    documents (module docstring; `held_out`: the replicates' values were chosen on each other,
+    _variance); (-inf, inf) with fewer than MIN_DOCUMENTS scored documents."""
     gaps, tokens = np.atleast_2d(np.asarray(gaps, float)), np.asarray(tokens, float)
     if gaps.shape[1] != len(tokens):
         raise ReproError("gaps and tokens must cover the same validation documents")
@@ -111,7 +118,7 @@ def replicate_difference(gaps: np.ndarray, tokens: np.ndarray, level: float = LE
     # plus that ratio: row means are the replicates' differences, columns the documents' noise
     n = len(tokens)
     linear = per_replicate[:, None] + n * (gaps - per_replicate[:, None] * tokens) / tokens.sum()
-    variance, df = _variance(linear, effective_documents(tokens))
+    variance, df = _variance(linear, effective_documents(tokens), held_out)
     half = float(stats.t.ppf(0.5 + level / 2, df) * np.sqrt(variance))
     return Difference(value, value - half, value + half, replicates)
 

@@ -244,7 +244,12 @@ def contrast(terms: list[tuple[float, pd.DataFrame]], level: float = LEVEL) -> D
     if not common:
         return NOT_MEASURED
     gaps = sum(w * np.stack(list(f.loc[common, "doc_losses"])) for (w, _), f in zip(terms, frames))
-    diff = replicate_difference(gaps, frames[0].loc[common[0], "doc_tokens"], level)
+    held_out = any(
+        (f.loc[common, "held_out"] == "replicates, documents").any()
+        for f in frames
+        if "held_out" in f
+    )
+    diff = replicate_difference(gaps, frames[0].loc[common[0], "doc_tokens"], level, held_out)
     open_ = [
         bool((f.loc[common, "censored"] | ~f.loc[common, "bracketed"].astype(bool)).any())
         for f in frames
