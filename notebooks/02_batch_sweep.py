@@ -10,13 +10,15 @@
 # et al., each epoch budget is its own run whose cosine schedule ends at that budget (a preset may
 # instead branch each budget's WSD cool-down from one run, and says so below), and each run is
 # judged at its end. The *tuned endpoint* of a batch size is chosen without a selection bonus
-# (`repro.analysis.selection`): the validation documents are split in two halves, the (lr, weight
-# decay, budget) best on one half is scored on the other, and the two halves together give the
-# reported loss. Every comparison below is a paired difference over validation documents with a 90%
-# bootstrap interval, on each of two independently sampled pools; a verdict "agrees" only when the
-# interval and every pool support the claim. The best evaluation *inside* the chosen run
-# (within-run early stopping) is shown separately. The recipe is the one-pass recipe of Kim et al.
-# (docs/REFERENCE_RECIPE.md): sequences packed once and reshuffled each epoch (SHUFFLE), untied
+# (`repro.analysis.selection`): on each replicate (an independently sampled pool), the (lr, weight
+# decay, budget) best on the *other* replicates' half of the validation documents is scored on this
+# replicate's other half, and the two halves together give the reported loss. Every comparison
+# below is a difference averaged over replicates with a 90% t interval that holds both the spread
+# between replicates and between documents (`repro.analysis.intervals`); a verdict "agrees" only
+# when the interval supports the claim, and needs at least 3 replicates. The best evaluation
+# *inside* the chosen run (within-run early stopping) is shown separately. The recipe is the
+# one-pass recipe of Kim et al. (docs/REFERENCE_RECIPE.md): sequences packed once and reshuffled
+# each epoch (SHUFFLE), untied
 # embeddings, weight decay on every linear layer (the output head included) but not on the token
 # embedding, AdamW (0.9, 0.95), cosine to zero after 1% warmup. The summary below lists where
 # this preset departs from that recipe.
@@ -88,8 +90,9 @@ budgets.round(3)
 # %% [markdown]
 # ## The tuned optimum per model size
 #
-# In the form of Kim et al.'s table: the batch with the lowest loss over pools, its lr, weight decay
-# and epoch budget on each pool, and its loss with the 90% interval over validation documents.
+# In the form of Kim et al.'s table: the batch with the lowest loss over replicates, its lr, weight
+# decay and epoch budget on each replicate, and its loss with the 90% interval over replicates and
+# validation documents (the batch is chosen on the same data: a level, not a verdict).
 
 # %%
 vocab = analyses.pool_vocab_size(pools[0])
@@ -101,7 +104,7 @@ optimum
 # %% [markdown]
 # ## The optimal batch vs model size
 #
-# The batch with the lowest pool-mean tuned loss at each model size (line), each pool's own optimum
+# The batch with the lowest replicate-mean tuned loss at each model size (line), each pool's optimum
 # (crosses), and the batches whose 90% interval overlaps the optimum's: the range the data cannot
 # tell apart from it.
 # %%
@@ -147,9 +150,10 @@ print(f"downstream tasks: {', '.join(tasks) or 'none in this preset'}")
 # interior batches; those below the usual batch; all but the smallest) has its batch size chosen
 # on the selection half too.
 #
-# Differences are in nats/token with 90% paired intervals over validation documents, then the
-# difference on each pool; "censored" names an arm whose best epoch budget is the largest tried (its
-# loss might still fall), which cannot be the arm a verdict finds worse.
+# Differences are in nats/token with 90% intervals over replicates and validation documents (95%
+# where a claim can disagree in two ways), then the difference on each replicate; "censored" names
+# an arm whose best epoch budget is the largest tried (its loss might still fall), which cannot be
+# the arm a verdict finds worse. A claim on fewer than 3 replicates is undetermined.
 
 # %%
 usual = analyses.usual_batch(results, P)

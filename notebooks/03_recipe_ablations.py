@@ -7,15 +7,15 @@
 # alone does little, both together are best; and the best stopping point moves later.
 #
 # **Method.** Every arm of every ablation is tuned over the same grid as notebook 02 (lr, weight
-# decay and epoch budget, each budget its own run), with the choice made on one half of the
-# validation documents and scored on the other (`repro.analysis.selection`), so no arm inherits
-# another's selection; identical configurations are trained once. All ablations use the preset's
-# first model size (printed below). Epoch orderings: at the preset's two ablation batch sizes, pool
-# 0. Tying × embedding decay: four arms (untied / tied × no / positive embedding decay, the positive
-# decays tuned inside the arm) at the batch size notebook 02 found best, pool 0. Combined recipe vs
-# the original: at the ablation batch sizes on every pool, the batch size tuned inside each recipe
-# over those sizes. Each claim is a paired difference over validation documents with its 90%
-# interval.
+# decay and epoch budget, each budget its own run), with each replicate's choice made on the
+# other replicates' half of the validation documents and scored on its own other half
+# (`repro.analysis.selection`), so no arm inherits another's selection; identical configurations
+# are trained once. All ablations use the preset's first model size (printed below), on every
+# pool. Epoch orderings: at the preset's two ablation batch sizes. Tying × embedding decay: four
+# arms (untied / tied × no / positive embedding decay, the positive decays tuned inside the arm)
+# at the batch size notebook 02 found best. Combined recipe vs the original: at the ablation batch
+# sizes, the batch size tuned inside each recipe over those sizes. Each claim is a difference
+# averaged over replicates with its 90% interval over replicates and validation documents.
 
 # %% tags=["parameters"]
 import os
@@ -108,9 +108,11 @@ accuracy.ablation_accuracy(scored, arms, tasks).round(3)
 # %% [markdown]
 # ## Claims vs measurement
 #
-# Differences are in nats/token with 90% paired intervals over validation documents, then the
-# difference on each pool; "censored" names an arm whose best epoch budget is the largest tried (its
-# loss might still fall), which cannot be the arm a verdict finds worse.
+# Differences are in nats/token with 90% intervals over replicates and validation documents, then
+# the difference on each replicate; "censored" names an arm whose best epoch budget is the largest
+# tried (its loss might still fall), which cannot be the arm a verdict finds worse. "The best
+# stopping point moves later" is a difference-in-differences: how much the later half of the epoch
+# budgets gains in the combined recipe minus how much it gains in the original.
 # "Tying alone does little": the whole interval within +-`analyses.LITTLE` nats/token.
 
 # %%

@@ -164,7 +164,9 @@ policies
 # rises; the same optimal batch at both: "disagrees" when it significantly beats every larger batch
 # at the tighter deadline. A smaller batch on fewer GPUs: the comparisons above made while both
 # train; "agrees" when one simultaneous interval is below 0, "disagrees" when all are above 0. The
-# latency row is a projection, which no measurement here can decide.
+# latency row is a projection, which no measurement here can decide. These comparisons are on pool
+# 0 alone, between in-sample minima, with intervals over documents only: with fewer than 3
+# replicates every verdict is "undetermined" (the measured values stay in the table).
 
 # %%
 claims = frontier.frontier_claims(results0, judged, deadlines, step, g_max)

@@ -19,9 +19,9 @@
 # (3) The same sweep (first weight decay only) on pools of several sizes: B_crit and B* against
 # pool size D, the exponents with bootstrap intervals. (4) Batch-size schedules (notebook 04's
 # runs, at the best fixed batch's epoch budget and weight decay) against the fixed batches of the
-# same pool, budget and weight decay, all as cross-fitted tuned endpoints (`selection.tuned`:
-# choices made on one half of the validation documents, reported on the other), with a paired
-# interval over documents.
+# same pools, budget and weight decay, all as held-out tuned endpoints (`selection.tuned`: each
+# replicate's choice made on the other replicates' half of the validation documents, reported on
+# its own other half), with an interval over replicates and documents.
 # Units: batch sizes in sequences of `seq_len` tokens; S in optimizer steps; E in tokens; losses
 # in nats/token. Evaluations fall every `eval_every` epochs, so steps-to-target are measured at
 # that resolution.
@@ -154,17 +154,19 @@ schedules.table.round(4)
 # - Noise scale: agrees when B_simple rises by `cbs.NOISE_GROWTH` or more (median of the last third
 #   of the evaluations up to the best val loss over the first third) in every noise-scale run;
 #   disagrees when it does not rise at all in every run.
-# - Hyperbola: agrees when B_crit's 90% interval lies inside the measured batches and the fit
-#   misses no point by more than `cbs.RESIDUAL_TOLERANCE` in log steps; disagrees on a larger miss;
-#   undetermined when B_crit may lie outside the measured batches (steps never level off, or are
-#   flat throughout).
-# - D^0.47: agrees when B*'s exponent interval lies above 0 and contains 0.47; disagrees when it
-#   excludes 0.47; undetermined when it contains both.
+# - Hyperbola: agrees when B_crit's 90% interval lies inside the measured batches, the fit misses
+#   no point by more than `cbs.RESIDUAL_TOLERANCE` in log steps and B_simple lies within
+#   `cbs.B_SIMPLE_FACTOR` of B_crit's interval; disagrees on a larger miss, or with B_simple
+#   further off; undetermined when B_crit may lie outside the measured batches (steps never level
+#   off, or are flat throughout) or B_simple is not measured.
+# - D^0.47: agrees when B*'s exponent interval lies inside `cbs.ZHANG_BAND` (around 0.47);
+#   disagrees when it excludes 0.47; undetermined when it is wider than the band.
 # - B_min / B_opt: undetermined unless the sweep is WSD, as Zhou et al.'s fits are; with WSD,
 #   agrees when B_opt's interval lies inside the measured batches and B_min's above 0, disagrees
 #   when B_min's lies below 0 (tokens to target still fall down to the smallest batch).
-# - Schedules: the best schedule minus the best fixed batch, both cross-fitted; agrees when the
-#   90% paired interval over validation documents lies below 0, disagrees when above.
+# - Schedules: the best schedule minus the best fixed batch, both held out; agrees when the 90%
+#   interval over replicates and validation documents lies below 0, disagrees when above (at
+#   least 3 replicates).
 
 # %%
 lr_schedule = "/".join(sorted(runs0["schedule"].unique()))

@@ -122,3 +122,16 @@ def test_a_censored_arm_cannot_be_the_one_found_worse():
     assert lower_verdict([worse]) == "undetermined"
     assert lower_verdict([worse.negated()]) == "undetermined"  # negated: the second arm
     assert describe("a - b", better).endswith("(censored: second arm)")
+
+
+def test_held_out_replicates_widen_the_replicate_term():
+    """Values chosen on each other covary: the replicate term grows by (1/R + 1/(R-1)) / (1/R),
+    2.5 at R = 3 (documents here add almost nothing)."""
+    gaps = np.stack([g * TOKENS for g in (0.10, 0.05, 0.15)]).astype(float)
+    plain, held = (
+        replicate_difference(gaps, TOKENS),
+        replicate_difference(gaps, TOKENS, held_out=True),
+    )
+    assert plain.value == held.value
+    ratio = (held.high - held.low) / (plain.high - plain.low)
+    assert ratio == pytest.approx(np.sqrt(2.5), rel=0.01)

@@ -92,7 +92,7 @@ def untried_neighbours(
     weight decay and budget, such as a batch size tuned with them) tried on this axis, or past an
     end of those, step_past. Empty when the choice is bracketed."""
     same = [t for t in tuned if t not in (*GROWN, "epochs")]
-    cell = group[(group[same] == best[same]).all(axis=1)]
+    cell = group[_matching(group, best, same)]
     values = sorted(cell[name].unique())
     if len(values) < 2:
         return []
@@ -104,8 +104,16 @@ def untried_neighbours(
         above[0] if above else step_past(values, top=True),
     ]
     other = [t for t in GROWN if t != name and t in tuned]
-    tried = set(cell.loc[(cell[other] == best[other]).all(axis=1), name])
+    tried = set(cell.loc[_matching(cell, best, other), name])
     return [float(v) for v in beside if v is not None and v not in tried]
+
+
+def _matching(frame: pd.DataFrame, best: pd.Series, fields: list[str]) -> np.ndarray:
+    """Rows of `frame` equal to `best` in every one of `fields` (all rows for none)."""
+    match = np.ones(len(frame), bool)
+    for field in fields:
+        match &= frame[field].to_numpy() == best[field]
+    return match
 
 
 def _edges(group: pd.DataFrame, best: pd.Series, tuned: tuple[str, ...]) -> list[str]:
@@ -239,24 +247,23 @@ def contrast(terms: list[tuple[float, pd.DataFrame]], level: float = LEVEL) -> D
     weight) is censored on a counted replicate (best budget the largest tried, or lr / weight
     decay not bracketed): its loss might still fall."""
     key = replicate_key(terms[0][1])
-    frames = [ends.dropna(subset=["val_loss"]).set_index(key) for _, ends in terms]
-    common = sorted(set.intersection(*(set(f.index) for f in frames)))
+    rows = [_by_replicate(ends, key) for _, ends in terms]
+    common = sorted(set.intersection(*(set(r) for r in rows)))
     if not common:
         return NOT_MEASURED
-    gaps = sum(w * np.stack(list(f.loc[common, "doc_losses"])) for (w, _), f in zip(terms, frames))
-    held_out = any(
-        (f.loc[common, "held_out"] == "replicates, documents").any()
-        for f in frames
-        if "held_out" in f
-    )
-    diff = replicate_difference(gaps, frames[0].loc[common[0], "doc_tokens"], level, held_out)
-    open_ = [
-        bool((f.loc[common, "censored"] | ~f.loc[common, "bracketed"].astype(bool)).any())
-        for f in frames
-    ]
+    gaps = sum(w * np.stack([r[k]["doc_losses"] for k in common]) for (w, _), r in zip(terms, rows))
+    held_out = any(r[k].get("held_out") == "replicates, documents" for r in rows for k in common)
+    diff = replicate_difference(gaps, rows[0][common[0]]["doc_tokens"], level, held_out)
+    open_ = [any(r[k]["censored"] or not r[k]["bracketed"] for k in common) for r in rows]
     weights = [w for w, _ in terms]
     censored = tuple(any(o for o, w in zip(open_, weights) if sign * w > 0) for sign in (1, -1))
     return diff._replace(censored=censored)
+
+
+def _by_replicate(endpoints: pd.DataFrame, key: list[str]) -> dict[tuple, dict]:
+    """Measured endpoint rows by their replicate key."""
+    measured = endpoints.dropna(subset=["val_loss"]).to_dict("records")
+    return {tuple(row[k] for k in key): row for row in measured}
 
 
 def compare(a: pd.DataFrame, b: pd.DataFrame, level: float = LEVEL) -> Difference:
