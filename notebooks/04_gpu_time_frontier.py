@@ -33,7 +33,7 @@ P = study.preset
 print(study.summary())
 
 # %%
-from repro.analysis import frontier
+from repro.analysis import deadline_claims, frontier
 
 pools = study.pools()
 results = study.sweep(study.batch_sweep_grid())
@@ -76,8 +76,10 @@ table.pivot(index="gpus", columns="deadline", values="batch_size")
 # GPUs reach the lower loss under the same deadline? One panel per larger batch; one colour per
 # smaller batch. Only deadlines at which both batch sizes are still training count (solid): once a
 # batch size's longest run has ended its loss is frozen, and beating it then says nothing about
-# the deadline. Each counted comparison gets a paired interval over validation documents, all of
-# them together at 90% (Bonferroni over the distinct pairs of evaluations compared).
+# the deadline. The figure shows pool 0's observed curves; the judged comparisons below are held
+# out on every pool (`deadline_claims.judged_crossovers`: each replicate reports the evaluation
+# that the other replicates chose, on the other half of the documents), each with an interval over
+# replicates and documents, all of them together at 90% (Bonferroni).
 
 # %%
 cross = frontier.crossovers(evals0, runs0, deadlines, step, m)
@@ -86,7 +88,8 @@ study.save_table(
     table.pivot(index="deadline", columns="gpus", values="best_val_loss").round(3).reset_index(),
     "04_frontier_table",
 )
-judged = frontier.judged_crossovers(cross, results0.documents)
+points = deadline_claims.deadline_points(model_results)
+judged = deadline_claims.judged_crossovers(points, model_results, deadlines, step, m)
 judged.sort_values("high").head(20)
 
 # %% [markdown]
@@ -156,19 +159,18 @@ policies
 # %% [markdown]
 # ## Claims vs measurement
 #
-# `frontier.frontier_claims`, model `P.models[0]` only; differences in nats/token with 90% paired
-# intervals over validation documents. Tight deadlines favour larger batches: on the most GPUs, the
-# optimal batch at the loosest deadline against the optimal batch at the tightest deadline at which
-# that batch has an evaluation, each compared with the other at its own deadline; both
-# significant: "agrees" when the optimal batch falls as the deadline loosens, "disagrees" when it
-# rises; the same optimal batch at both: "disagrees" when it significantly beats every larger batch
-# at the tighter deadline. A smaller batch on fewer GPUs: the comparisons above made while both
+# `deadline_claims.frontier_claims`, model `P.models[0]` on every pool; differences in nats/token
+# with 90% intervals over replicates and validation documents, every arm held out (each
+# replicate's evaluation chosen on the other replicates). Tight deadlines favour larger batches: on
+# the most GPUs, the smaller half of the batch sizes minus the larger half, at the tightest
+# deadline at which both halves have an evaluation and at the loosest; "agrees" when that
+# difference falls as the deadline loosens (the difference-in-differences lies below 0),
+# "disagrees" when it rises. A smaller batch on fewer GPUs: the comparisons above made while both
 # train; "agrees" when one simultaneous interval is below 0, "disagrees" when all are above 0. The
-# latency row is a projection, which no measurement here can decide. These comparisons are on pool
-# 0 alone, between in-sample minima, with intervals over documents only: with fewer than 3
-# replicates every verdict is "undetermined" (the measured values stay in the table).
+# latency row is a projection, which no measurement here can decide. Fewer than 3 replicates give
+# no verdict.
 
 # %%
-claims = frontier.frontier_claims(results0, judged, deadlines, step, g_max)
+claims = deadline_claims.frontier_claims(model_results, judged, deadlines, step, g_max)
 study.save_table(claims, "04_claims")
 claims

@@ -13,20 +13,12 @@ from repro.analysis.frontier import (
     deadline_grid,
     eval_costs,
     frontier,
-    frontier_claims,
-    judged_crossovers,
     latency_speedup,
     ring_allreduce_seconds,
     schedule_policies,
     step_units,
     unit_step_time,
 )
-from repro.analysis.results import Results, store_documents
-from repro.errors import ReproError
-
-VERDICTS = {"agrees", "disagrees", "undetermined"}
-TOKENS = np.full(40, 50)  # 40 validation documents of 50 scored tokens
-DIFFICULTY = np.random.default_rng(0).normal(0, 0.5, 40)  # shared by every evaluation
 
 
 def _curves(spec):
@@ -94,27 +86,6 @@ def test_frontier_known_answer_ties_and_too_short_deadlines():
     assert table.loc[(4, 40), ["best_val_loss", "batch_size"]].tolist() == [2.2, 8]
 
 
-def _store(tmp_path, spec, noise=0.01):
-    """spec: {run_id: (batch_size, [(step, mean loss nats/token), ...])}: runs (model "tiny"),
-    evals and RUN/val_docs under tmp_path; each document's summed loss is (mean + its difficulty
-    + noise) x its tokens, and val_loss is their mean per token."""
-    rng = np.random.default_rng(1)
-    difficulty = DIFFICULTY - DIFFICULTY.mean()
-    evals = []
-    for rid, (_, points) in spec.items():
-        folder = tmp_path / rid / "val_docs"
-        folder.mkdir(parents=True)
-        np.save(folder / "tokens.npy", TOKENS)
-        for step, loss in points:
-            docs = (loss + difficulty + rng.normal(0, noise, len(TOKENS))) * TOKENS
-            np.save(folder / f"step-{step}.npy", docs)
-            evals.append({"run_id": rid, "step": step, "val_loss": docs.sum() / TOKENS.sum()})
-    runs = pd.DataFrame(
-        [{"run_id": r, "batch_size": b, "model": "tiny"} for r, (b, _) in spec.items()]
-    )
-    return Results(runs, pd.DataFrame(evals), store_documents(tmp_path))
-
-
 def test_crossover_found_from_data():
     # smaller batch on fewer GPUs wins at a long deadline, loses at a short one
     runs, evals = _curves({"b4": (4, [(20, 3.0), (200, 2.0)]), "b16": (16, [(20, 2.6), (60, 2.4)])})
@@ -149,100 +120,6 @@ def test_a_side_is_training_until_its_longest_epoch_budget_ends():
     assert table.loc[20, ["large_run", "large_step"]].tolist() == ["b16-e1", 15]
     best = best_per_batch(evals, runs, 4, 30, unit_step_time(4))
     assert best.loc[16, ["run_id", "step", "val_loss"]].tolist() == ["b16-e2", 30, 2.8]
-
-
-# Batch 2 (1 GPU) and batch 8 (4 GPUs) at micro-batch 2: one step costs one unit for both.
-STEP = unit_step_time(2)
-DEADLINES = [10, 20, 25, 40, 80, 160]
-
-
-def _claims(tmp_path, spec, noise=0.01, gpus=4):
-    results = _store(tmp_path, spec, noise)
-    runs, evals = results.runs, results.evals
-    judged = judged_crossovers(crossovers(evals, runs, DEADLINES, STEP, 2), results.documents)
-    claims = frontier_claims(results, judged, DEADLINES, STEP, gpus, min_replicates=1)
-    one_pool = frontier_claims(results, judged, DEADLINES, STEP, gpus)
-    assert set(one_pool["agrees?"]) == {"undetermined"}  # one replicate: no verdict
-    assert one_pool.loc[0, "measured here"].endswith("(1 of 3 replicates: no verdict)")
-    assert claims.columns.tolist() == ["claim", "paper", "measured here", "agrees?"]
-    assert set(claims["agrees?"]) <= VERDICTS
-    assert claims.loc[2, "agrees?"] == "undetermined"  # latency: projected only
-    return claims, judged
-
-
-@pytest.mark.parametrize(
-    "small,large,verdict",
-    [
-        # batch 8 leads at T=40 (the tightest deadline reaching both), batch 2 leads at T=160
-        ([3.8, 2.8, 2.5], [4.0, 3.5, 3.0], "agrees"),
-        # the review's case: the largest batch never learns (the cheapest evaluation is its own)
-        ([3.8, 2.8, 2.5], [5.0, 5.0, 5.0], "disagrees"),
-        # batch 8 leads at T=40 and still at T=160: the largest batch wins throughout
-        ([3.8, 2.8, 2.5], [4.0, 3.5, 2.0], "undetermined"),
-        # equal within document noise
-        ([3.0, 3.0, 3.0], [3.0, 3.0, 3.0], "undetermined"),
-    ],
-)
-def test_tight_deadlines_claim_in_all_three_directions(tmp_path, small, large, verdict):
-    spec = {
-        "b2": (2, list(zip([40, 80, 160], small))),
-        "b8": (8, list(zip([10, 20, 40], large))),
-    }
-    claims, _ = _claims(tmp_path, spec, noise=0.5 if verdict == "undetermined" else 0.01)
-    assert claims.loc[0, "agrees?"] == verdict
-    measured = claims.loc[0, "measured here"]
-    assert measured.startswith("model tiny, 4 GPUs: optimal batch")
-    if verdict == "agrees":
-        assert "T=40: batch 8 - batch 2" in measured and "T=160: batch 2 - batch 8" in measured
-
-
-def test_tight_deadlines_claim_needs_two_batch_sizes(tmp_path):
-    claims, _ = _claims(tmp_path, {"b8": (8, [(10, 4.0), (20, 3.0)])})
-    assert claims.loc[0, "agrees?"] == "undetermined"
-    assert claims.loc[0, "measured here"].endswith("no deadline reaches two batch sizes")
-
-
-@pytest.mark.parametrize(
-    "small,large,verdict",
-    [
-        # batch 2 on 1 GPU is lower at T=10, 20, 25 while both train
-        ([3.0, 2.5, 2.4], [3.4, 3.2, 3.1], "agrees"),
-        # batch 2 wins only at T >= 40, after batch 8 has ended (step 30): not counted
-        ([3.8, 3.5, 2.0], [3.4, 3.0, 2.8], "disagrees"),
-        ([3.0, 3.0, 3.0], [3.0, 3.0, 3.0], "undetermined"),
-    ],
-)
-def test_smaller_batch_claim_counts_only_deadlines_where_both_train(
-    tmp_path, small, large, verdict
-):
-    spec = {
-        "b2": (2, list(zip([10, 20, 80], small))),
-        "b8": (8, list(zip([10, 20, 30], large))),
-    }
-    claims, judged = _claims(tmp_path, spec, noise=0.5 if verdict == "undetermined" else 0.01)
-    assert claims.loc[1, "agrees?"] == verdict
-    assert judged["deadline"].tolist() == [10, 20, 25]  # batch 8's last evaluation costs 30
-    assert judged["level"].iloc[0] == pytest.approx(1 - 0.1 / 2)  # 2 distinct evaluation pairs
-    assert (
-        "3 (deadline, pair) comparisons with both batches still training"
-        in claims.loc[1, "measured here"]
-    )
-
-
-def test_smaller_batch_claim_without_a_shared_training_window(tmp_path):
-    # batch 8 ends (step 10) before batch 2's first evaluation (step 20)
-    claims, judged = _claims(tmp_path, {"b2": (2, [(20, 2.0)]), "b8": (8, [(10, 3.0)])})
-    assert judged.empty and claims.loc[1, "agrees?"] == "undetermined"
-    assert "no deadline at which both batches" in claims.loc[1, "measured here"]
-
-
-def test_frontier_claims_need_one_model_size(tmp_path):
-    results = _store(tmp_path, {"a": (2, [(10, 3.0)]), "b": (8, [(10, 3.0)])})
-    runs, evals = results.runs, results.evals
-    runs.loc[1, "model"] = "cpu-s"
-    judged = judged_crossovers(crossovers(evals, runs, DEADLINES, STEP, 2), results.documents)
-    with pytest.raises(ReproError, match="one model size"):
-        frontier_claims(results, judged, DEADLINES, STEP, 4)
 
 
 def test_projection_speedup():

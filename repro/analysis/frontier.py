@@ -17,9 +17,8 @@ not) and their evaluation points whose cumulative step time fits in T.
 Latency-oriented parallelism (tensor / sequence / pipeline style) is only *projected*: k GPUs per
 replica shorten a step to step_time / (1 + efficiency * (k - 1)) without changing the batch.
 
-The claims (frontier_claims) compare the evaluations the frontier picks document by document over
-the validation set (repro.analysis.intervals), each verdict "agrees", "disagrees" or
-"undetermined".
+The claims are held out on replicates (repro.analysis.deadline_claims); the frontier here is
+descriptive: in-sample minima of one pool's observed curves.
 """
 
 from __future__ import annotations
@@ -31,17 +30,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-
-from repro.analysis.intervals import (
-    CLAIM_COLUMNS,
-    LEVEL,
-    MIN_REPLICATES,
-    Difference,
-    describe,
-    paired_difference,
-)
-from repro.analysis.results import REPLICATE_FIELDS, DocumentLosses, Results
-from repro.errors import ReproError
 
 # Link defaults for the ring all-reduce (per direction): NVLink 4 (H100/H200 within a node) and
 # NDR InfiniBand (400 Gb/s per GPU across nodes).
@@ -314,166 +302,3 @@ def schedule_policies(
                 }
             )
     return pd.concat(frontiers, ignore_index=True), pd.DataFrame(rows)
-
-
-# --- claims vs measurement ----------------------------------------------------------------------
-
-PAIRED = f"nats/token, {LEVEL:.0%} paired t interval over validation documents"
-
-
-def _significantly_lower(diff: Difference) -> bool:
-    """The interval of a single comparison (one replicate) lies below 0."""
-    return bool(diff.high < 0)
-
-
-def judged_crossovers(cross: pd.DataFrame, documents: DocumentLosses) -> pd.DataFrame:
-    """The comparisons of `crossovers` made while both batch sizes are still training
-    (`both_training`), each with `difference` = smaller-batch minus larger-batch mean loss of the
-    two evaluations compared (nats/token, paired over validation documents) and its simultaneous
-    interval `low`, `high`: Bonferroni over the n distinct (smaller evaluation, larger evaluation)
-    pairs, each interval at `level` = 1 - (1 - LEVEL) / n (a t interval, paired_difference), so
-    that all of them hold together with probability LEVEL."""
-    counted = cross[cross["both_training"].astype(bool)]
-    keys = ["small_run", "small_step", "large_run", "large_step"]
-    pairs = list(counted[keys].drop_duplicates().itertuples(index=False, name=None))
-    level = 1 - (1 - LEVEL) / max(len(pairs), 1)
-    diffs = {}
-    for pair in pairs:
-        (small, tokens), (large, _) = documents(*pair[:2]), documents(*pair[2:])
-        diffs[pair] = paired_difference(small, large, tokens, level)
-    found = [diffs[p] for p in counted[keys].itertuples(index=False, name=None)]
-    columns = {name: [d[i] for d in found] for i, name in enumerate(["difference", "low", "high"])}
-    return counted.assign(**columns, level=level).reset_index(drop=True)
-
-
-def _paired(load: DocumentLosses, a: pd.Series, b: pd.Series) -> Difference:
-    """Evaluation `a` minus evaluation `b` (rows with run_id, step): paired_difference of their
-    per-document losses (nats/token, LEVEL interval)."""
-    (losses_a, tokens), (losses_b, _) = load(a["run_id"], a["step"]), load(b["run_id"], b["step"])
-    return paired_difference(losses_a, losses_b, tokens)
-
-
-def _deadline_claim(
-    evals: pd.DataFrame, runs: pd.DataFrame, deadlines, step_time, gpus: int, load: DocumentLosses
-) -> tuple[str, str]:
-    """(measured, verdict) of "tight deadlines favour larger batches" (rule: frontier_claims)."""
-    per_deadline = [(t, best_per_batch(evals, runs, gpus, t, step_time)) for t in sorted(deadlines)]
-    contested = [(t, best) for t, best in per_deadline if len(best) >= 2]
-    if not contested:
-        return "no deadline reaches two batch sizes", "undetermined"
-    loose_t, loose = contested[-1]
-    b_loose = loose["val_loss"].idxmin()
-    tight_t, tight = next((t, best) for t, best in contested if b_loose in best.index)
-    b_tight = tight["val_loss"].idxmin()
-    measured = (
-        f"optimal batch {b_tight} at T={tight_t:g} (the tightest deadline at which batch "
-        f"{b_loose} competes) -> {b_loose} at T={loose_t:g} (the loosest); "
-    )
-    if b_tight == b_loose:
-        larger = tight[tight.index > b_tight]
-        if larger.empty:
-            return measured + "the largest batch is optimal at both", "undetermined"
-        rival = larger["val_loss"].idxmin()
-        diff = _paired(load, tight.loc[b_tight], tight.loc[rival])
-        name = f"T={tight_t:g}: batch {b_tight} - batch {rival}"
-        verdict = "disagrees" if _significantly_lower(diff) else "undetermined"
-        return measured + describe(name, diff) + f" ({PAIRED})", verdict
-    at_tight = _paired(load, tight.loc[b_tight], tight.loc[b_loose])
-    at_loose = _paired(load, loose.loc[b_loose], loose.loc[b_tight])
-    measured += (
-        describe(f"T={tight_t:g}: batch {b_tight} - batch {b_loose}", at_tight)
-        + "; "
-        + describe(f"T={loose_t:g}: batch {b_loose} - batch {b_tight}", at_loose)
-        + f" ({PAIRED})"
-    )
-    shown = _significantly_lower(at_tight) and _significantly_lower(at_loose)
-    if not shown:
-        return measured, "undetermined"
-    return measured, "agrees" if b_tight > b_loose else "disagrees"
-
-
-def _crossover_claim(judged: pd.DataFrame) -> tuple[str, str]:
-    """(measured, verdict) of "a smaller batch on fewer GPUs can beat a larger batch on more GPUs"
-    (rule: frontier_claims)."""
-    if judged.empty:
-        return "no deadline at which both batches of a pair are still training", "undetermined"
-    below, above = judged["high"] < 0, judged["low"] > 0
-    verdict = "agrees" if below.any() else ("disagrees" if above.all() else "undetermined")
-    best = judged.sort_values(["high", "difference"], kind="mergesort").iloc[0]
-    n = len(judged.drop_duplicates(["small_run", "small_step", "large_run", "large_step"]))
-    name = (
-        f"closest to the claim, T={best['deadline']:g}: batch {best['small_batch']} on "
-        f"{best['small_gpus']} - batch {best['large_batch']} on {best['large_gpus']} GPUs"
-    )
-    measured = (
-        f"{len(judged)} (deadline, pair) comparisons with both batches still training "
-        f"({n} distinct pairs of evaluations): smaller batch lower in {int(below.sum())}, higher "
-        f"in {int(above.sum())}; "
-        + describe(name, Difference(best["difference"], best["low"], best["high"]))
-        + f" (nats/token; simultaneous {LEVEL:.0%} intervals, Bonferroni: each at level "
-        f"{best['level']:.4g})"
-    )
-    return measured, verdict
-
-
-def frontier_claims(
-    results: Results,
-    judged: pd.DataFrame,
-    deadlines,
-    step_time,
-    gpus: int,
-    min_replicates: int = MIN_REPLICATES,
-) -> pd.DataFrame:
-    """Claims of the frontier section, from the `results` of one model size on one pool (one
-    replicate: its comparisons are over documents only, with no replicate spread, and in-sample
-    minima; the table says so); `judged`: judged_crossovers(..); deadlines in units of
-    `step_time`.
-
-    - Tight deadlines favour larger batches, on `gpus` GPUs, judged only on deadlines that reach at
-      least two batch sizes: the optimal batch at the loosest such deadline (b_l) against the
-      optimal batch (b_t) at the tightest deadline at which b_l has an evaluation (so that no batch
-      wins only because the other has none yet), each compared with the other at its own deadline
-      (paired LEVEL intervals). When both comparisons are significant, "agrees" if b_t > b_l
-      (the optimal batch falls as the deadline loosens) and "disagrees" if b_t < b_l. When
-      b_t = b_l, "disagrees" if it significantly beats every larger batch at that tightest
-      deadline (no larger batch is favoured), "undetermined" if it is the largest batch there.
-      Anything else is "undetermined".
-    - A smaller batch on fewer GPUs can beat a larger batch on more GPUs, counting only comparisons
-      made while both are still training (judged_crossovers, simultaneous intervals): "agrees"
-      when some interval lies below 0; "disagrees" when every interval lies above 0 (at every
-      such deadline the larger batch on more GPUs is lower); else (or with none) "undetermined".
-    - With fewer than `min_replicates` replicates (pools, seeds) among the runs, every verdict is
-      "undetermined": the comparisons above have no run-to-run spread in their intervals.
-    - Latency-oriented parallelism: only projected, never measured: "undetermined".
-    """
-    runs, evals = results.runs, results.evals
-    if "model" not in runs or runs["model"].nunique() != 1:
-        raise ReproError("frontier claims need the runs of exactly one model size")
-    model = runs["model"].iloc[0]
-    tight, tight_verdict = _deadline_claim(
-        evals, runs, deadlines, step_time, gpus, results.documents
-    )
-    cross, cross_verdict = _crossover_claim(judged)
-    rows = [
-        ["tight deadlines favour larger batches", "yes", f"model {model}, {gpus} GPUs: {tight}"],
-        [
-            "under a fixed deadline a smaller batch on fewer GPUs can beat a larger batch on "
-            "more GPUs",
-            "yes",
-            f"model {model}, each batch on the GPUs it fills: {cross}",
-        ],
-        [
-            "latency-oriented parallelism trades extra GPUs for shorter steps",
-            "yes (a projection in the paper too)",
-            f"model {model}: only projected (dashed curves above); no run here uses several GPUs "
-            "per replica, so the data cannot decide",
-        ],
-    ]
-    verdicts = [tight_verdict, cross_verdict, "undetermined"]
-    fields = [f for f in REPLICATE_FIELDS if f in runs]
-    replicates = len(runs[fields].drop_duplicates()) if fields else 1
-    if replicates < min_replicates:  # run-to-run spread unmeasured: no definite verdict
-        note = f" ({replicates} of {min_replicates} replicates: no verdict)"
-        rows = [[*row[:2], row[2] + note] for row in rows[:2]] + rows[2:]
-        verdicts = ["undetermined"] * 3
-    return pd.DataFrame([[*row, v] for row, v in zip(rows, verdicts)], columns=CLAIM_COLUMNS)
