@@ -19,9 +19,10 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from repro.analysis import plots
+from repro.analysis.intervals import MIN_REPLICATES, effective_documents
 from repro.analysis.results import Results, open_results
 from repro.data.build import build_pool
-from repro.data.pool import built_meta
+from repro.data.pool import built_meta, load_pool
 from repro.growth import extension_grids
 from repro.paths import project_root
 from repro.presets import ORIGINAL_RECIPE, Preset, describe_regime, get_preset
@@ -52,15 +53,28 @@ class Study:
             else "\nregime: build the pools to know the tokenizer's vocab"
         )
         deviations = "\n".join(f"  {note}" for note in P.deviations())
+        few = f" (a verdict needs {MIN_REPLICATES})" if len(P.pool_seeds) < MIN_REPLICATES else ""
+        replicates = f"\nreplicates: {len(P.pool_seeds)} pools{few}" + (
+            self._validation_summary() if meta else ""
+        )
         return (
             f"preset {P.name}: source {P.pool.source}, {P.pool.tokens:,} training tokens per pool, "
             f"models {list(P.models)}, seq_len {P.seq_len}, batch sizes {list(P.batch_sizes)}, "
             f"epoch budgets {list(P.epochs)} (each its own run)"
             + f"\nusual (one-pass) batch: {P.usual_batch_source()}"
             + regime
+            + replicates
             + "\nrecipe as Kim et al. (docs/REFERENCE_RECIPE.md), except:\n"
             + deviations
         )
+
+    def _validation_summary(self) -> str:
+        """The validation documents every verdict averages over, and their effective number under
+        token weights (intervals.effective_documents): what bounds an interval's precision."""
+        lengths = load_pool(self.preset.pool_dir(self.data_dir, self.preset.pool_seeds[0]))
+        lengths = lengths.val.doc_lengths()
+        n_eff = effective_documents(lengths)
+        return f"; {len(lengths)} validation documents, {n_eff:.1f} effective by token weight"
 
     def pools(self) -> list[Path]:
         """Build (or reuse) the preset's pools: the first trains the tokenizer, the others share it
