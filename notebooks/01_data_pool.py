@@ -20,6 +20,7 @@ workers = None  # parallel runs; default: the preset's
 
 # %%
 from repro.analysis import analyses, figures
+from repro.analysis.intervals import claim_count
 from repro.study import open_study
 
 study = open_study(preset, workers=workers)
@@ -87,4 +88,5 @@ print(
 # %%
 claims = analyses.pool_claims(overlap, analyses.train_val_shared_docs(pools))
 study.save_table(claims, "01_claims")
+print(claim_count(claims))
 claims

@@ -31,6 +31,7 @@ workers = None  # parallel runs; default: the preset's
 
 # %%
 from repro.analysis import accuracy, analyses, figures
+from repro.analysis.intervals import claim_count
 from repro.study import open_study
 
 study = open_study(preset, workers=workers)
@@ -160,4 +161,5 @@ usual = analyses.usual_batch(results, P)
 claims = analyses.batch_sweep_claims(results, models, usual, P.usual_batch_source())
 claims = accuracy.with_accuracy_claims(claims, scored, tasks, models[0], "batch_size")
 study.save_table(claims, "02_claims")
+print(claim_count(claims))
 claims

@@ -25,6 +25,7 @@ workers = None  # parallel runs; default: the preset's
 
 # %%
 from repro.analysis import accuracy, analyses, figures
+from repro.analysis.intervals import claim_count
 from repro.study import open_study
 
 study = open_study(preset, workers=workers)
@@ -119,4 +120,5 @@ accuracy.ablation_accuracy(scored, arms, tasks).round(3)
 claims = analyses.recipe_claims(loader, embedding, original, combined)
 claims = accuracy.with_accuracy_claims(claims, scored.get("loader"), tasks, model, "loader")
 study.save_table(claims, "03_claims")
+print(claim_count(claims))
 claims

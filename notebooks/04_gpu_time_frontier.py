@@ -26,6 +26,7 @@ workers = None  # parallel runs; default: the preset's
 
 # %%
 from repro.analysis import figures
+from repro.analysis.intervals import claim_count
 from repro.study import open_study
 
 study = open_study(preset, workers=workers)
@@ -173,4 +174,5 @@ policies
 # %%
 claims = deadline_claims.frontier_claims(model_results, judged, deadlines, step, g_max)
 study.save_table(claims, "04_claims")
+print(claim_count(claims))
 claims

@@ -34,6 +34,7 @@ workers = None  # parallel runs; default: the preset's
 
 # %%
 from repro.analysis import analyses, figures
+from repro.analysis.intervals import claim_count
 from repro.study import open_study
 
 study = open_study(preset, workers=workers)
@@ -172,4 +173,5 @@ schedules.table.round(4)
 lr_schedule = "/".join(sorted(runs0["schedule"].unique()))
 claims = cbs.cbs_claims(trajectory, fits, scaling, law, schedules, lr_schedule, model)
 study.save_table(claims, "05_claims")
+print(claim_count(claims))
 claims

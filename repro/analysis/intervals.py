@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
+import pandas as pd
 from scipy import stats
 
 from repro.errors import ReproError
@@ -153,6 +154,13 @@ def t_interval(values: list[float], level: float = LEVEL) -> Difference:
         return Difference(mean, -np.inf, np.inf, replicates)
     half = stats.t.ppf(0.5 + level / 2, len(values) - 1) * values.std(ddof=1) / np.sqrt(len(values))
     return Difference(mean, mean - float(half), mean + float(half), replicates)
+
+
+def claim_count(claims: pd.DataFrame) -> str:
+    """ "6 claims tested: 1 agrees, 0 disagrees, 5 undetermined" of a claim table."""
+    counts = claims["agrees?"].value_counts()
+    verdicts = ", ".join(f"{counts.get(v, 0)} {v}" for v in ("agrees", "disagrees", "undetermined"))
+    return f"{len(claims)} claims tested: {verdicts}"
 
 
 def lower_verdict(differences: list[Difference]) -> str:
