@@ -111,9 +111,9 @@ def _sweep_table(args: argparse.Namespace) -> None:
     from repro.analysis.selection import tuned
     from repro.sweep import failed_runs
 
+    failed = failed_runs(args.dir)  # first: a damaged status.json is a one-line error
     results = open_results(args.dir)
     runs, evals = results.runs, results.evals
-    failed = failed_runs(args.dir)
     errors = (
         f"{len(failed)} run(s) failed; their errors: "
         + ", ".join(f"{args.dir}/{rid}/status.json" for rid in failed[:3])

@@ -116,8 +116,7 @@ def evaluate_run(
             f"--batch-size (sequences) and --limit (examples per task) must be at least 1; got "
             f"{batch_size} and {limit}"
         )
-    path = Path(run) / "downstream.json"
-    earlier = read_json(path, "remove it and evaluate its tasks again") if path.exists() else {}
+    earlier = read_downstream(run)
 
     local = {path.stem for path in Path(include).glob("*.yaml")} if include else set()
     manager = TaskManager(  # lm-eval's own task index (seconds to build) only when needed
@@ -145,8 +144,14 @@ def evaluate_run(
         for task, values in output["results"].items()
         if task in output["n-samples"] and "acc,none" in values  # tasks, not their groups
     }
-    write_json(path, earlier | results)
+    write_json(Path(run) / "downstream.json", earlier | results)
     return results
+
+
+def read_downstream(run: str | Path) -> dict:
+    """RUN/downstream.json ({} before the first evaluation); a one-line ReproError if damaged."""
+    path = Path(run) / "downstream.json"
+    return read_json(path, "remove it and evaluate the run again") if path.exists() else {}
 
 
 def _number(value) -> float:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from repro.errors import ReproError
 from repro.runtime.config import RunConfig, config_record
+from repro.runtime.files import read_status
 
 
 def train_with_torchrun(config: RunConfig, run_dir: Path, threads: int = 0) -> dict:
@@ -54,8 +55,7 @@ def train_with_torchrun(config: RunConfig, run_dir: Path, threads: int = 0) -> d
     done = subprocess.run(
         command, env=env, capture_output=True, text=True, preexec_fn=_die_with_parent
     )
-    path = run_dir / "status.json"
-    status = json.loads(path.read_text()) if path.is_file() else {}
+    status = read_status(run_dir)
     if done.returncode or status.get("status") not in ("done", "diverged"):
         lines = done.stderr.splitlines()
         errors = [line for line in lines if "repro: error:" in line] or [

@@ -11,7 +11,6 @@ notebooks need is trained once.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -219,7 +218,12 @@ class Study:
         """`endpoints` with each tuned run's accuracy on the preset's downstream tasks (repro eval,
         once per run: RUN/downstream.json is reused): "<task> acc", "<task> acc_stderr",
         "<task> n"."""
-        from repro.downstream import POOL_TASK, evaluate_run, write_continuation_task
+        from repro.downstream import (
+            POOL_TASK,
+            evaluate_run,
+            read_downstream,
+            write_continuation_task,
+        )
 
         tasks, include = list(self.preset.downstream_tasks), None
         if POOL_TASK in tasks:
@@ -232,8 +236,7 @@ class Study:
             if not isinstance(run_id, str):  # every run of the group diverged: no accuracy
                 rows.append({})
                 continue
-            path = self.store / run_id / "downstream.json"
-            done = json.loads(path.read_text()) if path.is_file() else {}
+            done = read_downstream(self.store / run_id)
             if not set(tasks) <= set(done):
                 done = evaluate_run(self.store / run_id, tasks, include)
             rows.append({f"{t} {k}": v for t in tasks for k, v in done[t].items()})

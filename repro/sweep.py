@@ -54,7 +54,7 @@ from repro.runtime.config import (
     run_identity,
     stack_key,
 )
-from repro.runtime.files import write_json
+from repro.runtime.files import read_json, read_status, write_json
 from repro.runtime.loaders import epoch_steps
 from repro.runtime.model import model_config, parameter_count
 from repro.runtime.optim import decay_start_step
@@ -211,14 +211,11 @@ def _decay_start(config: RunConfig, steps_per_epoch: int) -> int:
 
 
 def run_status(run_dir: Path) -> str:
-    """done | diverged | failed | running (a run that was started, maybe interrupted) | pending."""
-    status = run_dir / "status.json"
-    if status.exists():
-        try:
-            return json.loads(status.read_text())["status"]
-        except (json.JSONDecodeError, KeyError):
-            return "running"
-    return "pending"
+    """done | diverged | failed | running (a run that was started, maybe interrupted) | pending;
+    a one-line ReproError for a damaged status.json (read_status)."""
+    if not (run_dir / "status.json").exists():
+        return "pending"
+    return read_status(run_dir).get("status", "running")
 
 
 def execute_stack(
@@ -560,7 +557,7 @@ def _write_manifest(store: Path, spec: dict, planned: list[PlannedRun]) -> None:
     path = store / "sweep.json"
     with open(store / ".manifest.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # two sweeps on one store must not drop each other's runs
-        manifest = json.loads(path.read_text()) if path.exists() else {"grids": [], "runs": []}
+        manifest = _read_manifest(store) if path.exists() else {"grids": [], "runs": []}
         known = {r["run_id"] for r in manifest["runs"]}
         if spec not in manifest["grids"]:
             manifest["grids"].append(spec)
@@ -568,6 +565,20 @@ def _write_manifest(store: Path, spec: dict, planned: list[PlannedRun]) -> None:
             {"run_id": p.run_id, "after": p.after} for p in planned if p.run_id not in known
         ]
         write_json(path, json.loads(json.dumps(manifest, default=str)))  # Paths as strings
+
+
+def _read_manifest(store: Path) -> dict:
+    """DIR/sweep.json: the grids and runs recorded in a store; a one-line ReproError naming it
+    when it is damaged."""
+    path = store / "sweep.json"
+    fix = f"remove it and run each grid again: repro sweep run GRID.yaml --out {store}"
+    manifest = read_json(path, fix)
+    runs = manifest.get("runs")
+    if not isinstance(manifest.get("grids"), list) or not isinstance(runs, list):
+        raise ReproError(f"{path} lacks its lists of grids and runs; {fix}")
+    if not all(isinstance(r, dict) and isinstance(r.get("run_id"), str) for r in runs):
+        raise ReproError(f"{path} holds a run without a run_id; {fix}")
+    return manifest
 
 
 def reset_failed(store: str | Path) -> list[str]:
@@ -604,7 +615,7 @@ def sweep_status(store: str | Path) -> dict[str, int]:
             f"start one with: repro sweep run GRID.yaml --out {store}"
         )
     counts: dict[str, int] = {}
-    for entry in json.loads(manifest.read_text())["runs"]:
+    for entry in _read_manifest(store)["runs"]:
         state = run_status(store / entry["run_id"])
         counts[state] = counts.get(state, 0) + 1
     return counts

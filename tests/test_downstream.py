@@ -111,6 +111,15 @@ def test_repro_eval_merges_into_downstream_json(trained_run, local_task, tmp_pat
     assert merged["repro_tiny_mc"]["n"] == len(QUESTIONS)
 
 
+def test_a_damaged_downstream_json_is_one_line_naming_it(trained_run, tmp_path):
+    run = shutil.copytree(trained_run, tmp_path / "run")
+    (run / "downstream.json").write_bytes(b"")
+    with pytest.raises(ReproError) as error:  # before any task loads
+        evaluate_run(run, ["no_such_task_here"])
+    message = f"{run / 'downstream.json'} is empty; remove it and evaluate the run again"
+    assert str(error.value) == message
+
+
 @pytest.mark.parametrize("option", [["--batch-size", "0"], ["--limit", "-1"]])
 def test_batch_size_and_limit_must_be_positive(trained_run, option, capsys):
     with pytest.raises(SystemExit) as exit_info:

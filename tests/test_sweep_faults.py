@@ -12,13 +12,21 @@ import time
 
 import pytest
 
-from repro.sweep import sweep_status
+from repro.cli import main
+from repro.sweep import load_grid, plan_grid, sweep_status
 
 GRID = {
     "fixed": {"model": "tiny", "seq_len": 32, "epochs": 1, "eval_every": 0.5, "threads": 1},
     "axes": {"batch_size": [4, 16], "lr": [1e-3, 3e-3], "weight_decay": [0.1]},
 }
 TRIALS = 3
+# damaged JSON files and what the one-line error says of each
+DAMAGES = {
+    b"": "is empty",
+    b'{"status": "do': "is not valid JSON",
+    b'{"status": "\xff"}': "is not UTF-8 text",
+    b"[1, 2]": "holds a JSON list, not an object",
+}
 
 
 def _sweep(pool, store) -> list[str]:
@@ -100,3 +108,28 @@ def test_a_sweep_killed_alone_takes_its_workers_with_it(synthetic_pool, straight
     subprocess.run(_sweep(synthetic_pool, store), check=True)
     assert sweep_status(store) == {"done": 4}
     assert _store_contents(store) == _store_contents(straight)
+
+
+@pytest.mark.parametrize("damage", list(DAMAGES), ids=list(DAMAGES.values()))
+@pytest.mark.parametrize("name", ["sweep.json", "status.json"])
+def test_a_damaged_store_file_is_one_line_naming_it(synthetic_pool, tmp_path, name, damage, capsys):
+    """`repro sweep status|run|table` on a store whose manifest or a run's status is damaged: one
+    line naming the file and saying to remove it, before anything trains."""
+    grid, store = tmp_path / "grid.yaml", tmp_path / "store"
+    grid.write_text(json.dumps(GRID | {"fixed": GRID["fixed"] | {"pool": str(synthetic_pool)}}))
+    run_ids = [p.run_id for p in plan_grid(load_grid(grid), store)]
+    for rid in run_ids:
+        (store / rid).mkdir(parents=True)
+        (store / rid / "status.json").write_text(json.dumps({"status": "done"}))
+    runs = [{"run_id": rid, "after": None} for rid in run_ids]
+    (store / "sweep.json").write_text(json.dumps({"grids": [], "runs": runs}))
+    damaged = store / name if name == "sweep.json" else store / run_ids[0] / name
+    damaged.write_bytes(damage)
+    commands = [["status", str(store)], ["run", str(grid), "--out", str(store), "--quiet"]]
+    commands += [["table", str(store)]] if name == "status.json" else []  # no manifest read
+    for command in commands:
+        with pytest.raises(SystemExit) as exit_info:
+            main(["sweep", *command])
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2 and err.count("\n") == 1, err
+        assert err.startswith(f"repro: error: {damaged} {DAMAGES[damage]}") and "; remove it" in err

@@ -261,6 +261,13 @@ def test_unusable_init_from_is_one_line(pool, straight, tmp_path, capsys):
 
 
 USER_FILES = ("metrics.jsonl", "notes.txt")
+# damaged JSON files and what the one-line error says of each
+DAMAGES = {
+    b"": "is empty",
+    b'{"status": "do': "is not valid JSON",
+    b'{"status": "\xff"}': "is not UTF-8 text",
+    b"[1, 2]": "holds a JSON list, not an object",
+}
 
 
 def _tree(path):
@@ -313,3 +320,24 @@ def test_checkpoints_and_statuses_are_flushed_with_their_folder(pool, tmp_path, 
     train(make_run_config(FIELDS | {"pool": str(pool), "epochs": 1}), run, progress=False)
     published = {f"{run.resolve()}/{name}.tmp" for name in ("config.json", "status.json", LATEST)}
     assert published | {str(run.resolve())} <= flushed
+
+
+@pytest.mark.parametrize("damage", list(DAMAGES), ids=list(DAMAGES.values()))
+@pytest.mark.parametrize("name", ["config.json", "status.json"])
+def test_a_damaged_run_file_is_one_line_naming_it(pool, straight, tmp_path, name, damage, capsys):
+    """Rerunning a finished run whose config.json or status.json is damaged: one line naming the
+    file and what to do; a status.json removed as it says, the run ends done again."""
+    run = shutil.copytree(straight["single"]["out"], tmp_path / "run")
+    (run / name).write_bytes(damage)
+    argv = ["train", "--pool", str(pool), "--out", str(run), "--quiet"]
+    argv += [f"{k}={v}" for k, v in FIELDS.items()]
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    err = capsys.readouterr().err
+    fix = f"remove {run} to retrain it" if name == "config.json" else "remove it: the run then"
+    assert exit_info.value.code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"repro: error: {run / name} {DAMAGES[damage]}") and fix in err, err
+    if name == "status.json":
+        (run / name).unlink()
+        main(argv)
+        assert json.loads((run / name).read_text())["status"] == "done"

@@ -64,12 +64,21 @@ def read_json(path: Path, fix: str) -> dict:
     except UnicodeDecodeError:
         problem = "is not UTF-8 text"
     except json.JSONDecodeError as exc:
-        problem = "is empty" if not exc.doc.strip() else f"is not valid JSON ({exc.msg})"
+        problem = "is empty" if not exc.doc.strip() else f"is not valid JSON ({exc})"
     else:
         if isinstance(value, dict):
             return value
         problem = f"holds a JSON {type(value).__name__}, not an object"
     raise ReproError(f"{path} {problem}; {fix}")
+
+
+def read_status(run: Path) -> dict:
+    """RUN/status.json, {} while there is none; a damaged one is a one-line error saying to remove
+    it (the run then resumes from its checkpoint, or starts over)."""
+    path = run / "status.json"
+    if not path.exists():
+        return {}
+    return read_json(path, "remove it: the run then resumes from its checkpoint or starts over")
 
 
 def check_out(

@@ -57,7 +57,7 @@ from repro.runtime.config import (
     run_identity,
     stack_key,
 )
-from repro.runtime.files import atomic_write, check_out, write_json
+from repro.runtime.files import atomic_write, check_out, read_json, read_status, write_json
 from repro.runtime.loaders import (
     EpochLoader,
     EpochSteps,
@@ -229,7 +229,7 @@ def train_stacked(
     except Exception as exc:
         if rank == 0:
             for i in todo:
-                if _status(outs[i]).get("status") not in FINISHED:
+                if read_status(outs[i]).get("status") not in FINISHED:
                     write_json(
                         outs[i] / "status.json",
                         {"status": "failed", "error": f"{type(exc).__name__}: {exc}"},
@@ -279,31 +279,30 @@ def _device(config: RunConfig, world_size: int) -> torch.device:
     return device
 
 
-def _status(out: Path) -> dict:
-    """The run's status.json; {} if it is missing or unreadable (the run then trains)."""
+def _saved_config(run: Path) -> RunConfig:
+    """RUN/config.json as a RunConfig (fields added later take their defaults); a one-line
+    ReproError naming the file when it is unusable."""
+    path, fix = run / "config.json", f"remove {run} to retrain it"
+    record = read_json(path, fix)
     try:
-        status = json.loads((out / "status.json").read_text())
-    except (OSError, ValueError):
-        return {}
-    return status if isinstance(status, dict) else {}
+        return make_run_config(record)
+    except ReproError as exc:
+        raise ReproError(f"{path}: {exc}; {fix}") from None
 
 
 def _finished_status(config: RunConfig, out: Path) -> dict | None:
     """The final status of a done or diverged run in `out`; None if it still has to train.
     Raises if `out` holds a different run."""
-    config_path = out / "config.json"
-    if not config_path.exists():
+    if not (out / "config.json").exists():
         return None
-    existing = run_identity(
-        make_run_config(json.loads(config_path.read_text()))
-    )  # fields added later take defaults
+    existing = run_identity(_saved_config(out))
     wanted = run_identity(config)
     if existing != wanted:
         diff = sorted(k for k in wanted if existing.get(k) != wanted[k])
         raise ReproError(
             f"{out} holds a different run (differs in {', '.join(diff)}); choose another --out"
         )
-    status = _status(out)
+    status = read_status(out)
     return status if status.get("status") in FINISHED else None
 
 
@@ -406,12 +405,12 @@ def _keep_document_losses(trunk: Path, out: Path, step: int) -> None:
 def load_final_model(run: Path, device: torch.device) -> tuple[Transformer, RunConfig, str]:
     """The finished run's model at its last step (checkpoint.pt), in eval mode, with its config
     and pool directory; a one-line ReproError for a run that is not done."""
-    status = _status(run)
+    status = read_status(run)
     if status.get("status") != "done":
         raise ReproError(
             f"{run} is not a finished run (status: {status.get('status', 'none')}); train it first"
         )
-    config = make_run_config(json.loads((run / "config.json").read_text()))
+    config = _saved_config(run)
     vocab = load_pool(config.pool).vocab_size
     model = Transformer(model_config(config.model, vocab, config.tie_embeddings)).to(device)
     model.load_state_dict(_read_checkpoint(run / LATEST, model, device)["model"])
