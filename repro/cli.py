@@ -139,6 +139,13 @@ def _sweep_table(args: argparse.Namespace) -> None:
         print(f"warning: group {label}: {row['edge']}; widen the grid there", file=sys.stderr)
     if failed:
         print(f"warning: not in the table: {errors}", file=sys.stderr)
+    unfinished = int((~runs["status"].isin(["done", "diverged", "failed"])).sum())
+    if unfinished:
+        print(
+            f"warning: provisional: {unfinished} run(s) still training or not started; the table "
+            "tunes over the finished ones only",
+            file=sys.stderr,
+        )
     if args.parquet:
         table.to_parquet(args.parquet)
 

@@ -19,7 +19,7 @@ import pandas as pd
 
 from repro.analysis import plots
 from repro.analysis.intervals import MIN_REPLICATES, effective_documents
-from repro.analysis.results import Results, open_results
+from repro.analysis.results import Results, check_finished, open_results
 from repro.data.build import build_pool
 from repro.data.pool import built_meta, load_pool
 from repro.growth import extension_grids
@@ -174,8 +174,11 @@ class Study:
 
     def sweep(self, grid: dict) -> Results:
         """Run what is missing of `grid` and of its growth (the preset's grid_growth rounds), then
-        return the Results of exactly those runs."""
-        return self._results(self._grow([grid])[0])
+        return the Results of exactly those runs, every one finished and consistent (a run held by
+        another sweep, or damaged, is a one-line error naming it: results.check_finished)."""
+        results = self._results(self._grow([grid])[0])
+        check_finished(results)
+        return results
 
     def _grow(self, grids: list[dict]) -> list[list[dict]]:
         """Each grid with its extension grids (repro.growth), up to grid_growth rounds; each

@@ -3,7 +3,9 @@
 import numpy as np
 import pytest
 
+from repro.analysis.results import Results, check_finished, memory_documents
 from repro.analysis.selection import compare, cross_fit, selection_halves, tuned
+from repro.errors import ReproError
 
 TOKENS = np.full(40, 100)
 LOADERS = ("repack", "shuffle")
@@ -109,3 +111,27 @@ def test_an_lr_is_bracketed_within_its_own_batch_when_the_batch_is_tuned_too(han
     row = tuned(hand_made.results(), ["pool"], ("batch_size", "lr", "epochs")).iloc[0]
     assert (row["batch_size"], row["lr"], row["bracketed"]) == (2, 2e-3, True)
     assert row["edge"] == "batch_size=2 is on the edge of [2, 8]"  # no lr note
+
+
+def _finished(hand_made):
+    hand_made.add(3.0)
+    hand_made.add(3.1, lr=3e-3)
+    results = hand_made.results()
+    return Results(results.runs.assign(final_step=100), results.evals, results.documents)
+
+
+def test_the_analysis_refuses_runs_that_are_not_finished_or_not_consistent(hand_made):
+    results = _finished(hand_made)
+    check_finished(results)  # both done, last evaluation at step 100, documents agree
+    running = Results(
+        results.runs.assign(status=["done", "running"]), results.evals, results.documents
+    )
+    with pytest.raises(ReproError, match="run run2 is running"):
+        check_finished(running)
+    torn = Results(results.runs, results.evals[results.evals["step"] < 100], results.documents)
+    with pytest.raises(ReproError, match="not at the step status.json records"):
+        check_finished(torn)
+    scaled = {key: (losses * 0.5, tokens) for key, (losses, tokens) in hand_made.documents.items()}
+    damaged = Results(results.runs, results.evals, memory_documents(scaled))
+    with pytest.raises(ReproError, match="val_docs is damaged"):
+        check_finished(damaged)

@@ -22,6 +22,7 @@ import pandas as pd
 
 from repro.errors import ReproError
 from repro.runtime.config import RunConfig, config_record
+from repro.runtime.files import read_json, read_status
 
 TUNED = ("lr", "weight_decay", "epochs")
 BOOKKEEPING = (
@@ -52,11 +53,9 @@ def load_results(
     dirs = [store / rid for rid in run_ids] if run_ids is not None else sorted(store.iterdir())
     for run_dir in (p for p in dirs if (p / "config.json").is_file()):
         rid = run_dir.name
-        config = DEFAULTS | json.loads((run_dir / "config.json").read_text())
-        status_path = run_dir / "status.json"
-        status = (
-            json.loads(status_path.read_text()) if status_path.exists() else {"status": "pending"}
-        )
+        fix = f"remove {run_dir} and rerun the sweep to retrain it"
+        config = DEFAULTS | read_json(run_dir / "config.json", fix)
+        status = read_status(run_dir) or {"status": "pending"}
         run_rows.append(
             {
                 "run_id": rid,
@@ -67,6 +66,7 @@ def load_results(
                 "best_epoch": status.get("best_epoch"),
                 "best_step": status.get("best_step"),
                 "steps_per_epoch": status.get("steps_per_epoch"),
+                "final_step": status.get("step"),
                 "wall_s": status.get("wall_s"),
                 **_downstream(run_dir),
             }
@@ -144,6 +144,47 @@ def store_documents(store: str | Path) -> DocumentLosses:
         return pair
 
     return load
+
+
+FINISHED = ("done", "diverged")
+VAL_LOSS_TOLERANCE = 1e-5  # nats/token: per-document losses against the logged val_loss
+
+
+def check_finished(results: Results) -> None:
+    """Refuse results the analyses cannot trust, before any endpoint is computed: every run must
+    have finished (done or diverged: a run still training, held by another sweep, failed or never
+    started is an error naming it, never a silently smaller table), and a finished one must be
+    consistent: its last evaluation at the step its status.json records, its per-document losses
+    there loading and averaging to that evaluation's val_loss."""
+    open_ = results.runs[~results.runs["status"].isin(FINISHED)]
+    if len(open_):
+        rid, status = open_["run_id"].iloc[0], open_["status"].iloc[0]
+        raise ReproError(
+            f"run {rid} is {status} ({len(open_)} of {len(results.runs)} runs not finished): "
+            "wait for the sweep that holds it, or rerun this one (repro reproduce resumes it)"
+        )
+    finals = results.evals.sort_values("step").groupby("run_id").last()
+    for run in results.runs[results.runs["status"] == "done"].itertuples():
+        _check_run(results, run.run_id, run.final_step, finals)
+
+
+def _check_run(results: Results, rid: str, step, finals: pd.DataFrame) -> None:
+    """One done run against check_finished's rules."""
+    fix = "remove the run's folder and rerun the sweep to retrain it"
+    if rid not in finals.index or finals.loc[rid, "step"] != step:
+        last = finals.loc[rid, "step"] if rid in finals.index else "none"
+        raise ReproError(
+            f"run {rid}: its last evaluation in metrics.jsonl (step {last}) is not at the step "
+            f"status.json records ({step}): metrics.jsonl is torn or incomplete; {fix}"
+        )
+    losses, tokens = results.documents(rid, int(step))
+    val_loss = float(finals.loc[rid, "val_loss"])
+    if abs(losses.sum() / max(tokens.sum(), 1) - val_loss) > VAL_LOSS_TOLERANCE:
+        raise ReproError(
+            f"run {rid}: its per-document losses at step {step} average to "
+            f"{losses.sum() / max(tokens.sum(), 1):.6f}, not the logged val_loss {val_loss:.6f}: "
+            f"val_docs is damaged; {fix}"
+        )
 
 
 def memory_documents(
