@@ -21,7 +21,7 @@ from repro.cli import main
 from repro.data.build import PoolSpec, build_pool
 from repro.data.pool import load_pool, packed_sequences
 from repro.errors import ReproError
-from repro.runtime.config import load_run_config, make_run_config
+from repro.runtime.config import config_record, load_run_config, make_run_config
 from repro.runtime.train import LATEST, check_config, train
 
 BASE = dict(
@@ -373,8 +373,10 @@ def test_a_checkpoint_that_would_run_code_is_refused(synthetic_pool, tmp_path, p
     marker, evil = tmp_path / "ran", tmp_path / "evil.pt"
     torch.save({"model": payload(marker), "step": 0}, evil)
     fields = BASE | {"pool": str(synthetic_pool)}
-    if where == "checkpoint":
+    if where == "checkpoint":  # in a run folder (config.json marks one)
         (tmp_path / "run").mkdir()
+        config = config_record(make_run_config(fields))
+        (tmp_path / "run" / "config.json").write_text(json.dumps(config))
         evil.rename(tmp_path / "run" / LATEST)
         message = (
             f"{re.escape(str(tmp_path / 'run' / LATEST))} is unusable: .* to start this run over"

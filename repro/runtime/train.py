@@ -81,7 +81,7 @@ FINISHED = ("done", "diverged")
 # what a run folder holds (RUN/config.json marks one; downstream.json: repro eval), and what
 # interrupted writes and a sweep's claim leave (.lock; launch.json: repro.launch): `--out` is a
 # missing folder, one of scratch only, or a run
-RUN_FILES = {"config.json", "metrics.jsonl", "status.json", LATEST, PREVIOUS, "downstream.json"}
+RUN_FILES = ("config.json", "metrics.jsonl", "status.json", LATEST, PREVIOUS, "downstream.json")
 RUN_ENTRIES = frozenset({*RUN_FILES, "checkpoints", "val_docs"})
 RUN_SCRATCH = frozenset({".lock", "launch.json", *(f"{name}.tmp" for name in RUN_FILES)})
 
