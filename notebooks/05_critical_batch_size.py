@@ -14,8 +14,8 @@
 # printed below). (1) Runs that log B_simple from micro-batch and global-batch gradient norms (each
 # EMA-smoothed before the ratio). (2) Steps-to-target from notebook 02's sweep on pool 0: for each
 # target loss and batch size, the fewest steps over the batch's runs (lr, weight decay and epoch
-# budget; each budget is its own annealed run) at which an evaluation first reaches it; the three
-# fits, with residuals and bootstrap intervals over the points, beside B_simple near the target.
+# budget; each budget is its own annealed run) in which the val loss falls to it; the three fits,
+# with residuals and bootstrap intervals over the points, beside B_simple near the target.
 # (3) The same sweep (first weight decay only) on pools of several sizes: B_crit and B* against
 # pool size D, the exponents with bootstrap intervals. (4) Batch-size schedules (notebook 04's
 # runs, at the best fixed batch's epoch budget and weight decay) against the fixed batches of the
@@ -23,8 +23,13 @@
 # replicate's choice made on the other replicates' half of the validation documents, reported on
 # its own other half), with an interval over replicates and documents.
 # Units: batch sizes in sequences of `seq_len` tokens; S in optimizer steps; E in tokens; losses
-# in nats/token. Evaluations fall every `eval_every` epochs, so steps-to-target are measured at
-# that resolution.
+# in nats/token. Evaluations fall every `eval_every` epochs (once per epoch on the CPU presets),
+# so the step at which a run reaches a target is interpolated between the last evaluation above
+# it and the first at or below it, linearly in log(step) (`cbs.crossing_step`): without it, every
+# batch that reaches a target in the same epoch gives S exactly proportional to 1/B. A target
+# reached at a run's first evaluation has nothing to interpolate from: that point is left-censored
+# and left out of the fits (counted in the table's "left-censored" column); "max log miss" still
+# checks each fit against every point's evaluation bracket.
 
 # %% tags=["parameters"]
 import os

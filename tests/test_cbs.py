@@ -88,7 +88,52 @@ def test_steps_to_target_takes_the_best_run_per_batch():
     assert table[["batch_size", "steps", "previous step", "run_id"]].values.tolist() == [
         [4, 20, 10, "b"]
     ]
-    assert table["tokens"].tolist() == [20 * 4 * 16]
+    crossing = 10 * 2**0.75  # 3.0 at step 10, 2.2 at step 20: 2.4 is 3/4 of the way in log(step)
+    assert table["crossing step"].tolist() == pytest.approx([crossing])
+    assert table["tokens"].tolist() == pytest.approx([crossing * 4 * 16])
+
+
+def test_steps_to_target_interpolates_inside_the_evaluation_interval():
+    """Batches 4 and 8 both first reach 2.0 at their evaluation of step 40 (after step 20); in
+    log(step) batch 4 (2.5 -> 1.5) crosses half way, batch 8 (2.2 -> 1.4) a quarter of the way.
+    Of batch 4's two runs, the one listed second crosses first."""
+    runs = pd.DataFrame({"run_id": ["a", "b", "c"], "batch_size": [4, 4, 8]})
+    evals = pd.DataFrame(
+        {
+            "run_id": ["a"] * 3 + ["b"] * 3 + ["c"] * 3,
+            "step": [10, 20, 40] * 3,
+            "tokens": [0] * 9,
+            "val_loss": [3.0, 2.9, 1.9, 3.0, 2.5, 1.5, 3.0, 2.2, 1.4],
+        }
+    )
+    table = steps_to_target(runs, evals, [2.0], seq_len=16)
+    assert table[["batch_size", "steps", "previous step", "run_id"]].values.tolist() == [
+        [4, 40, 20, "b"],
+        [8, 40, 20, "c"],
+    ]
+    crossings = [20 * 2**0.5, 20 * 2**0.25]  # 28.28 and 23.78 steps
+    assert table["crossing step"].tolist() == pytest.approx(crossings)
+    assert table["sequences"].tolist() == pytest.approx([crossings[0] * 4, crossings[1] * 8])
+    assert not table["left-censored"].any()
+
+
+def test_steps_to_target_at_the_first_evaluation_is_left_censored():
+    runs = pd.DataFrame({"run_id": ["a", "b"], "batch_size": [2, 4]})
+    evals = pd.DataFrame(
+        {
+            "run_id": ["a", "a", "b", "b"],
+            "step": [50, 100, 25, 50],
+            "tokens": [100, 200, 100, 200],
+            "val_loss": [1.9, 1.5, 2.5, 1.5],
+        }
+    )
+    table = steps_to_target(runs, evals, [2.0])
+    assert table[["steps", "previous step", "left-censored"]].values.tolist() == [
+        [50, 0, True],
+        [50, 25, False],
+    ]
+    assert table["crossing step"].tolist() == pytest.approx([50, 25 * 2**0.5])
+    assert table["tokens"].tolist() == pytest.approx([100, 4 * 25 * 2**0.5])  # tokens per step
 
 
 def test_interval_beyond_the_limit_reads_unbounded():
@@ -183,15 +228,20 @@ def _claims(
     return claims.set_index(claims["claim"].str.split().str[:3].str.join(" "))
 
 
-def _reach(batch, steps, previous=None, target=2.0) -> pd.DataFrame:
+def _reach(batch, steps, previous=None, target=2.0, censored=()) -> pd.DataFrame:
     """Hand-made steps-to-target points of one target (sequences, steps), each crossed between its
-    `previous` step (default: exactly at `steps`) and `steps`."""
+    `previous` step (default: exactly at `steps`, the crossing step) and `steps`; the batches in
+    `censored` reached it at their first evaluation (previous step 0)."""
     batch, steps = np.asarray(batch, float), np.asarray(steps, float)
+    first = np.isin(batch, censored)
+    previous = steps if previous is None else np.asarray(previous, float)
     return pd.DataFrame(
         {
             "batch_size": batch.astype(int),
             "steps": steps,
-            "previous step": steps if previous is None else np.asarray(previous, float),
+            "previous step": np.where(first, 0, previous),
+            "crossing step": steps,
+            "left-censored": first,
             "tokens": steps * batch,
             "target": target,
         }
@@ -307,6 +357,54 @@ def test_hyperbola_claim_allows_for_evaluation_resolution():
     assert _claims(fits=fits.assign(B_simple=32.0)).loc["steps fall ~1/B", "agrees?"] == "agrees"
     fits, _ = fit_targets(_reach(BATCHES, steps), EMPTY_TRAJECTORY)  # measured exactly: a miss
     assert _claims(fits=fits).loc["steps fall ~1/B", "agrees?"] == "disagrees"
+
+
+def test_fits_leave_out_left_censored_points_but_check_their_bound():
+    """Batch 1 reached the target at its first evaluation, step 5000 (the hyperbola's 3300 lies
+    below): not fitted, B_crit exact from the other six; a bound of 1000 steps, below the
+    hyperbola, is a miss. Three points of which one is censored give no fit."""
+    steps = 100 + 3200 / BATCHES
+
+    def fit(bound):
+        part = _reach(BATCHES, np.append(bound, steps[1:]), censored=[1])
+        return fit_targets(part, EMPTY_TRAJECTORY)[0]
+
+    fits = fit(5000)
+    row = fits.iloc[0]
+    assert (row["batch sizes"], row["left-censored"], row["smallest batch"]) == (6, 1, 2)
+    assert row["B_crit"] == pytest.approx(32, rel=1e-4)
+    assert row["max log miss"] == pytest.approx(0, abs=1e-9)
+    claim = _claims(fits=fits.assign(B_simple=32.0)).loc["steps fall ~1/B"]
+    assert "(1 more reached it at their first evaluation: not fitted)" in claim["measured here"]
+    assert fit(1000).loc[0, "max log miss"] == pytest.approx(math.log(3300 / 1000))
+    three = _reach(BATCHES[:3], steps[:3], censored=[1])
+    assert fit_targets(three, EMPTY_TRAJECTORY)[0].empty
+
+
+def _epoch_sweep(shape: str):
+    """Batches 2-32 on a pool of 1248 sequences, evaluated once per epoch (steps 1248 e / B), whose
+    val loss reaches 2.0 at S(B) = 40 + 1200 / B (B_crit 30): every batch between its first and
+    second evaluation (E = 40 B + 1200 in 1280-2480 sequences), so the evaluation steps alone give
+    S = 2496 / B exactly. Loss curves linear in log(step) ("log") or 1 + S(B) / step ("power")."""
+    runs, evals = [], []
+    for b in (2, 4, 8, 16, 32):
+        s_b = 40 + 1200 / b
+        runs.append({"run_id": str(b), "batch_size": b})
+        for step in (1248 * e // b for e in (1, 2, 3)):
+            loss = 2 - 0.5 * math.log(step / s_b) if shape == "log" else 1 + s_b / step
+            evals.append({"run_id": str(b), "step": step, "tokens": step * b, "val_loss": loss})
+    return pd.DataFrame(runs), pd.DataFrame(evals)
+
+
+@pytest.mark.parametrize("shape,tolerance", [("log", 1e-6), ("power", 0.05)])
+def test_b_crit_is_not_an_artefact_of_the_evaluation_grid(shape, tolerance):
+    reach = steps_to_target(*_epoch_sweep(shape), [2.0])
+    assert reach["steps"].tolist() == [2496 // b for b in (2, 4, 8, 16, 32)]  # the grid: S ~ 1/B
+    assert fit_mccandlish(reach["batch_size"], reach["steps"])["B_crit"] > 1e6
+    fits, _ = fit_targets(reach, EMPTY_TRAJECTORY)
+    row = fits.iloc[0]
+    assert row["B_crit"] == pytest.approx(30, rel=tolerance)
+    assert 2 <= row["B_crit lo"] <= row["B_crit"] <= row["B_crit hi"] < 40
 
 
 def test_hyperbola_claim_with_noise_and_without_a_fit():

@@ -7,7 +7,10 @@ training sequences consumed (S * B), reported as tokens where a column says so; 
 nats/token.
 
 - Steps-to-target: for a target loss, the fewest steps over a batch size's runs (lr, weight decay,
-  epoch budget) at which an evaluation first reaches it (evaluation resolution).
+  epoch budget) at which the val loss reaches it, interpolated in log(step) between the last
+  evaluation above it and the first at or below it (evaluations fall once per epoch on the CPU
+  presets: without it every batch reaching a target in the same epoch gives S ~ 1/B exactly). A
+  target reached at a run's first evaluation has no bracket: left-censored, left out of the fits.
 - Fits: McCandlish's hyperbola (S / S_min - 1)(E / E_min - 1) = 1, i.e. S(B) = S_min + E_min / B,
   fitted in log S, gives B_crit = E_min / S_min. Zhang et al. 2025 fit the same form
   S(B) = a + b / B in S and call critical the batch whose steps exceed linear scaling from the
@@ -41,6 +44,40 @@ from repro.runtime.loaders import epoch_steps
 # --- steps to a target loss ---------------------------------------------------------------------
 
 
+def crossing_step(
+    previous_step: np.ndarray,
+    previous_loss: np.ndarray,
+    step: np.ndarray,
+    loss: np.ndarray,
+    target: float,
+) -> np.ndarray:
+    """The step (optimizer steps) at which the val loss, linear in log(step) between an evaluation
+    above `target` (previous_step, previous_loss; nats/token) and the next one at or below it
+    (step, loss), equals `target`; it lies in (previous_step, step]. Log(step), not step: a loss
+    curve falls roughly as a power of the step, L_inf + A step^-alpha, convex in step: it lies
+    below its chords, so a line in step places the crossing late, by much of a bracket as wide as
+    an epoch (steps n to 2n); in log(step) the curve is far less curved (a line as alpha -> 0),
+    and a bracket is a ratio, as the fits (in log S) read it."""
+    fraction = (previous_loss - target) / (previous_loss - loss)
+    return previous_step * (step / previous_step) ** fraction
+
+
+def _first_reaching(points: pd.DataFrame, target: float) -> pd.DataFrame:
+    """Per run of `points` (evaluations with "previous step", "previous loss"): the first
+    evaluation with val_loss <= target, with its "crossing step" (crossing_step) and
+    "left-censored" (reached at the run's first evaluation: no previous loss to interpolate from;
+    its crossing step is then that evaluation's step, an upper bound)."""
+    reached = points[points["val_loss"] <= target].sort_values("step", kind="mergesort")
+    first = reached.drop_duplicates("run_id").reset_index(drop=True)  # first() skips NaNs
+    first["left-censored"] = first["previous loss"].isna()
+    first["crossing step"] = first["step"].astype(float)
+    inside = first[~first["left-censored"]]
+    first.loc[inside.index, "crossing step"] = crossing_step(
+        inside["previous step"], inside["previous loss"], inside["step"], inside["val_loss"], target
+    )
+    return first
+
+
 def steps_to_target(
     runs: pd.DataFrame,
     evals: pd.DataFrame,
@@ -49,33 +86,45 @@ def steps_to_target(
     seq_len: int | None = None,
 ) -> pd.DataFrame:
     """For every group of `by` (batch size, and e.g. pool) and target: the fewest steps over the
-    group's runs (every lr, weight decay and epoch budget) at which a run's evaluation first
-    reaches val_loss <= target. Columns: *by, target, steps, previous step (that run's evaluation
-    before: the target was crossed in (previous step, steps]), run_id, sequences (steps * batch),
-    tokens. Unreached targets are left out."""
+    group's runs (every lr, weight decay and epoch budget) in which a run's val loss falls to the
+    target, interpolated between its evaluations (_first_reaching). Columns (steps in optimizer
+    steps): *by, target; steps, the run's first evaluation at or below the target, and previous
+    step, its evaluation before (0 if none): the target was crossed in (previous step, steps];
+    crossing step, the interpolated crossing (float) that the fits use; left-censored, reached at
+    the run's first evaluation, the crossing step then that evaluation's, an upper bound (a batch
+    size's runs share one evaluation grid, so such a run is its group's fewest); run_id;
+    sequences and tokens consumed at the crossing step. Unreached targets are left out."""
     points = evals.dropna(subset=["val_loss"]).merge(
         runs[["run_id", *[c for c in by if c not in evals]]], on="run_id"
     )
     points = points.sort_values(["run_id", "step"])
-    points["previous step"] = points.groupby("run_id")["step"].shift(1, fill_value=0)
+    previous = points.groupby("run_id")[["step", "val_loss"]].shift(1)
+    points["previous step"] = previous["step"].fillna(0).astype(int)
+    points["previous loss"] = previous["val_loss"]
     rows = []
     for target in targets:
-        reached = points[points["val_loss"] <= target].sort_values("step", kind="mergesort")
-        first = reached.groupby("run_id", as_index=False).first()
-        for key, group in first.groupby(list(by)):
-            best = group.loc[group["step"].idxmin()]
+        for key, group in _first_reaching(points, target).groupby(list(by)):
             key = key if isinstance(key, tuple) else (key,)
-            row = dict(zip(by, key)) | {
-                "target": target,
-                "steps": int(best["step"]),
-                "previous step": int(best["previous step"]),
-                "run_id": best["run_id"],
-            }
-            row["sequences"] = row["steps"] * int(row["batch_size"])
-            row["tokens"] = row["sequences"] * seq_len if seq_len else float(best["tokens"])
-            rows.append(row)
-    columns = [*by, "target", "steps", "previous step", "run_id", "sequences", "tokens"]
-    return pd.DataFrame(rows, columns=columns)
+            best = group.loc[group["crossing step"].idxmin()]
+            rows.append(dict(zip(by, key)) | _target_row(best, target, seq_len))
+    columns = [*by, "target", "steps", "previous step", "crossing step", "left-censored"]
+    return pd.DataFrame(rows, columns=[*columns, "run_id", "sequences", "tokens"])
+
+
+def _target_row(best: pd.Series, target: float, seq_len: int | None) -> dict:
+    """The steps_to_target row (past the `by` columns) of run `best` (a _first_reaching row)."""
+    crossing, batch = float(best["crossing step"]), int(best["batch_size"])
+    per_step = seq_len * batch if seq_len else float(best["tokens"]) / int(best["step"])  # tokens
+    return {
+        "target": target,
+        "steps": int(best["step"]),
+        "previous step": int(best["previous step"]),
+        "crossing step": crossing,
+        "left-censored": bool(best["left-censored"]),
+        "run_id": best["run_id"],
+        "sequences": crossing * batch,
+        "tokens": crossing * per_step,
+    }
 
 
 def reachable_target(runs: pd.DataFrame, evals: pd.DataFrame, n_batches: int) -> float:
@@ -254,9 +303,17 @@ def b_simple_near(trajectory: pd.DataFrame, target: float) -> tuple[float, float
     return float(points.loc[nearest, "b_simple"].median()), float(gap[nearest].max())
 
 
+def fitted_points(part: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(batch sizes in sequences, crossing steps) of the rows of `part` (steps_to_target) that the
+    fits use: all but the left-censored, whose crossing is known only to lie in (0, steps]."""
+    kept = part[~part["left-censored"].astype(bool)]
+    return kept["batch_size"].to_numpy(float), kept["crossing step"].to_numpy(float)
+
+
 def resolution_miss(fit: dict, part: pd.DataFrame) -> np.ndarray:
-    """Per point of `part` (steps_to_target rows): how far (log steps) the McCandlish `fit`
-    predicts outside the point's resolution bracket [previous step, steps]; 0 inside it."""
+    """Per point of `part` (steps_to_target rows, left-censored ones included): how far (log
+    steps) the McCandlish `fit` predicts outside the point's resolution bracket [previous step,
+    steps]; 0 inside it."""
     B, S = part["batch_size"].to_numpy(float), part["steps"].to_numpy(float)
     predicted = fit["S_min"] + fit["E_min"] / B
     low = np.maximum(part["previous step"].to_numpy(float), 1e-300)  # 0: unbounded below
@@ -272,15 +329,16 @@ def _interval_columns(name: str, B: np.ndarray, S: np.ndarray, fit, key: str) ->
 
 
 def _fit_row(target: float, part: pd.DataFrame, trajectory: pd.DataFrame) -> tuple[dict, dict]:
-    """The three fits of one target's (batch, steps) points and B_simple near the target;
-    (table row, McCandlish fit)."""
-    B, S = part["batch_size"].to_numpy(float), part["steps"].to_numpy(float)
+    """The three fits of one target's (batch, crossing step) points (fitted_points) and B_simple
+    near the target; (table row, McCandlish fit)."""
+    B, S = fitted_points(part)
     mc = fit_mccandlish(B, S)
     b_simple, gap = b_simple_near(trajectory, target)
-    fewest = part.loc[part["tokens"] == part["tokens"].min(), "batch_size"]
+    fewest = B[B * S == (B * S).min()]  # fewest sequences (and tokens) at the crossing
     row = {
         "target": target,
-        "batch sizes": len(part),
+        "batch sizes": len(B),
+        "left-censored": int(part["left-censored"].sum()),
         "smallest batch": int(B.min()),
         "largest batch": int(B.max()),
         "B_simple": b_simple,
@@ -292,8 +350,7 @@ def _fit_row(target: float, part: pd.DataFrame, trajectory: pd.DataFrame) -> tup
         "max |residual| (steps)": float(np.abs(fit_zhang(B, S)["residuals"]).max()),
         **_interval_columns("B_opt", B, S, fit_wsd, "B_opt"),
         **_interval_columns("B_min", B, S, fit_wsd, "B_min"),
-        # tokens to target tie at evaluation resolution: every batch at the minimum
-        "fewest tokens at batch": ", ".join(str(b) for b in fewest),
+        "fewest tokens at batch": ", ".join(str(int(b)) for b in fewest),
     }
     return row, mc
 
@@ -302,13 +359,16 @@ def fit_targets(
     reach: pd.DataFrame, trajectory: pd.DataFrame
 ) -> tuple[pd.DataFrame, dict[float, dict]]:
     """McCandlish (B_crit), Zhang (B*) and Zhou (B_opt, B_min) fits per target of `reach`
-    (steps_to_target; targets with fewer than three batch sizes are skipped), each with its 90%
+    (steps_to_target), each fitted to the crossing steps that are not left-censored
+    (fitted_points; targets with fewer than three such batch sizes are skipped), with its 90%
     bootstrap interval ("lo", "hi"; sequences), beside B_simple near the target (b_simple_near of
-    the noise-scale `trajectory`); "max log miss" is the hyperbola's largest resolution_miss.
+    the noise-scale `trajectory`). "batch sizes": the points fitted; "left-censored": the points
+    left out; "max log miss": the hyperbola's largest resolution_miss over all points (a
+    left-censored one misses where the fit predicts more steps than its first evaluation).
     Returns (one row per target, {target: McCandlish fit})."""
     rows, mccandlish = [], {}
     for target, part in reach.groupby("target"):
-        if len(part) < 3:
+        if len(fitted_points(part)[0]) < 3:
             continue
         row, mccandlish[target] = _fit_row(target, part, trajectory)
         rows.append(row)
@@ -365,8 +425,8 @@ def pool_size_scaling(
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """B_crit and B* (sequences, with 90% bootstrap intervals) per pool of `pool_tokens` (pool
     path -> training tokens), each at the lowest loss `n_batches` batch sizes reach on that pool
-    (the largest of them: "largest batch").
-    Returns (one row per pool, the (batch, steps) points of every pool with its `pool tokens`)."""
+    (the largest of them: "largest batch"), fitted to the crossing steps (fitted_points).
+    Returns (one row per pool, the steps_to_target rows of every pool with its `pool tokens`)."""
     rows, points = [], []
     for pool, tokens in pool_tokens.items():
         mine = runs[runs["pool"] == str(pool)]
@@ -374,9 +434,9 @@ def pool_size_scaling(
         target = reachable_target(mine, mine_evals, n_batches)
         part = steps_to_target(mine, mine_evals, [target], seq_len=seq_len)
         points.append(part.assign(**{"pool tokens": tokens}))
-        B, S = part["batch_size"].to_numpy(float), part["steps"].to_numpy(float)
+        B, S = fitted_points(part)
         rows.append(
-            {"pool tokens": tokens, "target": target, "batch sizes": len(part)}
+            {"pool tokens": tokens, "target": target, "batch sizes": len(B)}
             | {"largest batch": B.max(initial=0)}
             | _interval_columns("B_crit", B, S, fit_mccandlish, "B_crit")
             | _interval_columns("B*", B, S, fit_zhang, "B_star")
@@ -388,13 +448,10 @@ def _alpha_interval(
     points: pd.DataFrame, fit, key: str, n: int = 500, seed: int = 0, level: float = 0.9
 ) -> tuple[float, float]:
     """Percentile interval of the exponent of fit(B, S)[key] ~ D^alpha over joint resamples of
-    every pool's points, as in `bootstrap` (at least MIN_BATCHES batch sizes per pool; resamples
-    keeping fewer than three on a pool are skipped); a resample whose key is not finite and
-    positive on every pool leaves alpha undetermined (_percentiles)."""
-    pools = [
-        (tokens / 1e6, part["batch_size"].to_numpy(float), part["steps"].to_numpy(float))
-        for tokens, part in points.groupby("pool tokens")
-    ]
+    every pool's fitted_points, as in `bootstrap` (at least MIN_BATCHES batch sizes per pool;
+    resamples keeping fewer than three on a pool are skipped); a resample whose key is not finite
+    and positive on every pool leaves alpha undetermined (_percentiles)."""
+    pools = [(tokens / 1e6, *fitted_points(part)) for tokens, part in points.groupby("pool tokens")]
     if any(len(np.unique(B)) < MIN_BATCHES for _, B, _ in pools):
         return (np.nan, np.nan)
     rng = np.random.default_rng(seed)
@@ -637,6 +694,12 @@ def _b_simple(fit: pd.Series) -> str:
     )
 
 
+def _censored(fit: pd.Series) -> str:
+    """The batch sizes left out of the fit as left-censored, if any."""
+    n = fit["left-censored"]
+    return f" ({n} more reached it at their first evaluation: not fitted)" if n else ""
+
+
 def _hyperbola_claim(fit: pd.Series | None, model: str) -> list[str]:
     claim = "steps fall ~1/B below B_crit and level off above it (S = S_min + E_min/B)"
     paper = "yes, with B_crit near B_simple (McCandlish et al.)"
@@ -646,7 +709,8 @@ def _hyperbola_claim(fit: pd.Series | None, model: str) -> list[str]:
     interval = describe_interval((fit["B_crit lo"], fit["B_crit hi"]), 10 * fit["largest batch"])
     measured = (
         f"model {model}, target {fit['target']}: B_crit {fit['B_crit']:.3g} (90% CI {interval}) "
-        f"over batches {fit['smallest batch']}-{fit['largest batch']}; {_b_simple(fit)}; "
+        f"over batches {fit['smallest batch']}-{fit['largest batch']}{_censored(fit)}; "
+        f"{_b_simple(fit)}; "
         f"max |log residual| {fit['max |log residual|']:.2f} ({fit['max log miss']:.2f} beyond "
         f"evaluation resolution){why}"
     )

@@ -21,7 +21,7 @@ from repro.runtime.model import SIZES
 
 LOSS = "tuned validation loss (nats/token)"
 DEADLINE = "deadline (step units)"
-TARGET_MARKERS = ("o", "s", "^")  # targets can share points at evaluation resolution
+TARGET_MARKERS = ("o", "s", "^")  # targets can share points (left-censored at one evaluation)
 
 
 def _interval(mean: pd.Series, lo: pd.Series, hi: pd.Series) -> np.ndarray:
@@ -486,17 +486,27 @@ def noise_scale(runs: pd.DataFrame, evals: pd.DataFrame) -> plt.Figure:
 
 
 def _steps_panel(ax: plt.Axes, reach: pd.DataFrame, fits: dict, batch_sizes, colors) -> None:
-    """S(B) per target; McCandlish fits over each target's measured range; batches that never
-    reach a target as x markers on the top edge."""
+    """S(B) per target (interpolated crossing steps); left-censored points (reached at the first
+    evaluation) as open markers at that evaluation, an upper bound; McCandlish fits over each
+    target's measured range; batches that never reach a target as x markers on the top edge."""
     for i, (target, part) in enumerate(reach.groupby("target")):
         part = part.sort_values("batch_size")
+        censored = part["left-censored"].astype(bool)
         ax.plot(
-            part["batch_size"],
-            part["steps"],
+            part.loc[~censored, "batch_size"],
+            part.loc[~censored, "crossing step"],
             color=colors[target],
             linestyle="-",
             marker=TARGET_MARKERS[i % 3],
             alpha=0.85,
+        )
+        ax.plot(
+            part.loc[censored, "batch_size"],
+            part.loc[censored, "crossing step"],
+            color=colors[target],
+            linestyle="none",
+            marker=TARGET_MARKERS[i % 3],
+            fillstyle="none",
         )
         if target in fits:
             b = np.geomspace(part["batch_size"].min(), part["batch_size"].max(), 50)
@@ -526,23 +536,23 @@ def _steps_panel(ax: plt.Axes, reach: pd.DataFrame, fits: dict, batch_sizes, col
             )
     plots.batch_axis(ax, batch_sizes)
     if len(reach):
-        plots.log_axis(ax, "y", reach["steps"].min(), reach["steps"].max())
+        plots.log_axis(ax, "y", reach["crossing step"].min(), reach["crossing step"].max())
     ax.set_ylabel("steps to target")
-    ax.set_title("S(B); dashed: McCandlish fit", fontsize="medium")
+    ax.set_title("S(B); dashed: McCandlish fit; open: at 1st eval", fontsize="medium")
 
 
 def steps_tokens_to_target(reach: pd.DataFrame, fits: dict, batch_sizes) -> plt.Figure:
-    """Left: steps to each target loss per batch size (cbs.steps_to_target), with the McCandlish
-    fit (cbs.fit_targets) drawn over the measured range. Right: tokens against steps, one point
-    per batch size (labelled), connected in step order."""
+    """Left: steps to each target loss per batch size (crossing steps of cbs.steps_to_target),
+    with the McCandlish fit (cbs.fit_targets) drawn over the measured range. Right: tokens against
+    steps at the crossing, one point per batch size (labelled), connected in step order."""
     targets = sorted(reach["target"].unique())
     colors = dict(zip(targets, plots.PALETTE))
     fig, (ax_s, ax_e) = plt.subplots(1, 2, figsize=(10, 3.8))
     _steps_panel(ax_s, reach, fits, batch_sizes, colors)
     for target, part in reach.groupby("target"):
-        part = part.sort_values("steps")
+        part = part.sort_values("crossing step")
         ax_e.plot(
-            part["steps"],
+            part["crossing step"],
             part["tokens"],
             color=colors[target],
             label=f"target {target}",
@@ -551,14 +561,14 @@ def steps_tokens_to_target(reach: pd.DataFrame, fits: dict, batch_sizes) -> plt.
         for _, p in part.iterrows():
             ax_e.annotate(
                 str(p["batch_size"]),
-                (p["steps"], p["tokens"]),
+                (p["crossing step"], p["tokens"]),
                 fontsize=7,
                 xytext=(3, 3),
                 textcoords="offset points",
                 color=colors[target],
             )
     if len(reach):
-        plots.log_axis(ax_e, "x", reach["steps"].min(), reach["steps"].max())
+        plots.log_axis(ax_e, "x", reach["crossing step"].min(), reach["crossing step"].max())
         plots.log_axis(ax_e, "y", reach["tokens"].min(), reach["tokens"].max())
     ax_e.set_xlabel("steps to target")
     ax_e.set_ylabel("training tokens to target")
