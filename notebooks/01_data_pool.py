@@ -19,6 +19,8 @@ preset = os.environ.get("REPRO_PRESET", "cpu")  # smoke | cpu | gpu-small | gpu 
 workers = None  # parallel runs; default: the preset's
 
 # %%
+from IPython.display import Markdown
+
 from repro.analysis import analyses, figures
 from repro.analysis.intervals import claim_count
 from repro.study import open_study
@@ -87,6 +89,6 @@ print(
 
 # %%
 claims = analyses.pool_claims(overlap, analyses.train_val_shared_docs(pools))
-study.save_table(claims, "01_claims")
+table = study.save_table(claims, "01_claims")
 print(claim_count(claims))
-claims
+Markdown(table.read_text())  # the claims in full, as committed in figures/<preset>/01_claims.md

@@ -18,10 +18,9 @@
 # when the interval supports the claim, and needs at least 3 replicates. The best evaluation
 # *inside* the chosen run (within-run early stopping) is shown separately. The recipe is the
 # one-pass recipe of Kim et al. (docs/REFERENCE_RECIPE.md): sequences packed once and reshuffled
-# each epoch (SHUFFLE), untied
-# embeddings, weight decay on every linear layer (the output head included) but not on the token
-# embedding, AdamW (0.9, 0.95), cosine to zero after 1% warmup. The summary below lists where
-# this preset departs from that recipe.
+# each epoch (SHUFFLE), untied embeddings, weight decay on every linear layer (the output head
+# included) but not on the token embedding, AdamW (0.9, 0.95), cosine to zero after 1% warmup.
+# The summary below lists where this preset departs from that recipe.
 
 # %% tags=["parameters"]
 import os
@@ -30,6 +29,8 @@ preset = os.environ.get("REPRO_PRESET", "cpu")  # smoke | cpu | gpu-small | gpu 
 workers = None  # parallel runs; default: the preset's
 
 # %%
+from IPython.display import Markdown
+
 from repro.analysis import accuracy, analyses, figures
 from repro.analysis.intervals import claim_count
 from repro.study import open_study
@@ -160,6 +161,6 @@ print(f"downstream tasks: {', '.join(tasks) or 'none in this preset'}")
 usual = analyses.usual_batch(results, P)
 claims = analyses.batch_sweep_claims(results, models, usual, P.usual_batch_source())
 claims = accuracy.with_accuracy_claims(claims, scored, tasks, models[0], "batch_size")
-study.save_table(claims, "02_claims")
+table = study.save_table(claims, "02_claims")
 print(claim_count(claims))
-claims
+Markdown(table.read_text())  # the claims in full, as committed in figures/<preset>/02_claims.md

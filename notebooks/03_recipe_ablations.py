@@ -24,6 +24,8 @@ preset = os.environ.get("REPRO_PRESET", "cpu")  # smoke | cpu | gpu-small | gpu 
 workers = None  # parallel runs; default: the preset's
 
 # %%
+from IPython.display import Markdown
+
 from repro.analysis import accuracy, analyses, figures
 from repro.analysis.intervals import claim_count
 from repro.study import open_study
@@ -119,6 +121,6 @@ accuracy.ablation_accuracy(scored, arms, tasks).round(3)
 # %%
 claims = analyses.recipe_claims(loader, embedding, original, combined)
 claims = accuracy.with_accuracy_claims(claims, scored.get("loader"), tasks, model, "loader")
-study.save_table(claims, "03_claims")
+table = study.save_table(claims, "03_claims")
 print(claim_count(claims))
-claims
+Markdown(table.read_text())  # the claims in full, as committed in figures/<preset>/03_claims.md

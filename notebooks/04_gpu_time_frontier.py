@@ -25,6 +25,8 @@ preset = os.environ.get("REPRO_PRESET", "cpu")  # smoke | cpu | gpu-small | gpu 
 workers = None  # parallel runs; default: the preset's
 
 # %%
+from IPython.display import Markdown
+
 from repro.analysis import figures
 from repro.analysis.intervals import claim_count
 from repro.study import open_study
@@ -173,6 +175,6 @@ policies
 
 # %%
 claims = deadline_claims.frontier_claims(model_results, judged, deadlines, step, g_max)
-study.save_table(claims, "04_claims")
+table = study.save_table(claims, "04_claims")
 print(claim_count(claims))
-claims
+Markdown(table.read_text())  # the claims in full, as committed in figures/<preset>/04_claims.md

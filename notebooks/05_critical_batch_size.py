@@ -38,6 +38,8 @@ preset = os.environ.get("REPRO_PRESET", "cpu")  # smoke | cpu | gpu-small | gpu 
 workers = None  # parallel runs; default: the preset's
 
 # %%
+from IPython.display import Markdown
+
 from repro.analysis import analyses, figures
 from repro.analysis.intervals import claim_count
 from repro.study import open_study
@@ -177,6 +179,6 @@ schedules.table.round(4)
 # %%
 lr_schedule = "/".join(sorted(runs0["schedule"].unique()))
 claims = cbs.cbs_claims(trajectory, fits, scaling, law, schedules, lr_schedule, model)
-study.save_table(claims, "05_claims")
+table = study.save_table(claims, "05_claims")
 print(claim_count(claims))
-claims
+Markdown(table.read_text())  # the claims in full, as committed in figures/<preset>/05_claims.md
