@@ -340,7 +340,10 @@ class Preset:
         """Where this preset's "usual" (one-pass) batch comes from."""
         if self.one_pass_batch_size:
             return f"{self.one_pass_batch_size} sequences, as set in the preset"
-        return "measured: the batch with the lowest tuned loss at an epoch budget of 1"
+        return (
+            "measured: the batch with the lowest tuned loss at an epoch budget of 1, "
+            "on the other pools"
+        )
 
     def scaling_grid(self, pools: list[str | Path], **recipe) -> dict:
         """The batch sweep on pools of several sizes, at the first model and the first weight

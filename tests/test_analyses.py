@@ -29,9 +29,8 @@ def _batch_sweep(hand_made, val: dict, train: dict, pools=POOLS, noise=0.005):
 
 
 def _claims(hand_made, val, train, usual=16, noise=0.005):
-    table = batch_sweep_claims(
-        _batch_sweep(hand_made, val, train, noise=noise), ["m"], usual, "set"
-    )
+    results = _batch_sweep(hand_made, val, train, noise=noise)
+    table = batch_sweep_claims(results, ["m"], dict.fromkeys(POOLS, usual), "set")
     return dict(zip(table["claim"].str.replace(r" \(m\)$", "", regex=True), table["agrees?"]))
 
 
@@ -85,7 +84,9 @@ def test_claims_are_made_per_model_and_across_sizes(hand_made):
             for batch in (1, 4, 16):
                 loss = 3.0 + (dip if batch != 4 else 0.0)
                 hand_made.add(loss, 2.5, pool=pool, batch_size=batch, model=model)
-    table = batch_sweep_claims(hand_made.results(), ["big", "small"], 16, "set")
+    table = batch_sweep_claims(
+        hand_made.results(), ["big", "small"], dict.fromkeys(POOLS, 16), "set"
+    )
     verdicts = dict(zip(table["claim"], table["agrees?"]))
     assert verdicts[f"{U_SHAPE} (big)"] == "agrees"
     assert verdicts[f"{U_SHAPE} (small)"] == "undetermined"
@@ -269,7 +270,8 @@ def test_an_edge_whose_best_budget_is_the_largest_tried_leaves_the_u_undetermine
         for batch, (at4, at8) in {1: (3.1, 3.2), 4: (3.0, 3.1), 16: (3.3, 3.2)}.items():
             hand_made.add(at4, pool=pool, batch_size=batch, epochs=4)
             hand_made.add(at8, pool=pool, batch_size=batch, epochs=8)
-    table = batch_sweep_claims(hand_made.results(), ["m"], 16, "set").set_index("claim")
+    table = batch_sweep_claims(hand_made.results(), ["m"], dict.fromkeys(POOLS, 16), "set")
+    table = table.set_index("claim")
     assert table.loc[f"{U_SHAPE} (m)", "agrees?"] == "undetermined"
     assert "(censored: second arm)" in table.loc[f"{U_SHAPE} (m)", "measured here"]
 
@@ -283,8 +285,28 @@ def test_the_usual_batch_is_measured_per_model_at_one_epoch(hand_made):
             hand_made.add(loss, model=model, batch_size=batch, epochs=1)
     results = hand_made.results()
     # mean over the two sizes: batch 2 at 3.15, batch 8 at 3.1 (no model is tuned over)
-    assert usual_batch(results, PRESETS["smoke"]) == 8
-    assert usual_batch(results, PRESETS["gpu"]) == 64  # as set
+    assert usual_batch(results, PRESETS["smoke"]) == {"p0": 8}
+    assert usual_batch(results, PRESETS["gpu"]) == {"p0": 64}  # as set
+
+
+def test_the_usual_batch_of_a_pool_is_measured_on_the_other_pools(hand_made):
+    """Each pool's usual batch comes from the other pools' one-epoch losses: p1's is 2, p0's and
+    p2's are 8. The pools disagree, so "smaller batches win" is undetermined."""
+    from repro.analysis.analyses import usual_batch
+    from repro.presets import PRESETS
+
+    at_one = {"p0": {2: 3.0, 8: 3.1}, "p1": {2: 3.1, 8: 3.0}, "p2": {2: 3.1, 8: 3.05}}
+    for pool, losses in at_one.items():
+        for batch, loss in losses.items():
+            hand_made.add(loss, pool=pool, batch_size=batch, epochs=1)
+    usual = usual_batch(hand_made.results(), PRESETS["smoke"])
+    assert usual == {"p0": 8, "p1": 2, "p2": 8}  # p1's own 8 does not count for p1
+    for pool in POOLS:
+        for batch in (2, 8):
+            hand_made.add(3.0, pool=pool, batch_size=batch, epochs=4)
+    table = batch_sweep_claims(hand_made.results(), ["m"], usual, "measured")
+    row = table.set_index("claim").loc[f"{SMALLER} (m)"]
+    assert row["agrees?"] == "undetermined" and "differs between pools" in row["measured here"]
 
 
 def test_loss_per_budget_tunes_within_each_budget(hand_made):

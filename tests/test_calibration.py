@@ -25,6 +25,7 @@ N_DOCS = 120
 REPLICATE_SD = 0.03  # replicate (pool) x batch effect, nats/token
 RUN_SD = 0.01  # run-level noise (seed, lr), nats/token
 DOC_SD = 0.15  # document x run noise per token at 100 tokens, nats/token
+USUAL = {"p0": 8, "p1": 8, "p2": 8}  # the one-pass batch, set by design
 
 
 def _tokens(rng: np.random.Generator) -> np.ndarray:
@@ -105,16 +106,10 @@ def test_the_interval_covers_with_replicate_and_document_noise():
 def null_claims() -> pd.DataFrame:
     """The batch-sweep claims of 80 simulated studies with no true batch effect."""
     tables = [
-        batch_sweep_claims(simulate_study(seed), ["m"], 8, "set").assign(study=seed)
+        batch_sweep_claims(simulate_study(seed), ["m"], USUAL, "set").assign(study=seed)
         for seed in range(80)
     ]
     return pd.concat(tables, ignore_index=True)
-
-
-def _null_rates(null_claims: pd.DataFrame) -> pd.DataFrame:
-    """Share of studies per claim (rows) and definite verdict (columns)."""
-    rates = null_claims.groupby("claim")["agrees?"].value_counts(normalize=True).unstack(1)
-    return rates.reindex(columns=["agrees", "disagrees"], fill_value=0).fillna(0)
 
 
 def test_no_batch_effect_gives_few_definite_verdicts(null_claims):
@@ -137,7 +132,7 @@ def test_a_known_effect_is_covered_and_found():
         batch = study.runs["batch_size"]
         diff = compare(_arm(study, batch == 1), _arm(study, batch == 4))
         covered += diff.low <= 0.3 <= diff.high
-        claims = batch_sweep_claims(study, ["m"], 8, "set")
+        claims = batch_sweep_claims(study, ["m"], USUAL, "set")
         found += claims["agrees?"].iloc[0] == "agrees"
     assert covered / 40 >= 0.87
     assert found / 40 >= 0.5

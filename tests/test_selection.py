@@ -135,3 +135,22 @@ def test_the_analysis_refuses_runs_that_are_not_finished_or_not_consistent(hand_
     damaged = Results(results.runs, results.evals, memory_documents(scaled))
     with pytest.raises(ReproError, match="val_docs is damaged"):
         check_finished(damaged)
+
+
+def test_seeds_on_one_pool_are_not_independent_replicates(hand_made):
+    """2 pools x 2 seeds: the seeds of a pool are averaged, so 2 replicates count (no verdict)
+    and each endpoint's choice is made on the other pool only."""
+    for pool, shift in (("p0", -0.1), ("p1", -0.05)):
+        for seed in (0, 1):
+            hand_made.add(3.0 + shift, pool=pool, seed=seed, loader="repack")
+            hand_made.add(3.0, pool=pool, seed=seed, loader="shuffle")
+    ends = tuned(hand_made.results(), ["pool", "seed", "loader"])
+    diff = compare(*(ends[ends["loader"] == k] for k in LOADERS))
+    assert len(diff.per_replicate) == 2 and diff.value == pytest.approx(-0.075, abs=0.005)
+
+
+def test_runs_that_share_every_tuned_value_are_an_error(hand_made):
+    hand_made.add(3.0, schedule="cosine")
+    hand_made.add(3.1, schedule="wsd")
+    with pytest.raises(ReproError, match="share every tuned value"):
+        tuned(hand_made.results(), ["pool"])

@@ -217,14 +217,18 @@ def _arm(
     return tuned(chosen, list(REPLICATE_FIELDS), TUNED + also_tuned)
 
 
-def usual_batch(results: Results, preset) -> int:
-    """The preset's usual (one-pass) batch: as set, or measured as the batch with the lowest tuned
-    loss at an epoch budget of 1, averaged over replicates and model sizes
-    (Preset.usual_batch_source)."""
+def usual_batch(results: Results, preset) -> dict[str, int]:
+    """The preset's usual (one-pass) batch per pool: as set, or measured on the *other* pools as
+    the batch with the lowest tuned loss at an epoch budget of 1, averaged over them and over
+    model sizes (Preset.usual_batch_source), so that no pool's own luck picks the batch it is
+    tested against; with a single pool, measured on it."""
+    pools = sorted(results.runs["pool"].unique())
     if preset.one_pass_batch_size:
-        return preset.one_pass_batch_size
+        return dict.fromkeys(pools, preset.one_pass_batch_size)
     one = batch_endpoints(results.subset(results.runs["epochs"] == 1))
-    return int(one.groupby("batch_size")["val_loss"].mean().idxmin())
+    means = one.groupby(["pool", "batch_size"])["val_loss"].mean().unstack("batch_size")
+    others = {pool: means.drop(index=pool) if len(pools) > 1 else means for pool in pools}
+    return {pool: int(rest.mean().idxmin()) for pool, rest in others.items()}
 
 
 def optimum_table(endpoints: pd.DataFrame, models: list[str]) -> pd.DataFrame:
@@ -277,26 +281,62 @@ def optimal_batches(endpoints: pd.DataFrame, models: list[str], vocab_size: int)
     return pd.DataFrame(rows)
 
 
-def _u_shape_claim(results: Results, batches: list[int]) -> tuple[list[str], str]:
-    """The best interior batch (tuned among the interior batches) against each edge batch."""
-    claim = "best val loss vs batch size is U-shaped (interior optimum)"
+def _u_shape_diffs(results: Results, batches: list[int], level: float) -> list[Difference]:
+    """The best interior batch (tuned among the interior batches) minus each edge batch, at
+    `level`; empty with fewer than 3 batch sizes."""
     if len(batches) < 3:
-        return [claim, "yes", "fewer than 3 batch sizes", "undetermined"], "undetermined"
+        return []
     in_ = results.runs["batch_size"]
     interior = _arm(results, (in_ > batches[0]) & (in_ < batches[-1]))
     edges = [_arm(results, in_ == b) for b in (batches[0], batches[-1])]
-    diffs = [compare(interior, edge, PAIR_LEVEL) for edge in edges]
+    return [compare(interior, edge, level) for edge in edges]
+
+
+def _u_shape_claim(results: Results, batches: list[int]) -> list[str]:
+    """The U-shape at one model size: the interior against both edges (PAIR_LEVEL each)."""
+    claim = "best val loss vs batch size is U-shaped (interior optimum)"
+    diffs = _u_shape_diffs(results, batches, PAIR_LEVEL)
+    if not diffs:
+        return [claim, "yes", "fewer than 3 batch sizes", "undetermined"]
     names = [f"interior - batch {b}" for b in (batches[0], batches[-1])]
     measured = "; ".join(describe(n, d) for n, d in zip(names, diffs))
     measured += f" ({PAIR_LEVEL:.0%} intervals: two edges)"
-    verdict = lower_verdict(diffs)
-    return [claim, "yes", measured, verdict], verdict
+    return [claim, "yes", measured, lower_verdict(diffs)]
 
 
-def _smaller_batch_claim(results: Results, batches: list[int], usual: int, source: str):
-    """The best batch below the usual one (tuned among them) against the usual batch."""
+def _u_shape_across_claim(results: Results, models: list[str]) -> list[str]:
+    """The U-shape at every model size: all 2 k comparisons (k sizes) at once, Bonferroni."""
+    level = 1 - (1 - LEVEL) / (2 * len(models))
+    per_size = {}
+    for model in models:
+        mine = results.subset(results.runs["model"] == model)
+        batches = sorted(mine.runs["batch_size"].unique().tolist())
+        per_size[model] = lower_verdict(_u_shape_diffs(mine, batches, level))
+    verdicts = set(per_size.values())
+    across = (
+        "agrees"
+        if verdicts == {"agrees"}
+        else ("disagrees" if "disagrees" in verdicts else "undetermined")
+    )
+    measured = ", ".join(f"{m}: {v}" for m, v in per_size.items())
+    return [
+        "the U-shape holds across model sizes",
+        "yes (150M-1.5B)",
+        f"{measured} ({level:.1%} intervals: {2 * len(models)} comparisons)",
+        across,
+    ]
+
+
+def _smaller_batch_claim(results: Results, batches: list[int], usual: dict[str, int], source):
+    """The best batch below the usual one (tuned among them) against the usual batch (usual_batch:
+    per pool; undetermined where the pools' usual batches differ)."""
     claim = "smaller batches than usual win"
     paper = "yes (optimum below the one-pass batch, 64 at paper scale)"
+    if len(set(usual.values())) > 1:
+        per_pool = ", ".join(f"{Path(p).name}: {b}" for p, b in usual.items())
+        measured = f"usual batch ({source}) differs between pools ({per_pool})"
+        return [claim, paper, measured, "undetermined"]
+    usual = next(iter(usual.values()))
     smaller = [b for b in batches if b < usual]
     if not smaller or usual not in batches:
         missing = "no smaller batch" if usual in batches else "the usual batch is not"
@@ -349,40 +389,26 @@ def _signature_claim(results: Results, batches: list[int], edge: int, claim: str
 
 
 def batch_sweep_claims(
-    results: Results, models: list[str], usual: int, usual_source: str
+    results: Results, models: list[str], usual: dict[str, int], usual_source: str
 ) -> pd.DataFrame:
     """The study's batch-size claims at each model size (`models`, largest first), and whether
-    the U-shape holds across sizes; `usual` is the one-pass batch (sequences) and `usual_source`
-    where it comes from."""
-    rows, shapes = [], []
+    the U-shape holds across sizes; `usual` is the one-pass batch (sequences) per pool
+    (usual_batch) and `usual_source` where it comes from."""
+    rows = []
     small = "the smallest batch overfits: lower train loss, worse val loss"
     large = "the largest batch overfits: lower train loss, worse val loss"
     for model in models:
         mine = results.subset(results.runs["model"] == model)
         batches = sorted(mine.runs["batch_size"].unique().tolist())
-        u_row, u_verdict = _u_shape_claim(mine, batches)
-        shapes.append(u_verdict)
         for row in (
-            u_row,
+            _u_shape_claim(mine, batches),
             _smaller_batch_claim(mine, batches, usual, usual_source),
             _signature_claim(mine, batches, batches[0], small),
             _signature_claim(mine, batches, batches[-1], large),
         ):
             rows.append([f"{row[0]} ({model})", *row[1:]])
     if len(models) > 1:
-        across = (
-            "disagrees"
-            if "disagrees" in shapes
-            else ("agrees" if set(shapes) == {"agrees"} else "undetermined")
-        )
-        rows.append(
-            [
-                "the U-shape holds across model sizes",
-                "yes (150M-1.5B)",
-                ", ".join(f"{m}: {v}" for m, v in zip(models, shapes)),
-                across,
-            ]
-        )
+        rows.append(_u_shape_across_claim(results, models))
     return pd.DataFrame(rows, columns=CLAIM_COLUMNS)
 
 
@@ -399,8 +425,9 @@ def _loader_claims(results: Results) -> list[list[str]]:
             for k in ("repack", "shuffle", "repeat")
         }
         pairs = [("repack", "shuffle"), ("shuffle", "repeat")]
-        diffs = [compare(arm[a], arm[b]) for a, b in pairs]
+        diffs = [compare(arm[a], arm[b], PAIR_LEVEL) for a, b in pairs]
         measured = "; ".join(describe(f"{a} - {b}", d) for (a, b), d in zip(pairs, diffs))
+        measured += f" ({PAIR_LEVEL:.0%} intervals: two comparisons)"
         rows.append(
             [
                 f"REPACK < SHUFFLE < REPEAT in val loss (batch {batch})",
@@ -443,7 +470,9 @@ def _embedding_claims(results: Results) -> list[list[str]]:
     }
     helps = compare(arm[(False, True)], arm[(False, False)])
     tying = compare(arm[(True, False)], arm[(False, False)])
-    together = [compare(arm[(True, True)], arm[k]) for k in arm if k != (True, True)]
+    others = [k for k in arm if k != (True, True)]
+    level = 1 - (1 - LEVEL) / len(others)  # three comparisons, any of which can disagree
+    together = [compare(arm[(True, True)], arm[k], level) for k in others]
     names = ["- untied", "- tied alone", "- decay alone"]
     return [
         [
@@ -461,7 +490,8 @@ def _embedding_claims(results: Results) -> list[list[str]]:
         [
             "tying and embedding decay together are best",
             "yes",
-            "; ".join(describe(f"both {n}", d) for n, d in zip(names, together)),
+            "; ".join(describe(f"both {n}", d) for n, d in zip(names, together))
+            + f" ({level:.1%} intervals: three comparisons)",
             lower_verdict(together),
         ],
     ]

@@ -4,7 +4,7 @@ An *arm* is a set of batch sizes, each on a number of GPUs; under a deadline T i
 every evaluation of its runs (every lr, weight decay and epoch budget, at every evaluation epoch)
 whose priced time (repro.analysis.frontier.eval_costs) fits in T. As in repro.analysis.selection,
 each replicate (pool, seed) reports, on one half of the validation documents, the candidate that
-is best on the other half *of the other replicates* (the same configuration and evaluation epoch),
+is best on the other half *of the other replicates* (the same configuration and evaluation),
 so neither the documents nor its own run noise chose it. The arms' held-out losses then compare
 through selection.contrast: intervals over replicates and documents, no verdict below
 MIN_REPLICATES replicates.
@@ -28,8 +28,8 @@ StepTime = Callable[[int, int], float]
 
 def deadline_points(results: Results) -> pd.DataFrame:
     """Every evaluation of the finished runs with its replicate, configuration (run fields other
-    than the replicate's), batch size, and mean loss (nats/token) on each half of the validation
-    documents (`half 0`, `half 1`)."""
+    than the replicate's), its position among the run's evaluations, batch size, and mean loss
+    (nats/token) on each half of the validation documents (`half 0`, `half 1`)."""
     runs = results.runs[results.runs["status"] == "done"]
     replicate = results.replicate_fields()
     config = [f for f in default_group_by(runs) if f not in replicate]
@@ -41,6 +41,9 @@ def deadline_points(results: Results) -> pd.DataFrame:
     points = results.evals.dropna(subset=["val_loss"]).merge(
         keyed[["run_id", "replicate", "config", "batch_size"]], on="run_id"
     )
+    # the n-th evaluation of a configuration matches across pools (their epochs may differ in
+    # the last digits where pools differ in steps per epoch)
+    points["position"] = points.sort_values("step").groupby("run_id").cumcount()
     halves = []
     for rid, step in zip(points["run_id"], points["step"]):
         losses, tokens = results.documents(rid, int(step))
@@ -84,18 +87,18 @@ def _held_out_row(feasible: pd.DataFrame, results: Results, replicate: tuple) ->
     """The held-out endpoint of one replicate among `feasible` points, or None without one."""
     reported, tokens = None, None
     for select in (0, 1):
-        scores = feasible.pivot_table(f"half {select}", ["config", "epoch"], "replicate")
+        scores = feasible.pivot_table(f"half {select}", ["config", "position"], "replicate")
         if replicate not in scores or scores.shape[1] < 2:
             return None
         others = scores.drop(columns=[replicate]).mean(axis=1)
         valid = others[scores[replicate].notna() & others.notna()]
         if valid.empty:
             return None
-        config, epoch = valid.idxmin()
+        config, position = valid.idxmin()
         point = feasible[
             (feasible["replicate"] == replicate)
             & (feasible["config"] == config)
-            & (feasible["epoch"] == epoch)
+            & (feasible["position"] == position)
         ].iloc[0]
         losses, tokens = results.documents(point["run_id"], int(point["step"]))
         report = selection_halves(len(tokens))[1 - select]

@@ -141,6 +141,12 @@ def _edges(group: pd.DataFrame, best: pd.Series, tuned: tuple[str, ...]) -> list
 def _candidates(group: pd.DataFrame, results: Results, tuned: tuple[str, ...]) -> Candidates:
     """The finished runs of one replicate's group at their final evaluations."""
     done = group[group["status"] == "done"]
+    clash = done[done.duplicated(list(tuned), keep=False)]
+    if len(clash):
+        raise ReproError(
+            f"runs {', '.join(clash['run_id'][:2])} of one group share every tuned value "
+            f"({', '.join(tuned)}): group by the run field that tells them apart"
+        )
     finals = results.evals[results.evals["run_id"].isin(done["run_id"])]
     steps = finals.groupby("run_id")["step"].max().to_dict()
     return {
@@ -174,7 +180,7 @@ def _endpoint(
     censored = "epochs" in tuned and best["epochs"] == done["epochs"].max()
     return row | {
         "val_loss": _mean(reported, tokens, everything),
-        "train_loss": float(curve.sort_values("step")["train_loss"].iloc[-1]),
+        "train_loss": _final_train_loss(results, chosen),
         **{name: best[name] for name in tuned},
         "run_id": rid,
         "chosen_on_halves": chosen,
@@ -187,6 +193,13 @@ def _endpoint(
         "doc_losses": reported,
         "doc_tokens": tokens,
     }
+
+
+def _final_train_loss(results: Results, run_ids: list[str]) -> float:
+    """Mean final training loss (nats/token) of `run_ids` (the held-out choices of both halves)."""
+    finals = results.evals[results.evals["run_id"].isin(run_ids)].sort_values("step")
+    last = finals.groupby("run_id")["train_loss"].last()
+    return float(np.mean([last[rid] for rid in run_ids]))
 
 
 def _tokens(results: Results, run_id: str) -> np.ndarray:
@@ -206,17 +219,20 @@ EMPTY_COLUMNS = ["val_loss", "train_loss", "run_id", "censored", "bracketed", "e
 """Columns of `tuned` that an empty arm still has."""
 
 
-def tuned(results: Results, group_by: list[str], tuned: tuple[str, ...] = TUNED) -> pd.DataFrame:
+def tuned(
+    results: Results, group_by: list[str], tuned_fields: tuple[str, ...] = TUNED
+) -> pd.DataFrame:
     """One row per group (`group_by`, which should include the replicate fields: pool, seed): the
     held-out loss `val_loss` (nats/token) with its per-document losses (`doc_losses`,
     `doc_tokens`) and how it was held out (`held_out`), the run chosen on all of the replicate's
-    documents (`run_id`, its `tuned` values and final `train_loss`), whether its epoch budget is
+    documents (`run_id` and its `tuned_fields` values), the mean final training loss of the runs
+    chosen for the two halves (`train_loss`, held out like `val_loss`), whether its epoch budget is
     the largest tried (`censored`: the best budget may lie beyond), grid-edge notes (`edge`),
     whether its lr and weight decay have runs on both sides (`bracketed`), and the within-run best
     evaluation of that run (`early_stop_epoch`, `early_stop_val_loss`; chosen on all documents,
     so not comparable with `val_loss`)."""
     runs = results.runs
-    missing = [g for g in [*group_by, *tuned] if g not in runs]
+    missing = [g for g in [*group_by, *tuned_fields] if g not in runs]
     if missing:
         raise ReproError(f"cannot group or tune by {missing[0]!r}: no such run field")
     if runs.empty:  # an arm with no run: no endpoint, and comparisons with it not measured
@@ -226,16 +242,23 @@ def tuned(results: Results, group_by: list[str], tuned: tuple[str, ...] = TUNED)
     rows = []
     for cell_key, cell in _groups(runs, cell_by):
         replicates = _groups(cell, replicate)
-        candidates = [_candidates(group, results, tuned) for _, group in replicates]
+        candidates = [_candidates(group, results, tuned_fields) for _, group in replicates]
+        pools = [dict(zip(replicate, key)).get("pool") for key, _ in replicates]
         for i, (key, group) in enumerate(replicates):
-            others = candidates[:i] + candidates[i + 1 :]
+            # held out by pool: a sibling seed on the same pool shares its pool's luck
+            others = [
+                c
+                for j, c in enumerate(candidates)
+                if j != i and (pools[i] is None or pools[j] != pools[i])
+            ]
             fields = dict(zip(cell_by, cell_key)) | dict(zip(replicate, key))
-            rows.append(fields | _endpoint(group, results, tuned, candidates[i], others))
+            rows.append(fields | _endpoint(group, results, tuned_fields, candidates[i], others))
     return pd.DataFrame(rows).sort_values(group_by, kind="mergesort", ignore_index=True)
 
 
 def replicate_key(endpoints: pd.DataFrame) -> list[str]:
-    """The replicate fields (pool, seed) that endpoint rows carry."""
+    """The replicate fields (pool, seed) that endpoint rows carry; the pool is the replicate that
+    intervals count, its seeds are averaged (contrast)."""
     return [f for f in ("pool", "seed") if f in endpoints]
 
 
@@ -252,12 +275,20 @@ def contrast(terms: list[tuple[float, pd.DataFrame]], level: float = LEVEL) -> D
     if not common:
         return NOT_MEASURED
     gaps = sum(w * np.stack([r[k]["doc_losses"] for k in common]) for (w, _), r in zip(terms, rows))
+    gaps = _mean_per_pool(gaps, [dict(zip(key, k)).get("pool", k) for k in common])
     held_out = any(r[k].get("held_out") == "replicates, documents" for r in rows for k in common)
     diff = replicate_difference(gaps, rows[0][common[0]]["doc_tokens"], level, held_out)
     open_ = [any(r[k]["censored"] or not r[k]["bracketed"] for k in common) for r in rows]
     weights = [w for w, _ in terms]
     censored = tuple(any(o for o, w in zip(open_, weights) if sign * w > 0) for sign in (1, -1))
     return diff._replace(censored=censored)
+
+
+def _mean_per_pool(gaps: np.ndarray, pools: list) -> np.ndarray:
+    """Rows of `gaps` averaged within each pool: seeds on one pool are not independent
+    replicates (they share its documents' draw), so the pool is the replicate."""
+    order = list(dict.fromkeys(pools))
+    return np.stack([gaps[[p == pool for p in pools]].mean(0) for pool in order])
 
 
 def _by_replicate(endpoints: pd.DataFrame, key: list[str]) -> dict[tuple, dict]:

@@ -763,7 +763,7 @@ def _evaluate_member(member: Member, record: dict, engine: Engine) -> bool:
 def _save_document_losses(out: Path, step: int, per_doc: np.ndarray, timeline: _Timeline) -> None:
     """RUN/val_docs/step-N.npy: each validation document's summed loss (nats, float64) at
     evaluation step N; RUN/val_docs/tokens.npy: each document's scored tokens (the same at every
-    evaluation). Paired comparisons of runs bootstrap over these documents."""
+    evaluation). Comparisons of runs pair their documents (repro.analysis.intervals)."""
     folder, n = out / "val_docs", timeline.val_docs
     folder.mkdir(exist_ok=True)
     if not (folder / "tokens.npy").exists():
