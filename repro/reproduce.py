@@ -5,7 +5,9 @@ notebooks); the notebooks in notebooks/ are only read, so edits made there survi
 runs are reused, so a second reproduction only re-executes the analysis. With `store_outputs` the
 executed outputs are copied back into notebooks/*.ipynb (the committed copies show the cpu preset).
 
-One reproduction of a preset at a time (runs/<name>/reproduce.lock); each kernel talks over IPC
+A notebook's figures and tables are staged (runs/<name>/staging-*) and moved into figures/<name>/
+only when every cell ran, so a failure leaves that folder as it was. One reproduction of a preset at
+a time (runs/<name>/reproduce.lock); each kernel talks over IPC
 sockets in a private temporary folder, so reproductions of different presets run side by side.
 """
 
@@ -21,28 +23,41 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import nbformat
+from jupyter_client.manager import KernelManager
+from traitlets import Dict
 from traitlets.config import Config
 
 from repro.errors import ReproError
 from repro.paths import project_root
 from repro.plan import plan_text
 from repro.presets import get_preset
-from repro.study import open_study
+from repro.study import FIGURES_ENV, Study, open_study
 from repro.sweep import reset_failed
 
 WIDGET = "application/vnd.jupyter.widget-view+json"  # a live widget's output (tqdm's bars)
 
 
-def _kernel_config(sockets: Path) -> Config:
+class EnvKernelManager(KernelManager):
+    """A KernelManager that adds `extra_env` to its kernel's environment (configured through the
+    section EnvKernelManager: traitlets takes no section named with a leading underscore)."""
+
+    extra_env = Dict(config=True, help="variables added to the kernel's environment")
+
+    def start_kernel(self, **kw) -> None:
+        return super().start_kernel(env=os.environ | self.extra_env, **kw)
+
+
+def _kernel_config(sockets: Path, figures: Path) -> Config:
     """A kernel on this machine over IPC sockets (TCP kernels warn that they are unencrypted),
     its socket files (sockets/ipc-N) and connection file in `sockets`, a folder private to one
     notebook's execution (by default they would land in the working directory, shared by every
-    reproduction of the checkout)."""
+    reproduction of the checkout); its Study saves into `figures` (FIGURES_ENV)."""
     return Config(
-        KernelManager={
+        EnvKernelManager={
             "transport": "ipc",
             "ip": str(sockets / "ipc"),
             "connection_file": str(sockets / "kernel.json"),
+            "extra_env": {FIGURES_ENV: str(figures)},
         }
     )
 
@@ -129,7 +144,7 @@ def reproduce(
         parameters = {"preset": preset} | ({"workers": workers} if workers else {})
         for nb in selected:
             started = time.perf_counter()
-            _execute(nb, out_dir / nb.name, parameters, root)
+            _execute(nb, out_dir / nb.name, parameters, study)
             times.append((nb.name, time.perf_counter() - started))
             print(f"{nb.name:<28} {times[-1][1]:8.1f} s", flush=True)
         if store_outputs:
@@ -138,27 +153,37 @@ def reproduce(
     return times
 
 
-def _execute(nb: Path, executed: Path, parameters: dict, root: Path) -> None:
-    """Execute `nb` into `executed` with papermill, in `root`, its kernel on private sockets; a
-    ReproError names the failing cell."""
+def _execute(nb: Path, executed: Path, parameters: dict, study: Study) -> None:
+    """Execute `nb` into `executed` with papermill, in the project root, its kernel on private
+    sockets; its figures and tables go to a staging folder, moved into study.figures only when
+    every cell ran (one rename per file) and removed otherwise. A ReproError names the failing
+    cell."""
     import papermill
 
-    with tempfile.TemporaryDirectory(prefix="repro-kernel-") as sockets:
+    with (
+        tempfile.TemporaryDirectory(prefix="repro-kernel-") as sockets,
+        tempfile.TemporaryDirectory(prefix="staging-", dir=study.results_dir) as staging,
+    ):
         try:
             papermill.execute_notebook(
                 str(nb),
                 str(executed),
                 parameters=parameters,
-                cwd=str(root),
+                cwd=str(study.root),
                 kernel_name="python3",
-                config=_kernel_config(Path(sockets)),
+                kernel_manager_class=EnvKernelManager,
+                config=_kernel_config(Path(sockets), Path(staging)),
                 progress_bar=False,
             )
         except papermill.PapermillExecutionError as exc:
             raise ReproError(
                 f"{nb.name} failed in cell {exc.cell_index} (execution count {exc.exec_count}): "
-                f"{exc.ename}: {exc.evalue}; see {executed}"
+                f"{exc.ename}: {exc.evalue}; see {executed}; figures/{study.preset.name}/ keeps "
+                "its earlier files"
             ) from None
+        study.figures.mkdir(parents=True, exist_ok=True)
+        for path in sorted(Path(staging).iterdir()):
+            os.replace(path, study.figures / path.name)
 
 
 def copy_outputs(executed: Path, notebook: Path) -> None:

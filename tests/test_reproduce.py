@@ -57,6 +57,32 @@ def test_failure_names_notebook_and_cell(tmp_path, monkeypatch, capsys):
     assert "no notebook numbered 07" in capsys.readouterr().err
 
 
+def test_a_notebook_replaces_its_figures_only_when_it_succeeds(tmp_path, monkeypatch, capsys):
+    """A failing notebook leaves figures/<preset>/ as it was (its new table is staged, then
+    dropped); a succeeding one replaces its files there. No staging folder stays behind."""
+    _project(
+        tmp_path,
+        "import pandas as pd\nfrom pathlib import Path\nfrom repro.study import open_study\n"
+        "open_study(preset).save_table(pd.DataFrame({'loss': [2.5]}), '01_table')",
+        "if Path('FAIL').exists():\n    raise RuntimeError('broken analysis')",
+    )
+    monkeypatch.chdir(tmp_path)
+    figures = tmp_path / "figures" / "smoke"
+    figures.mkdir(parents=True)
+    (figures / "01_table.md").write_text("old\n")
+    (tmp_path / "FAIL").touch()
+    with pytest.raises(SystemExit):
+        main(["reproduce", "--preset", "smoke", "--only", "01"])
+    assert "01_only.ipynb failed in cell" in capsys.readouterr().err
+    assert sorted(p.name for p in figures.iterdir()) == ["01_table.md"]
+    assert (figures / "01_table.md").read_text() == "old\n"
+    (tmp_path / "FAIL").unlink()
+    main(["reproduce", "--preset", "smoke", "--only", "01"])
+    assert sorted(p.name for p in figures.iterdir()) == ["01_table.csv", "01_table.md"]
+    assert "2.5" in (figures / "01_table.md").read_text()
+    assert not list((tmp_path / "runs" / "smoke").glob("staging-*"))
+
+
 def test_whole_series_trains_the_preset_runs_first(tmp_path, monkeypatch, capsys):
     _project(tmp_path, "x = 1")
     monkeypatch.chdir(tmp_path)
