@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import nbformat
-from jupyter_client.manager import KernelManager
+from jupyter_client.manager import AsyncKernelManager
 from traitlets import Dict
 from traitlets.config import Config
 
@@ -37,14 +37,15 @@ from repro.sweep import reset_failed
 WIDGET = "application/vnd.jupyter.widget-view+json"  # a live widget's output (tqdm's bars)
 
 
-class EnvKernelManager(KernelManager):
-    """A KernelManager that adds `extra_env` to its kernel's environment (configured through the
-    section EnvKernelManager: traitlets takes no section named with a leading underscore)."""
+class EnvKernelManager(AsyncKernelManager):
+    """An AsyncKernelManager (as nbclient's default, which stops its kernel on SIGINT and SIGTERM)
+    that adds `extra_env` to its kernel's environment (configured through the section
+    EnvKernelManager: traitlets takes no section named with a leading underscore)."""
 
     extra_env = Dict(config=True, help="variables added to the kernel's environment")
 
-    def start_kernel(self, **kw) -> None:
-        return super().start_kernel(env=os.environ | self.extra_env, **kw)
+    async def start_kernel(self, **kw) -> None:
+        await super().start_kernel(env=os.environ | self.extra_env, **kw)
 
 
 def _kernel_config(sockets: Path, figures: Path) -> Config:
@@ -173,6 +174,7 @@ def _execute(nb: Path, executed: Path, parameters: dict, study: Study) -> None:
                 kernel_name="python3",
                 kernel_manager_class=EnvKernelManager,
                 config=_kernel_config(Path(sockets), Path(staging)),
+                shutdown_kernel="immediate",  # on Ctrl-C or SIGTERM too, so stopping is quick
                 progress_bar=False,
             )
         except papermill.PapermillExecutionError as exc:
@@ -181,8 +183,8 @@ def _execute(nb: Path, executed: Path, parameters: dict, study: Study) -> None:
                 f"{exc.ename}: {exc.evalue}; see {executed}; figures/{study.preset.name}/ keeps "
                 "its earlier files"
             ) from None
-        study.figures.mkdir(parents=True, exist_ok=True)
         for path in sorted(Path(staging).iterdir()):
+            study.figures.mkdir(parents=True, exist_ok=True)
             os.replace(path, study.figures / path.name)
 
 

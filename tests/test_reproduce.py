@@ -4,6 +4,7 @@ names the notebook and cell and exits non-zero."""
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -216,6 +217,27 @@ def test_one_reproduction_per_preset_at_a_time(tmp_path, monkeypatch, reproduce_
     (tmp_path / "go").touch()
     main(["reproduce", "--preset", "smoke", "--only", "01"])
     assert not list(tmp_path.glob("kernel*"))
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
+def test_a_stopped_reproduction_exits_within_seconds(tmp_path, reproduce_process, stop):
+    """Ctrl-C (SIGINT) or SIGTERM while a notebook runs: its kernel is stopped and the command
+    exits within seconds with one line naming the command that goes on; nothing is left staged."""
+    _project(tmp_path, "import pathlib, time\npathlib.Path('started').touch()\ntime.sleep(120)")
+    process = reproduce_process(tmp_path, "smoke")
+    _wait_for(tmp_path / "started", process)
+    stopped = time.time()
+    process.send_signal(stop)
+    err = process.communicate(timeout=120)[1]
+    assert time.time() - stopped < 10 and process.returncode == 130
+    assert err == (
+        "repro: stopped; finished runs are kept and stopped ones resume from their checkpoints: "
+        "run the same command again to go on: repro reproduce --preset smoke --only 01\n"
+    )
+    assert sorted(p.name for p in (tmp_path / "runs" / "smoke").iterdir()) == [
+        "notebooks",
+        "reproduce.lock",
+    ]
 
 
 def test_outside_a_checkout_fails_before_any_training(tmp_path, monkeypatch, capsys):
