@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import shlex
+import signal
 import sys
 import time
 from dataclasses import fields
@@ -831,16 +833,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _interrupt(signum: int, frame) -> None:
+    """SIGTERM stops a command as Ctrl-C does (KeyboardInterrupt), so that it cleans up."""
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         args.func(args)
     except ReproError as exc:
         print(f"repro: error: {exc}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
-        print("repro: interrupted", file=sys.stderr)
+        command = shlex.join(["repro", *(sys.argv[1:] if argv is None else argv)])
+        print(
+            "repro: stopped; finished runs are kept and stopped ones resume from their checkpoints:"
+            f" run the same command again to go on: {command}",
+            file=sys.stderr,
+        )
         sys.exit(130)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

@@ -4,32 +4,85 @@ Executed notebooks go to runs/<name>/notebooks/, figures to figures/<name>/ (wri
 notebooks); the notebooks in notebooks/ are only read, so edits made there survive. Finished sweep
 runs are reused, so a second reproduction only re-executes the analysis. With `store_outputs` the
 executed outputs are copied back into notebooks/*.ipynb (the committed copies show the cpu preset).
+
+A notebook's figures and tables are staged (runs/<name>/staging-*) and moved into figures/<name>/
+only when every cell ran, so a failure leaves that folder as it was. One reproduction of a preset at
+a time (runs/<name>/reproduce.lock); each kernel talks over IPC
+sockets in a private temporary folder, so reproductions of different presets run side by side.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
+import socket
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import nbformat
-from jupyter_client.manager import KernelManager
+from jupyter_client.manager import AsyncKernelManager
+from traitlets import Dict
+from traitlets.config import Config
 
 from repro.errors import ReproError
 from repro.paths import project_root
 from repro.plan import plan_text
 from repro.presets import get_preset
-from repro.study import open_study
+from repro.study import FIGURES_ENV, Study, open_study
 from repro.sweep import reset_failed
 
 WIDGET = "application/vnd.jupyter.widget-view+json"  # a live widget's output (tqdm's bars)
 
 
-class _IPCKernelManager(KernelManager):
-    """A kernel on this machine over IPC sockets (TCP kernels warn that they are unencrypted)."""
+class EnvKernelManager(AsyncKernelManager):
+    """An AsyncKernelManager (as nbclient's default, which stops its kernel on SIGINT and SIGTERM)
+    that adds `extra_env` to its kernel's environment (configured through the section
+    EnvKernelManager: traitlets takes no section named with a leading underscore)."""
 
-    def __init__(self, **kwargs) -> None:
-        super().__init__(transport="ipc", **kwargs)
+    extra_env = Dict(config=True, help="variables added to the kernel's environment")
+
+    async def start_kernel(self, **kw) -> None:
+        await super().start_kernel(env=os.environ | self.extra_env, **kw)
+
+
+def _kernel_config(sockets: Path, figures: Path) -> Config:
+    """A kernel on this machine over IPC sockets (TCP kernels warn that they are unencrypted),
+    its socket files (sockets/ipc-N) and connection file in `sockets`, a folder private to one
+    notebook's execution (by default they would land in the working directory, shared by every
+    reproduction of the checkout); its Study saves into `figures` (FIGURES_ENV)."""
+    return Config(
+        EnvKernelManager={
+            "transport": "ipc",
+            "ip": str(sockets / "ipc"),
+            "connection_file": str(sockets / "kernel.json"),
+            "extra_env": {FIGURES_ENV: str(figures)},
+        }
+    )
+
+
+@contextmanager
+def _hold(preset_dir: Path) -> Iterator[None]:
+    """Hold preset_dir/reproduce.lock (an exclusive flock, which dies with its process, also on a
+    crash) for one reproduction of the preset; another one is refused, naming the holder."""
+    preset_dir.mkdir(parents=True, exist_ok=True)
+    with open(preset_dir / "reproduce.lock", "a+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            holder = lock.read().strip() or "another process"
+            raise ReproError(
+                f"preset {preset_dir.name} is being reproduced by {holder} (lock {lock.name}); "
+                "wait for it to finish or stop it, then run the command again"
+            ) from None
+        lock.truncate(0)
+        started = time.strftime("%Y-%m-%d %H:%M:%S")
+        lock.write(f"repro reproduce pid {os.getpid()} on {socket.gethostname()} since {started}")
+        lock.flush()
+        yield
 
 
 def notebooks(root: Path, only: list[str] | None = None) -> list[Path]:
@@ -66,53 +119,73 @@ def reproduce(
     """Run the notebooks in order; returns (stage, wall seconds). For the whole series (no `only`),
     the runs that follow from the preset alone train first as one sweep (Study.prefetch: the longest
     jobs first, no idle workers between notebooks). With `retry_failed`, the failed runs of the
-    preset's store train again (sweep.reset_failed). Raises ReproError naming the failing cell."""
-    import papermill
-
+    preset's store train again (sweep.reset_failed). Raises ReproError naming the failing cell, or
+    the holder of the preset when another reproduction of it runs."""
     chosen = get_preset(preset)  # fail fast on a bad name or preset file
     if preset.endswith((".yaml", ".yml")):  # the kernels may run elsewhere: pass the file itself
         preset = str(Path(preset).resolve() if Path(preset).is_file() else project_root() / preset)
     root = project_root()
     selected = notebooks(root, only)
-    try:
-        print(plan_text(chosen, root), flush=True)
-    except ReproError as exc:  # a hub tokenizer's vocab: known once the pools are built
-        print(f"plan: {exc}", flush=True)
-    out_dir = root / "runs" / chosen.name / "notebooks"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    parameters = {"preset": preset} | ({"workers": workers} if workers else {})
-    study = open_study(preset, workers=workers)
-    if retry_failed:
-        print(f"retrying {len(reset_failed(study.store))} failed run(s)", flush=True)
-    times = []
-    if not only:  # the whole series: first every run the preset fixes, as one sweep
-        started = time.perf_counter()
-        study.prefetch()
-        times.append(("preset sweeps (prefetch)", time.perf_counter() - started))
-        print(f"{times[-1][0]:<28} {times[-1][1]:8.1f} s", flush=True)
-    for nb in selected:
-        started = time.perf_counter()
+    with _hold(root / "runs" / chosen.name):
+        try:
+            print(plan_text(chosen, root), flush=True)
+        except ReproError as exc:  # a hub tokenizer's vocab: known once the pools are built
+            print(f"plan: {exc}", flush=True)
+        study = open_study(preset, workers=workers)
+        if retry_failed:
+            print(f"retrying {len(reset_failed(study.store))} failed run(s)", flush=True)
+        times = []
+        if not only:  # the whole series: first every run the preset fixes, as one sweep
+            started = time.perf_counter()
+            study.prefetch()
+            times.append(("preset sweeps (prefetch)", time.perf_counter() - started))
+            print(f"{times[-1][0]:<28} {times[-1][1]:8.1f} s", flush=True)
+        out_dir = study.results_dir / "notebooks"
+        out_dir.mkdir(parents=True, exist_ok=True)
+        parameters = {"preset": preset} | ({"workers": workers} if workers else {})
+        for nb in selected:
+            started = time.perf_counter()
+            _execute(nb, out_dir / nb.name, parameters, study)
+            times.append((nb.name, time.perf_counter() - started))
+            print(f"{nb.name:<28} {times[-1][1]:8.1f} s", flush=True)
+        if store_outputs:
+            for nb in selected:
+                copy_outputs(out_dir / nb.name, nb)
+    return times
+
+
+def _execute(nb: Path, executed: Path, parameters: dict, study: Study) -> None:
+    """Execute `nb` into `executed` with papermill, in the project root, its kernel on private
+    sockets; its figures and tables go to a staging folder, moved into study.figures only when
+    every cell ran (one rename per file) and removed otherwise. A ReproError names the failing
+    cell."""
+    import papermill
+
+    with (
+        tempfile.TemporaryDirectory(prefix="repro-kernel-") as sockets,
+        tempfile.TemporaryDirectory(prefix="staging-", dir=study.results_dir) as staging,
+    ):
         try:
             papermill.execute_notebook(
                 str(nb),
-                str(out_dir / nb.name),
+                str(executed),
                 parameters=parameters,
-                cwd=str(root),
+                cwd=str(study.root),
                 kernel_name="python3",
-                kernel_manager_class=_IPCKernelManager,
+                kernel_manager_class=EnvKernelManager,
+                config=_kernel_config(Path(sockets), Path(staging)),
+                shutdown_kernel="immediate",  # on Ctrl-C or SIGTERM too, so stopping is quick
                 progress_bar=False,
             )
         except papermill.PapermillExecutionError as exc:
             raise ReproError(
                 f"{nb.name} failed in cell {exc.cell_index} (execution count {exc.exec_count}): "
-                f"{exc.ename}: {exc.evalue}; see {out_dir / nb.name}"
+                f"{exc.ename}: {exc.evalue}; see {executed}; figures/{study.preset.name}/ keeps "
+                "its earlier files"
             ) from None
-        times.append((nb.name, time.perf_counter() - started))
-        print(f"{nb.name:<28} {times[-1][1]:8.1f} s", flush=True)
-    if store_outputs:
-        for nb in selected:
-            copy_outputs(out_dir / nb.name, nb)
-    return times
+        for path in sorted(Path(staging).iterdir()):
+            study.figures.mkdir(parents=True, exist_ok=True)
+            os.replace(path, study.figures / path.name)
 
 
 def copy_outputs(executed: Path, notebook: Path) -> None:

@@ -11,6 +11,7 @@ notebooks need is trained once.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -27,6 +28,10 @@ from repro.paths import project_root
 from repro.presets import ORIGINAL_RECIPE, Preset, describe_regime, get_preset
 from repro.sweep import SweepResult, plan_grid, run_sweep
 
+FIGURES_ENV = "REPRO_FIGURES_DIR"
+"""Where a study saves its figures and tables instead of figures/<preset>/ (`repro reproduce` stages
+a notebook's there and moves them in only when the notebook succeeds)."""
+
 
 @dataclass
 class Study:
@@ -36,10 +41,16 @@ class Study:
     results_dir: Path
     workers: int
     progress: bool = True
+    figures_dir: Path | None = None  # default: root/figures/<preset>
 
     @property
     def store(self) -> Path:
         return self.results_dir / "store"
+
+    @property
+    def figures(self) -> Path:
+        """Where save and save_table write."""
+        return self.figures_dir or self.root / "figures" / self.preset.name
 
     def summary(self) -> str:
         """One paragraph on what this study trains (the notebooks print it first)."""
@@ -246,12 +257,13 @@ class Study:
         return pd.concat([endpoints.reset_index(drop=True), pd.DataFrame(rows)], axis=1)
 
     def save(self, fig: plt.Figure, name: str) -> None:
-        plots.save(fig, self.preset.name, name, self.root / "figures" / self.preset.name)
+        """Write a figure as figures/<preset>/<name>.png and .pdf (self.figures)."""
+        plots.save(fig, self.preset.name, name, self.figures)
 
     def save_table(self, table: pd.DataFrame, name: str) -> Path:
         """Write a table as figures/<preset>/<name>.md (a Markdown table, for the README) and
-        .csv."""
-        folder = self.root / "figures" / self.preset.name
+        .csv (self.figures)."""
+        folder = self.figures
         folder.mkdir(parents=True, exist_ok=True)
         table.to_csv(folder / f"{name}.csv", index=False)
         cells = [
@@ -268,7 +280,8 @@ def open_study(
     preset: str | None = None, workers: int | None = None, progress: bool = True
 ) -> Study:
     """A study of `preset` (a built-in name or a preset YAML file; default $REPRO_PRESET, else cpu):
-    pools under <project>/data/pools, runs under runs/<name>/, figures under figures/<name>/."""
+    pools under <project>/data/pools, runs under runs/<name>/, figures under figures/<name>/ (or
+    $REPRO_FIGURES_DIR)."""
     chosen = get_preset(preset)
     root = project_root()
     return Study(
@@ -278,4 +291,5 @@ def open_study(
         results_dir=root / "runs" / chosen.name,
         workers=workers or chosen.workers,
         progress=progress,
+        figures_dir=Path(os.environ[FIGURES_ENV]) if os.environ.get(FIGURES_ENV) else None,
     )

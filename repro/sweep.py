@@ -32,6 +32,7 @@ import math
 import os
 import signal
 import sys
+import threading
 import traceback
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -385,8 +386,11 @@ def member_bytes(config: RunConfig) -> int:
 
 def _worker_initializer(sweep_pid: int, gpu_queue=None) -> None:
     """A local worker dies with the sweep process that started it (Linux: PR_SET_PDEATHSIG), so a
-    killed sweep leaves no worker training on; its runs resume from their checkpoints. With GPUs,
-    the worker takes its block of devices ("0,1")."""
+    killed sweep leaves no worker training on; its runs resume from their checkpoints. It ignores
+    Ctrl-C (SIGINT reaches the terminal's whole process group): the sweep process stops it
+    (_stop_workers). With GPUs, the worker takes its block of devices ("0,1")."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    tqdm.set_lock(threading.RLock())  # not its default semaphore, which a stopped worker leaks
     if sys.platform == "linux":
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
         if os.getppid() != sweep_pid:  # the sweep died before the line above
@@ -527,8 +531,24 @@ def _run_local_group(jobs: list[tuple], workers: int, per_run: int):
     init = {"initializer": _worker_initializer, "initargs": (os.getpid(), queue)}
     with ProcessPoolExecutor(n, mp_context=context, **init) as pool:
         futures = [pool.submit(execute_stack, *job, threads=threads) for job in jobs]
-        for future in as_completed(futures):
-            yield future.result()
+        try:
+            for future in as_completed(futures):
+                yield future.result()
+        except BaseException:  # Ctrl-C, SIGTERM (repro.cli), a broken worker: stop at once
+            _stop_workers(pool)
+            raise
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Drop the pool's queued jobs and terminate its workers (SIGTERM), instead of waiting for
+    every submitted job; their runs resume from their checkpoints. (ProcessPoolExecutor stops
+    running jobs only from Python 3.14 on: terminate_workers.)"""
+    workers = list((pool._processes or {}).values())
+    for worker in workers:
+        worker.terminate()
+    for worker in workers:
+        worker.join()
+    pool.shutdown(cancel_futures=True)
 
 
 def _run_submitit(jobs: list[tuple], kind: str, slurm: dict, store: Path):

@@ -4,6 +4,10 @@ names the notebook and cell and exits non-zero."""
 import json
 import os
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import nbformat
@@ -54,6 +58,32 @@ def test_failure_names_notebook_and_cell(tmp_path, monkeypatch, capsys):
     assert "no notebook numbered 07" in capsys.readouterr().err
 
 
+def test_a_notebook_replaces_its_figures_only_when_it_succeeds(tmp_path, monkeypatch, capsys):
+    """A failing notebook leaves figures/<preset>/ as it was (its new table is staged, then
+    dropped); a succeeding one replaces its files there. No staging folder stays behind."""
+    _project(
+        tmp_path,
+        "import pandas as pd\nfrom pathlib import Path\nfrom repro.study import open_study\n"
+        "open_study(preset).save_table(pd.DataFrame({'loss': [2.5]}), '01_table')",
+        "if Path('FAIL').exists():\n    raise RuntimeError('broken analysis')",
+    )
+    monkeypatch.chdir(tmp_path)
+    figures = tmp_path / "figures" / "smoke"
+    figures.mkdir(parents=True)
+    (figures / "01_table.md").write_text("old\n")
+    (tmp_path / "FAIL").touch()
+    with pytest.raises(SystemExit):
+        main(["reproduce", "--preset", "smoke", "--only", "01"])
+    assert "01_only.ipynb failed in cell" in capsys.readouterr().err
+    assert sorted(p.name for p in figures.iterdir()) == ["01_table.md"]
+    assert (figures / "01_table.md").read_text() == "old\n"
+    (tmp_path / "FAIL").unlink()
+    main(["reproduce", "--preset", "smoke", "--only", "01"])
+    assert sorted(p.name for p in figures.iterdir()) == ["01_table.csv", "01_table.md"]
+    assert "2.5" in (figures / "01_table.md").read_text()
+    assert not list((tmp_path / "runs" / "smoke").glob("staging-*"))
+
+
 def test_whole_series_trains_the_preset_runs_first(tmp_path, monkeypatch, capsys):
     _project(tmp_path, "x = 1")
     monkeypatch.chdir(tmp_path)
@@ -100,6 +130,114 @@ def test_only_takes_numbers_with_or_without_the_leading_zero(tmp_path, monkeypat
     assert (tmp_path / "runs" / "smoke" / "notebooks" / "01_only.ipynb").is_file()
     assert "without encryption" not in capfd.readouterr().err
     assert dict(os.environ) == environment
+
+
+def test_kernel_sockets_lie_in_a_private_folder_removed_afterwards(tmp_path, monkeypatch):
+    """Nothing of the kernel's lands in the checkout (where a second reproduction would pick the
+    same socket names): its connection file lies in a folder of its own, gone after the run."""
+    _project(
+        tmp_path,
+        "import glob\nfrom ipykernel.connect import get_connection_file\n"
+        "assert not glob.glob('kernel*'), glob.glob('kernel*')\nprint(get_connection_file())",
+    )
+    monkeypatch.chdir(tmp_path)
+    main(["reproduce", "--preset", "smoke", "--only", "01"])
+    executed = nbformat.read(tmp_path / "runs" / "smoke" / "notebooks" / "01_only.ipynb", 4)
+    connection = Path(executed.cells[2].outputs[0]["text"].strip())
+    assert tmp_path not in connection.parents and not connection.parent.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "notebooks",
+        "pyproject.toml",
+        "repro",
+        "runs",
+    ]
+
+
+@pytest.fixture
+def reproduce_process():
+    """Start `repro reproduce --preset P --only 01` in a folder, as a process; those still running
+    at the end are killed (their kernels follow: ipykernel exits when its parent dies)."""
+    started = []
+
+    def start(root: Path, preset: str) -> subprocess.Popen:
+        command = [sys.executable, "-m", "repro.cli", "reproduce", "--preset", preset]
+        started.append(
+            subprocess.Popen(
+                [*command, "--only", "01"],
+                cwd=root,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+        return started[-1]
+
+    yield start
+    for process in started:
+        process.kill()
+        process.wait()
+
+
+def _wait_for(path: Path, process: subprocess.Popen, seconds: float = 120) -> None:
+    deadline = time.time() + seconds
+    while not path.exists():
+        assert process.poll() is None, process.communicate()[1]
+        assert time.time() < deadline, f"{path} did not appear"
+        time.sleep(0.05)
+
+
+def test_one_reproduction_per_preset_at_a_time(tmp_path, monkeypatch, reproduce_process):
+    """Two presets reproduce side by side; a second reproduction of a preset is refused while the
+    first holds it, naming the holder; a killed holder leaves the preset free."""
+    _project(
+        tmp_path,
+        "import pathlib, time\npathlib.Path(f'started-{pathlib.Path(preset).stem}').touch()\n"
+        "while not pathlib.Path('go').exists():\n    time.sleep(0.05)",
+    )
+    (tmp_path / "mine.yaml").write_text("base: smoke\n")
+    monkeypatch.chdir(tmp_path)
+    first = reproduce_process(tmp_path, "smoke")
+    _wait_for(tmp_path / "started-smoke", first)
+    other = reproduce_process(tmp_path, "mine.yaml")
+    _wait_for(tmp_path / "started-mine", other)
+    refused = reproduce_process(tmp_path, "smoke")
+    err = refused.communicate(timeout=120)[1]
+    assert refused.returncode == 2 and err.count("\n") == 1, err
+    assert f"preset smoke is being reproduced by repro reproduce pid {first.pid}" in err
+    (tmp_path / "go").touch()
+    assert [p.wait(120) for p in (first, other)] == [0, 0], [
+        p.stderr.read() for p in (first, other)
+    ]
+    for path in ("go", "started-smoke"):
+        (tmp_path / path).unlink()
+    crashed = reproduce_process(tmp_path, "smoke")
+    _wait_for(tmp_path / "started-smoke", crashed)
+    crashed.kill()
+    crashed.wait()
+    (tmp_path / "go").touch()
+    main(["reproduce", "--preset", "smoke", "--only", "01"])
+    assert not list(tmp_path.glob("kernel*"))
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
+def test_a_stopped_reproduction_exits_within_seconds(tmp_path, reproduce_process, stop):
+    """Ctrl-C (SIGINT) or SIGTERM while a notebook runs: its kernel is stopped and the command
+    exits within seconds with one line naming the command that goes on; nothing is left staged."""
+    _project(tmp_path, "import pathlib, time\npathlib.Path('started').touch()\ntime.sleep(120)")
+    process = reproduce_process(tmp_path, "smoke")
+    _wait_for(tmp_path / "started", process)
+    stopped = time.time()
+    process.send_signal(stop)
+    err = process.communicate(timeout=120)[1]
+    assert time.time() - stopped < 10 and process.returncode == 130
+    assert err == (
+        "repro: stopped; finished runs are kept and stopped ones resume from their checkpoints: "
+        "run the same command again to go on: repro reproduce --preset smoke --only 01\n"
+    )
+    assert sorted(p.name for p in (tmp_path / "runs" / "smoke").iterdir()) == [
+        "notebooks",
+        "reproduce.lock",
+    ]
 
 
 def test_outside_a_checkout_fails_before_any_training(tmp_path, monkeypatch, capsys):

@@ -1,6 +1,7 @@
 """Sweeps: hashing, grids, skip/resume, concurrent executors, failures, endpoints, WSD branches."""
 
 import json
+import shlex
 import signal
 import subprocess
 import sys
@@ -114,6 +115,34 @@ def test_interrupted_sweep_resumes_without_losing_or_repeating(synthetic_pool, t
             for x in (tmp_path / "straight" / rid / "metrics.jsonl").read_text().splitlines()
         ]
         assert killed == straight
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
+def test_a_stopped_sweep_exits_within_seconds_and_the_same_command_finishes_it(
+    synthetic_pool, tmp_path, stop
+):
+    """Ctrl-C (SIGINT) or SIGTERM to `repro sweep run` with 2 workers once the first run trains:
+    the queued runs never start, the running ones stop, the process exits within seconds with one
+    line on how to go on; that command then finishes the sweep."""
+    grid = _grid(synthetic_pool, lr=[1e-3, 2e-3, 3e-3, 4e-3, 5e-3, 6e-3, 7e-3, 8e-3])
+    grid["fixed"] |= {"epochs": 2, "batch_size": 8}
+    cmd = [*_sweep_command(grid, tmp_path), "--workers", "2"]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not list((tmp_path / "s").glob("*/status.json")):
+        assert proc.poll() is None and time.time() < deadline
+        time.sleep(0.05)
+    stopped = time.time()
+    proc.send_signal(stop)
+    err = proc.communicate(timeout=120)[1]
+    assert time.time() - stopped < 5 and proc.returncode == 130, err
+    assert err.strip().splitlines()[-1] == (
+        "repro: stopped; finished runs are kept and stopped ones resume from their checkpoints: "
+        f"run the same command again to go on: repro {shlex.join(cmd[3:])}"
+    )
+    assert sweep_status(tmp_path / "s").get("done", 0) < 8
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    assert sweep_status(tmp_path / "s") == {"done": 8}
 
 
 def test_two_executors_on_one_directory_never_run_a_config_twice(synthetic_pool, tmp_path):
