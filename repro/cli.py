@@ -535,7 +535,10 @@ def _add_data_build(data) -> None:
     build.add_argument(
         "--source",
         required=True,
-        help="stdlib | synthetic | hf:NAME[:CONFIG] | path or glob of .txt/.jsonl/.parquet",
+        help=(
+            "stdlib | synthetic[:FIELD=VALUE,...] (grammar fields, e.g. max_sentences=20) | "
+            "hf:NAME[:CONFIG] | path or glob of .txt/.jsonl/.parquet"
+        ),
     )
     build.add_argument("--tokens", required=True, help="training tokens, e.g. 500k, 1M, 2.5M, 1B")
     build.add_argument("--val-tokens", default="100k", help="validation tokens")

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from repro.data.build import PoolSpec, build_pool
+from repro.data.build import PoolSpec, build_pool, check_spec
 from repro.data.pool import load_pool, pool_summary
 from repro.data.sources import open_source
 from repro.data.synthetic import Grammar, SyntheticLanguage, synthetic_documents
@@ -223,6 +223,21 @@ def test_synthetic_is_seeded_and_lengths_spread():
     language = SyntheticLanguage()
     lengths = [len(language.sample(np.random.default_rng(i))[0].split()) for i in range(300)]
     assert max(lengths) > 10 * min(lengths)  # document lengths spread over an order of magnitude
+
+
+def test_synthetic_grammar_overrides_shorten_documents_and_reject_bad_fields():
+    source = open_source("synthetic:max_sentences=20,n_topics=4")
+    assert (source.grammar.max_sentences, source.grammar.n_topics) == (20, 4)
+    assert source.info["grammar"]["max_sentences"] == 20  # recorded in the pool's meta.json
+    docs = source.documents(0)
+    short = [len(next(docs).text.split()) for _ in range(200)]
+    default = open_source("synthetic").documents(0)
+    assert np.mean(short) < 0.5 * np.mean([len(next(default).text.split()) for _ in range(200)])
+    for bad in ("synthetic:max_sentence=20", "synthetic:max_sentences=", "synthetic:n_topics=x"):
+        with pytest.raises(ReproError, match="synthetic:"):
+            open_source(bad)
+    with pytest.raises(ReproError, match="min_sentences"):  # checked before any build
+        check_spec(PoolSpec("synthetic:min_sentences=9,max_sentences=4", 100))
 
 
 def test_parse_count():

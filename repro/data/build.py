@@ -53,7 +53,7 @@ from repro.data.pool import (
     load_pool,
     overshoot_tokens,
 )
-from repro.data.sources import Document, open_source
+from repro.data.sources import Document, open_source, parse_grammar
 from repro.data.tokenizer import (
     MIN_BPE_VOCAB,
     eos_id,
@@ -277,6 +277,8 @@ def check_spec(spec: PoolSpec) -> None:
             f"vocab size {spec.vocab_size} does not fit dtype uint16 (at most 65536 ids); "
             "use --dtype uint32 or auto"
         )
+    if spec.source.startswith("synthetic:"):
+        parse_grammar(spec.source.removeprefix("synthetic:"))
 
 
 def _local_tokenizer(spec: PoolSpec):

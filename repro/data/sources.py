@@ -12,6 +12,7 @@ one that does not is an error naming the file (or dataset) and the record's numb
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import hashlib
 import os
@@ -122,7 +123,31 @@ class StdlibSource(Source):
 _DEFAULT_GRAMMAR = Grammar()  # frozen, so one shared default instance is safe
 
 
+def parse_grammar(overrides: str) -> Grammar:
+    """`max_sentences=20,n_topics=4` -> Grammar with those fields changed (ints or floats)."""
+    fields = {f.name: f.type for f in dataclasses.fields(Grammar) if f.name != "template_probs"}
+    changes = {}
+    for item in filter(None, overrides.split(",")):
+        name, _, value = item.partition("=")
+        if name not in fields or not value:
+            raise ReproError(
+                f"synthetic:{overrides}: {item!r} is not NAME=VALUE of a grammar field "
+                f"({', '.join(fields)})"
+            )
+        try:
+            changes[name] = int(value) if fields[name] in (int, "int") else float(value)
+        except ValueError:
+            raise ReproError(f"synthetic:{overrides}: {name} needs a number, not {value!r}") from None
+    grammar = dataclasses.replace(_DEFAULT_GRAMMAR, **changes)
+    if not 1 <= grammar.min_sentences <= grammar.max_sentences:
+        raise ReproError(f"synthetic:{overrides}: needs 1 <= min_sentences <= max_sentences")
+    return grammar
+
+
 class SyntheticSource(Source):
+    """`synthetic[:FIELD=VALUE,...]`: the generator of repro.data.synthetic with its Grammar's
+    fields changed (e.g. `synthetic:max_sentences=20` for shorter documents)."""
+
     def __init__(self, grammar: Grammar = _DEFAULT_GRAMMAR) -> None:
         super().__init__(
             "synthetic",
@@ -264,13 +289,13 @@ class LocalFilesSource(Source):
 def open_source(
     spec: str, text_field: str = "text", text_unit: str = "file", skip_bad_records: bool = False
 ) -> Source:
-    """`stdlib` | `synthetic` | `hf:NAME[:CONFIG]` | a path, directory or glob of local files;
+    """`stdlib` | `synthetic[:FIELD=VALUE,...]` | `hf:NAME[:CONFIG]` | a path, directory or glob of local files;
     `skip_bad_records` (files and hub datasets): skip records without a string text, counting
     them in `Source.skipped`, instead of failing."""
     if spec == "stdlib":
         return StdlibSource()
-    if spec == "synthetic":
-        return SyntheticSource()
+    if spec == "synthetic" or spec.startswith("synthetic:"):
+        return SyntheticSource(parse_grammar(spec.removeprefix("synthetic").removeprefix(":")))
     if spec.startswith("hf:"):
         name, _, config = spec[3:].partition(":")
         if not name:
