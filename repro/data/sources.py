@@ -137,7 +137,9 @@ def parse_grammar(overrides: str) -> Grammar:
         try:
             changes[name] = int(value) if fields[name] in (int, "int") else float(value)
         except ValueError:
-            raise ReproError(f"synthetic:{overrides}: {name} needs a number, not {value!r}") from None
+            raise ReproError(
+                f"synthetic:{overrides}: {name} needs a number, not {value!r}"
+            ) from None
     grammar = dataclasses.replace(_DEFAULT_GRAMMAR, **changes)
     if not 1 <= grammar.min_sentences <= grammar.max_sentences:
         raise ReproError(f"synthetic:{overrides}: needs 1 <= min_sentences <= max_sentences")
@@ -289,8 +291,8 @@ class LocalFilesSource(Source):
 def open_source(
     spec: str, text_field: str = "text", text_unit: str = "file", skip_bad_records: bool = False
 ) -> Source:
-    """`stdlib` | `synthetic[:FIELD=VALUE,...]` | `hf:NAME[:CONFIG]` | a path, directory or glob of local files;
-    `skip_bad_records` (files and hub datasets): skip records without a string text, counting
+    """`stdlib` | `synthetic[:FIELD=VALUE,...]` | `hf:NAME[:CONFIG]` | a path, directory or glob
+    of local files; `skip_bad_records` (files and hub datasets): skip records without a string text, counting
     them in `Source.skipped`, instead of failing."""
     if spec == "stdlib":
         return StdlibSource()
