@@ -292,8 +292,8 @@ def open_source(
     spec: str, text_field: str = "text", text_unit: str = "file", skip_bad_records: bool = False
 ) -> Source:
     """`stdlib` | `synthetic[:FIELD=VALUE,...]` | `hf:NAME[:CONFIG]` | a path, directory or glob
-    of local files; `skip_bad_records` (files and hub datasets): skip records without a string text, counting
-    them in `Source.skipped`, instead of failing."""
+    of local files; `skip_bad_records` (files and hub datasets): skip records without a string
+    text, counting them in `Source.skipped`, instead of failing."""
     if spec == "stdlib":
         return StdlibSource()
     if spec == "synthetic" or spec.startswith("synthetic:"):
