@@ -446,6 +446,12 @@ ORIGINAL_RECIPE = {"loader": "shuffle", "tie_embeddings": False, "embedding_weig
 embedding decay."""
 
 
+SHORT_DOCUMENTS = "synthetic:max_sentences=20"
+"""The CPU presets' source: synthetic documents of 3-20 sentences (about 90 tokens at vocab 512),
+so a 16k-token validation set holds about 180 documents (about 130 effective by token weight):
+enough that the documents are not an interval's bottleneck."""
+
+
 def _lr_ladder(
     batch_sizes: tuple[int, ...],
     base_batch: int,
@@ -463,7 +469,7 @@ def _lr_ladder(
 PRESETS: dict[str, Preset] = {
     "smoke": Preset(
         name="smoke",
-        pool=PoolSpec(source="synthetic", tokens=8_000, val_tokens=2_000, vocab_size=300),
+        pool=PoolSpec(source=SHORT_DOCUMENTS, tokens=8_000, val_tokens=2_000, vocab_size=300),
         pool_seeds=(0, 1),
         models=("tiny", "cpu-s"),
         seq_len=32,
@@ -484,12 +490,13 @@ PRESETS: dict[str, Preset] = {
         batch_schedules={"ramp-up": "0:2,0.5:8", "ramp-down": "0:8,0.5:2"},
         schedule_batch=8,
     ),
-    # for a 2-core machine: the whole series (pools, 1,696 runs, notebooks 01-05) in 47 minutes
-    # (README); growth brackets every tuned lr, weight decay and epoch budget of notebook 02
+    # for a 2-core machine: the whole series (pools, runs, notebooks 01-05) took 47 minutes with 2
+    # pools of longer documents (README); not yet timed with 3 pools and 16k validation tokens;
+    # growth brackets every tuned lr, weight decay and epoch budget of notebook 02
     "cpu": Preset(
         name="cpu",
-        pool=PoolSpec(source="synthetic", tokens=16_000, val_tokens=8_000, vocab_size=512),
-        pool_seeds=(0, 1),
+        pool=PoolSpec(source=SHORT_DOCUMENTS, tokens=16_000, val_tokens=16_000, vocab_size=512),
+        pool_seeds=(0, 1, 2),
         models=("cpu-xs",),
         seq_len=128,
         batch_sizes=(1, 2, 4, 8, 16, 32),
@@ -516,17 +523,18 @@ PRESETS: dict[str, Preset] = {
     # | batch tokens / pool tokens | 3.3e-4 .. 1.0e-2         | 5.3e-4 .. 1.7e-2 (batch 1..32)  |
     # | pool tokens per parameter  | 0.13 .. 1.3 (5 sizes)    | 0.18 .. 1.30 (3 sizes, 7.2x)    |
     # | epochs                     | 1 .. 32 (cosine per run) | 1 .. 32 (WSD cool-downs)        |
-    # | pools                      | 2 (DCLM samples)         | 2 (synthetic samples)           |
+    # | pools                      | 2 (DCLM samples)         | 3 (synthetic samples)           |
     # Not matched: the smallest batch, 1 sequence, is 5.3e-4 of a pool small enough for the smallest
     # model to see 1.3 tokens per parameter (not 3.3e-4); batch 32 goes past the paper's largest
     # to show the large-batch arm. lrs move with batch ** 0.25: scouting in this regime
     # (../shared/CALIBRATION.md) found sqrt(batch) too steep. The lr and weight-decay grids are a
     # start: 3 rounds of grid growth bracket every choice (a first pass without them left choices
-    # on an edge in all 36 of 02's groups). From scratch: 2 h 36 min on 2 cores (README).
+    # on an edge in all 36 of 02's groups). From scratch: 2 h 36 min on 2 cores with 2 pools of
+    # longer documents (README); not yet timed with 3 pools.
     "cpu-regime": Preset(
         name="cpu-regime",
-        pool=PoolSpec(source="synthetic", tokens=30_000, val_tokens=12_000, vocab_size=512),
-        pool_seeds=(0, 1),
+        pool=PoolSpec(source=SHORT_DOCUMENTS, tokens=30_000, val_tokens=16_000, vocab_size=512),
+        pool_seeds=(0, 1, 2),
         models=("cpu-xs", "tiny", "nano"),  # largest first: 03-05 study the first
         seq_len=16,
         batch_sizes=(1, 2, 4, 8, 16, 32),
@@ -551,7 +559,7 @@ PRESETS: dict[str, Preset] = {
     "gpu-small": Preset(
         name="gpu-small",
         pool=PoolSpec(source="synthetic", tokens=10_000_000, val_tokens=1_000_000, vocab_size=8192),
-        pool_seeds=(0, 1),
+        pool_seeds=(0, 1, 2),
         models=("150m",),
         seq_len=1024,
         batch_sizes=(4, 8, 16, 32, 64),
@@ -582,7 +590,7 @@ PRESETS: dict[str, Preset] = {
             val_tokens=10_000_000,
             tokenizer="meta-llama/Meta-Llama-3-8B",
         ),
-        pool_seeds=(0, 1),
+        pool_seeds=(0, 1, 2),
         models=("150m", "300m", "600m", "1.4b", "1.5b"),
         seq_len=4096,
         batch_sizes=(16, 32, 64, 128, 256, 512),

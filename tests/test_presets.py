@@ -33,7 +33,8 @@ def test_yaml_preset_overrides_a_base_and_types_its_fields(tmp_path):
     assert preset.name == "mine" and preset.epochs == (1, 3) and preset.batch_sizes == (4, 8)
     assert preset.lrs == {4: (0.001,), 8: (0.002, 0.004)}
     assert preset.pool.source == str(tmp_path / "notes.txt") and preset.pool.tokens == 2500
-    assert preset.pool.text_unit == "paragraph" and preset.pool.val_tokens == 8_000  # from cpu
+    assert preset.pool.text_unit == "paragraph"
+    assert preset.pool.val_tokens == PRESETS["cpu"].pool.val_tokens  # from the base
     assert preset.models == PRESETS["cpu"].models
     assert preset.pool_dir("pools", 0) == Path("pools/mine-notes.txt-seed0")
 

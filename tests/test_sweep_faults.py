@@ -133,3 +133,25 @@ def test_a_damaged_store_file_is_one_line_naming_it(synthetic_pool, tmp_path, na
         err = capsys.readouterr().err
         assert exit_info.value.code == 2 and err.count("\n") == 1, err
         assert err.startswith(f"repro: error: {damaged} {DAMAGES[damage]}") and "; remove it" in err
+
+
+@pytest.mark.parametrize("middle", [b"\xff\xfe binary\n", b'{"step": 3, "val_l\n', b"[1]\n"])
+def test_a_damaged_metrics_line_is_one_line_naming_it(synthetic_pool, tmp_path, middle, capsys):
+    """A metrics.jsonl line that is not a JSON object before the last line is damage: `repro
+    sweep table` names the file and the line; a torn last line (no newline: a live run is writing
+    it) is skipped."""
+    grid, store = tmp_path / "grid.yaml", tmp_path / "store"
+    grid.write_text(json.dumps(GRID | {"fixed": GRID["fixed"] | {"pool": str(synthetic_pool)}}))
+    run = store / plan_grid(load_grid(grid), store)[0].run_id
+    run.mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps({"batch_size": 4}))
+    record = b'{"step": 1, "epoch": 0.5, "lr": 0.001, "train_loss": 3.0, "val_loss": 3.1}\n'
+    (run / "metrics.jsonl").write_bytes(record + b'{"step": 2, "ep')  # torn last line: skipped
+    main(["sweep", "table", str(store)])
+    capsys.readouterr()
+    (run / "metrics.jsonl").write_bytes(record + middle + record)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["sweep", "table", str(store)])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"repro: error: {run / 'metrics.jsonl'} line 2 is not a JSON object")

@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -22,7 +21,7 @@ import pandas as pd
 
 from repro.errors import ReproError
 from repro.runtime.config import RunConfig, config_record
-from repro.runtime.files import read_json, read_status
+from repro.runtime.files import read_json, read_metrics, read_status
 
 TUNED = ("lr", "weight_decay", "epochs")
 BOOKKEEPING = (
@@ -71,19 +70,10 @@ def load_results(
                 **_downstream(run_dir),
             }
         )
-        metrics = run_dir / "metrics.jsonl"
-        if metrics.exists():
-            with metrics.open() as f:
-                for line in f:
-                    try:
-                        record = json.loads(line)
-                    except json.JSONDecodeError:  # a line being written by a live run
-                        continue
-                    if "val_loss" in record:
-                        record["lr_t"] = record.pop(
-                            "lr"
-                        )  # the scheduled lr at that step; `lr` is the run's peak lr
-                        eval_rows.append({"run_id": rid, **record})
+        for record in read_metrics(run_dir / "metrics.jsonl", fix):
+            if "val_loss" in record:  # lr_t: the scheduled lr at that step; lr: the run's peak
+                record["lr_t"] = record.pop("lr")
+                eval_rows.append({"run_id": rid, **record})
     runs = pd.DataFrame(run_rows)
     evals = pd.DataFrame(eval_rows) if eval_rows else pd.DataFrame(columns=EVAL_COLUMNS)
     return runs, evals
@@ -212,7 +202,7 @@ def _downstream(run_dir: Path) -> dict:
     path = run_dir / "downstream.json"
     if not path.is_file():
         return {}
-    results = json.loads(path.read_text())
+    results = read_json(path, f"remove it and rerun `repro eval {run_dir}`")
     return {
         f"{task} {key}": value for task, result in results.items() for key, value in result.items()
     }

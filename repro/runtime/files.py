@@ -72,6 +72,29 @@ def read_json(path: Path, fix: str) -> dict:
     raise ReproError(f"{path} {problem}; {fix}")
 
 
+def read_metrics(path: Path, fix: str) -> list[dict]:
+    """The records of a metrics.jsonl file, one JSON object per line, [] while there is none. The
+    last line is skipped while it has no newline (a live run is writing it, or a kill tore it);
+    any other line that is not a JSON object is a one-line ReproError naming the file, the line
+    and `fix`."""
+    if not path.exists():
+        return []
+    try:
+        *complete, _torn = path.read_bytes().split(b"\n")
+    except OSError as exc:
+        raise ReproError(f"{path} cannot be read ({exc.strerror}); {fix}") from None
+    records = []
+    for number, line in enumerate(complete, 1):
+        try:
+            record = json.loads(line.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            record = None
+        if not isinstance(record, dict):
+            raise ReproError(f"{path} line {number} is not a JSON object; {fix}")
+        records.append(record)
+    return records
+
+
 def read_status(run: Path) -> dict:
     """RUN/status.json, {} while there is none; a damaged one is a one-line error saying to remove
     it (the run then resumes from its checkpoint, or starts over)."""

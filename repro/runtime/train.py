@@ -57,7 +57,14 @@ from repro.runtime.config import (
     run_identity,
     stack_key,
 )
-from repro.runtime.files import atomic_write, check_out, read_json, read_status, write_json
+from repro.runtime.files import (
+    atomic_write,
+    check_out,
+    read_json,
+    read_metrics,
+    read_status,
+    write_json,
+)
 from repro.runtime.loaders import (
     EpochLoader,
     EpochSteps,
@@ -122,14 +129,6 @@ def check_config(config: RunConfig, pool: Pool, world_size: int = 1) -> EpochLoa
 
 
 # --- the run ----------------------------------------------------------------------------------
-
-
-def _parsed_step(line: str) -> float:
-    """Step of a metrics line; a line torn by a kill counts as after every checkpoint."""
-    try:
-        return json.loads(line)["step"]
-    except (json.JSONDecodeError, KeyError):
-        return math.inf
 
 
 def _evaluation_steps(steps_by_epoch: tuple[int, ...], eval_every: float) -> list[int]:
@@ -383,10 +382,12 @@ def _open_member(
 
 
 def _keep_metrics(source: Path, dest: Path, step: int) -> None:
-    """Write the lines of `source` up to `step` to `dest` (which may be `source`)."""
-    lines = [line for line in source.read_text().splitlines() if _parsed_step(line) <= step]
+    """Write the records of `source` up to `step` to `dest` (which may be `source`); a line torn
+    by a kill is dropped, a damaged one is an error naming the file (files.read_metrics)."""
+    fix = f"remove {dest.parent} and rerun: the run then starts over"
+    records = [r for r in read_metrics(source, fix) if r.get("step", math.inf) <= step]
     with atomic_write(dest) as f:
-        f.write("".join(line + "\n" for line in lines))
+        f.write("".join(json.dumps(record) + "\n" for record in records))
 
 
 def _keep_document_losses(trunk: Path, out: Path, step: int) -> None:
