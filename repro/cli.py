@@ -11,6 +11,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from repro.errors import ReproError
+from repro.runtime.files import NO_SPACE
 from repro.units import parse_count
 
 
@@ -848,6 +849,15 @@ def main(argv: list[str] | None = None) -> None:
         args.func(args)
     except ReproError as exc:
         print(f"repro: error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except OSError as exc:
+        if exc.errno not in NO_SPACE:
+            raise
+        print(
+            f"repro: error: {exc.filename or 'a write'}: {NO_SPACE[exc.errno]}; free space, then "
+            "run the same command again",
+            file=sys.stderr,
+        )
         sys.exit(2)
     except KeyboardInterrupt:
         command = shlex.join(["repro", *(sys.argv[1:] if argv is None else argv)])

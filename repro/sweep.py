@@ -55,7 +55,7 @@ from repro.runtime.config import (
     run_identity,
     stack_key,
 )
-from repro.runtime.files import read_json, read_status, write_json
+from repro.runtime.files import NoSpace, read_json, read_status, write_json
 from repro.runtime.loaders import epoch_steps
 from repro.runtime.model import model_config, parameter_count
 from repro.runtime.optim import decay_start_step
@@ -306,6 +306,8 @@ def _train_claimed(
     try:
         statuses = train()
         return {rid: status["status"] for (rid, _), status in zip(claimed, statuses)}
+    except NoSpace:  # no run failed: the sweep stops, and resumes once space is freed
+        raise
     except Exception as exc:
         outcomes = {}
         for rid, _ in claimed:

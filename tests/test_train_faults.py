@@ -6,6 +6,7 @@ back to the previous one, or stops with one line naming the file to remove."""
 import json
 import os
 import random
+import resource
 import shutil
 import signal
 import subprocess
@@ -341,3 +342,39 @@ def test_a_damaged_run_file_is_one_line_naming_it(pool, straight, tmp_path, name
         (run / name).unlink()
         main(argv)
         assert json.loads((run / name).read_text())["status"] == "done"
+
+
+def _limit_file_size(limit: int):
+    """For a child process: files it writes stop at `limit` bytes (ulimit -f), the write then
+    failing with EFBIG instead of the process being killed by SIGXFSZ."""
+
+    def set_limit():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(
+            resource.RLIMIT_FSIZE, (limit, resource.getrlimit(resource.RLIMIT_FSIZE)[1])
+        )
+
+    return set_limit
+
+
+def test_a_full_disk_stops_with_one_line_and_the_run_resumes_exactly(pool, straight, tmp_path):
+    """Out of space (here: ulimit -f below the checkpoint's size) `repro train` stops with rc 2
+    and one line naming the file and the free space, marks nothing failed and leaves no temporary
+    file; run again with space, it ends exactly as the uninterrupted run."""
+    out = tmp_path / "run"
+    argv = ["train", "--pool", str(pool), "--out", str(out), "--quiet"]
+    argv += [f"{k}={v}" for k, v in FIELDS.items()]
+    checkpoint = (straight["single"]["out"] / LATEST).stat().st_size
+    proc = subprocess.run(
+        [sys.executable, "-m", "repro.cli", *argv],
+        capture_output=True,
+        text=True,
+        preexec_fn=_limit_file_size(checkpoint // 2),
+    )
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr[-2000:]
+    assert proc.stderr.startswith(f"repro: error: writing {out / LATEST}.tmp failed: ")
+    assert "size limit (ulimit -f)" in proc.stderr and "MiB free there" in proc.stderr
+    assert json.loads((out / "status.json").read_text())["status"] == "running"
+    assert not list(out.rglob("*.tmp"))
+    main(argv)
+    _assert_same_run(out, straight["single"]["out"])

@@ -2,8 +2,11 @@
 rename it over the target, then flush the rename (the folder's entries) to disk. Also: JSON files
 read back with a one-line error, and the check of an output folder before anything is written."""
 
+import errno
 import json
 import os
+import resource
+import shutil
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,20 +30,63 @@ def fsync_tree(folder: Path) -> None:
         fsync(path)
 
 
+NO_SPACE = {
+    errno.ENOSPC: "no space is left on its device",
+    errno.EDQUOT: "the disk quota is used up",
+    errno.EFBIG: "the file passed the size limit (ulimit -f)",
+}
+MIN_FREE = 2**20
+"""Bytes: a write that fails while its device has less free is taken for a full disk."""
+
+
+class NoSpace(ReproError):
+    """A write failed for want of space: the work stops (no run is marked failed) and resumes from
+    its last checkpoint when the same command runs again once space is freed."""
+
+
+def no_space(path: Path, exc: BaseException) -> NoSpace | None:
+    """NoSpace when `exc`, raised while `path` was being written, came from a full device, a
+    used-up quota or the file size limit, else None. Libraries report these in their own words
+    (torch.save raises a RuntimeError without an errno), so a write that failed while the device
+    holds under MIN_FREE bytes, or the file reached the size limit, counts too."""
+    code = getattr(exc, "errno", None)
+    try:
+        free = shutil.disk_usage(path.parent).free
+        size = path.stat().st_size if path.exists() else 0
+    except OSError:  # the folder is gone: not a matter of space
+        return None
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if code not in NO_SPACE and limit != resource.RLIM_INFINITY and size >= limit:
+        code = errno.EFBIG
+    elif code not in NO_SPACE and free < MIN_FREE:
+        code = errno.ENOSPC
+    elif code not in NO_SPACE:
+        return None
+    return NoSpace(
+        f"writing {path} failed: {NO_SPACE[code]} ({free / 2**20:,.0f} MiB free there); free "
+        "space, then run the same command again: finished work is kept and stopped runs resume "
+        "from their last checkpoint"
+    )
+
+
 @contextmanager
 def atomic_write(path: Path, mode: str = "w", keep_previous: Path | None = None) -> Iterator[IO]:
     """Open `path` + ".tmp" for writing; once the block succeeds, flush it to disk, move the old
     `path` to `keep_previous` (if given, beside `path`), rename the temporary file to `path` and
     flush the folder. A failing block removes the temporary file; a killed process leaves at most
-    the temporary file, which the next write replaces."""
+    the temporary file, which the next write replaces. A write that fails for want of space raises
+    NoSpace (no_space)."""
     tmp = path.with_name(path.name + ".tmp")
     try:
         with open(tmp, mode) as f:
             yield f
             f.flush()
             os.fsync(f.fileno())
-    except BaseException:
+    except BaseException as exc:
+        full = no_space(tmp, exc) if isinstance(exc, Exception) else None
         tmp.unlink(missing_ok=True)
+        if full:
+            raise full from exc
         raise
     if keep_previous is not None and path.exists():
         os.replace(path, keep_previous)

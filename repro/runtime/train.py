@@ -58,8 +58,10 @@ from repro.runtime.config import (
     stack_key,
 )
 from repro.runtime.files import (
+    NoSpace,
     atomic_write,
     check_out,
+    no_space,
     read_json,
     read_metrics,
     read_status,
@@ -226,7 +228,7 @@ def train_stacked(
         ]
         finals = _run(members, device, rank, world_size, progress)
     except Exception as exc:
-        if rank == 0:
+        if rank == 0 and not isinstance(exc, NoSpace):  # out of space: resumes once freed
             for i in todo:
                 if read_status(outs[i]).get("status") not in FINISHED:
                     write_json(
@@ -332,8 +334,12 @@ class Member:
         return time.perf_counter() - self.started
 
     def log(self, record: dict) -> None:
-        with (self.out / "metrics.jsonl").open("a") as f:
-            f.write(json.dumps(record) + "\n")
+        path = self.out / "metrics.jsonl"
+        try:
+            with path.open("a") as f:
+                f.write(json.dumps(record) + "\n")
+        except OSError as exc:
+            raise (no_space(path, exc) or exc) from exc
 
 
 def _open_member(
