@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 import socket
 import tempfile
 import time
@@ -132,6 +133,7 @@ def reproduce(
         except ReproError as exc:  # a hub tokenizer's vocab: known once the pools are built
             print(f"plan: {exc}", flush=True)
         study = open_study(preset, workers=workers)
+        remove_leftovers(study.results_dir)
         if retry_failed:
             print(f"retrying {len(reset_failed(study.store))} failed run(s)", flush=True)
         times = []
@@ -154,6 +156,33 @@ def reproduce(
     return times
 
 
+KERNEL_PREFIX = "repro-kernel-"
+"""Kernel socket folders: $TMPDIR/repro-kernel-<pid of the reproduction>-<random>."""
+
+
+def remove_leftovers(results_dir: Path) -> None:
+    """Remove what a killed reproduction (kill -9) left: the staging folders in `results_dir` (the
+    caller holds the preset's lock, so none is in use) and this user's kernel socket folders whose
+    reproduction no longer runs."""
+    for staging in results_dir.glob("staging-*"):
+        shutil.rmtree(staging, ignore_errors=True)
+    for sockets in Path(tempfile.gettempdir()).glob(f"{KERNEL_PREFIX}*-*"):
+        pid = sockets.name.removeprefix(KERNEL_PREFIX).split("-")[0]
+        if pid.isdigit() and sockets.stat().st_uid == os.getuid() and not _running(int(pid)):
+            shutil.rmtree(sockets, ignore_errors=True)
+
+
+def _running(pid: int) -> bool:
+    """Whether process `pid` exists (maybe another user's)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _execute(nb: Path, executed: Path, parameters: dict, study: Study) -> None:
     """Execute `nb` into `executed` with papermill, in the project root, its kernel on private
     sockets; its figures and tables go to a staging folder, moved into study.figures only when
@@ -162,7 +191,7 @@ def _execute(nb: Path, executed: Path, parameters: dict, study: Study) -> None:
     import papermill
 
     with (
-        tempfile.TemporaryDirectory(prefix="repro-kernel-") as sockets,
+        tempfile.TemporaryDirectory(prefix=f"{KERNEL_PREFIX}{os.getpid()}-") as sockets,
         tempfile.TemporaryDirectory(prefix="staging-", dir=study.results_dir) as staging,
     ):
         try:

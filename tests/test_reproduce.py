@@ -7,6 +7,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from nbformat.v4 import new_code_cell, new_notebook
 
 from repro.cli import main
 from repro.errors import ReproError
-from repro.reproduce import copy_outputs
+from repro.reproduce import KERNEL_PREFIX, copy_outputs, remove_leftovers
 from repro.study import Study
 from repro.sweep import run_status
 
@@ -151,6 +152,25 @@ def test_kernel_sockets_lie_in_a_private_folder_removed_afterwards(tmp_path, mon
         "repro",
         "runs",
     ]
+
+
+def test_leftovers_of_a_killed_reproduction_are_removed_and_live_ones_kept(tmp_path, monkeypatch):
+    """A kill -9 leaves a staging folder in runs/<preset>/ and a kernel socket folder in $TMPDIR;
+    the next reproduction of the preset removes both, but not a live reproduction's sockets."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
+    (tmp_path / "tmp").mkdir()
+    dead = subprocess.Popen([sys.executable, "-c", ""])
+    dead.wait()
+    results = tmp_path / "runs" / "smoke"
+    left = [results / "staging-x1", tmp_path / "tmp" / f"{KERNEL_PREFIX}{dead.pid}-ab"]
+    live = tmp_path / "tmp" / f"{KERNEL_PREFIX}{os.getpid()}-cd"
+    for folder in [*left, live, results / "store"]:
+        folder.mkdir(parents=True)
+        (folder / "file").write_text("x")
+    remove_leftovers(results)
+    assert not any(folder.exists() for folder in left)
+    assert (live / "file").exists() and (results / "store" / "file").exists()
 
 
 @pytest.fixture
