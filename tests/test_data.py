@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -357,6 +358,30 @@ def test_existing_different_pool_needs_force(small_synthetic_spec, tmp_path):
     assert load_pool(out).meta["seed"] == 3 and sorted(p.name for p in tmp_path.iterdir()) == [
         "pool"
     ]
+
+
+def test_force_through_a_link_rebuilds_its_target_and_leaves_nothing(
+    small_synthetic_spec, tmp_path
+):
+    """--out a symbolic link to a pool: --force replaces the pool it points to; the link stays a
+    link and no .old or .tmp folder is left beside either."""
+    build_pool(small_synthetic_spec, tmp_path / "real", progress=False)
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    build_pool(replace(small_synthetic_spec, seed=3), tmp_path / "link", force=True, progress=False)
+    assert (tmp_path / "link").is_symlink() and load_pool(tmp_path / "real").meta["seed"] == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "real"]
+
+
+def test_a_pool_too_large_for_the_disk_is_refused_before_reading(tmp_path, monkeypatch):
+    """The token arrays' size is checked against the free space of --out's device first: one
+    line with both sizes, nothing written, the source never opened."""
+    usage = shutil.disk_usage(tmp_path)._replace(free=10 * 2**20)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage)
+    monkeypatch.setattr("repro.data.build.open_source", lambda *a: pytest.fail("source read"))
+    spec = PoolSpec(source="synthetic", tokens=10_000_000, val_tokens=1_000, vocab_size=512)
+    with pytest.raises(ReproError, match=r"needs about 19 MiB .* has 10 MiB free; free space"):
+        build_pool(spec, tmp_path / "new" / "pool", progress=False)
+    assert not (tmp_path / "new").exists()
 
 
 def test_cli_build_and_info(tmp_path):

@@ -467,6 +467,7 @@ def build_pool(spec: PoolSpec, out: str | Path, force: bool = False, progress: b
     out = Path(out)
     check_spec(spec)
     check_out(out, "pool", POOL_ENTRIES, "meta.json")
+    _check_space(spec, out, progress)
     _remove_stale_temps(out)
     source = open_source(spec.source, spec.text_field, spec.text_unit, spec.skip_bad_records)
     build_args = spec.build_args() | {"source_info": source.info}
@@ -493,6 +494,33 @@ def build_pool(spec: PoolSpec, out: str | Path, force: bool = False, progress: b
     return out
 
 
+LARGE_POOL = 2**30
+"""Bytes: a pool at least this large says its size before the build starts."""
+
+
+def _check_space(spec: PoolSpec, out: Path, progress: bool) -> None:
+    """Refuse, before the source is read, a pool whose token arrays (2 bytes a token for a vocab
+    that fits uint16, else 4) would not fit in the free space of --out's device; say the size of
+    a large one (LARGE_POOL) first."""
+    small_vocab = spec.tokenizer is None and spec.vocab_size <= 65535
+    width = 2 if spec.dtype == "uint16" or (spec.dtype == "auto" and small_vocab) else 4
+    need = (spec.tokens + spec.val_tokens) * width
+    folder = next(p for p in [out, *out.parents] if p.exists())
+    free = shutil.disk_usage(folder).free
+    if need > free:
+        raise ReproError(
+            f"the pool needs about {_size(need)} for its tokens, and {folder} has {_size(free)} "
+            "free; free space or choose --out on another disk"
+        )
+    if need >= LARGE_POOL and progress:
+        print(f"building a pool of about {_size(need)} at {out} ({_size(free)} free)", flush=True)
+
+
+def _size(size: int) -> str:
+    """Bytes in GiB from 1 GiB, else MiB."""
+    return f"{size / 2**30:,.1f} GiB" if size >= 2**30 else f"{size / 2**20:,.0f} MiB"
+
+
 def _file_records(folder: Path, splits: dict[str, Split], progress: bool) -> dict:
     """meta.json's `files`: size (bytes) and sha256 of each pool file, shape and dtype of arrays."""
     records = {
@@ -514,6 +542,7 @@ def _write_atomically(
 ) -> None:
     """Write into the temporary sibling .NAME.tmp-PID (meta.json last, with the other files' sizes
     and checksums), then rename it into place."""
+    out = out.resolve() if out.is_symlink() else out  # a link to a pool: rebuild its target
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
