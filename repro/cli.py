@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import shlex
 import signal
 import sys
@@ -842,6 +843,17 @@ def _interrupt(signum: int, frame) -> None:
     raise KeyboardInterrupt
 
 
+def _os_problem(exc: OSError) -> str:
+    """One line for an OSError of space or permission that no caller turned into a ReproError."""
+    where = exc.filename or "a file"
+    if exc.errno in NO_SPACE:
+        return f"{where}: {NO_SPACE[exc.errno]}; free space, then run the same command again"
+    return (
+        f"{where}: permission denied; give this user access to it (chmod, chown) or choose "
+        "another path"
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     previous = signal.signal(signal.SIGTERM, _interrupt)
@@ -851,13 +863,9 @@ def main(argv: list[str] | None = None) -> None:
         print(f"repro: error: {exc}", file=sys.stderr)
         sys.exit(2)
     except OSError as exc:
-        if exc.errno not in NO_SPACE:
+        if exc.errno not in {*NO_SPACE, errno.EACCES, errno.EPERM}:
             raise
-        print(
-            f"repro: error: {exc.filename or 'a write'}: {NO_SPACE[exc.errno]}; free space, then "
-            "run the same command again",
-            file=sys.stderr,
-        )
+        print(f"repro: error: {_os_problem(exc)}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
         command = shlex.join(["repro", *(sys.argv[1:] if argv is None else argv)])

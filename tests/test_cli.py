@@ -2,6 +2,8 @@
 lists every run field with its default and meaning."""
 
 import argparse
+import errno
+import os
 from dataclasses import fields
 
 import pytest
@@ -36,3 +38,22 @@ def test_train_help_lists_every_run_field(capsys):
     defaults = config_record(RunConfig())  # tuple fields as text, the form key=value takes
     for field in fields(RunConfig):
         assert f"{field.name}={defaults[field.name]!r}" in text and field.metadata["doc"] in text
+
+
+@pytest.mark.parametrize(
+    ("code", "says"),
+    [(errno.EACCES, "permission denied; give this user access"), (errno.ENOSPC, "no space")],
+)
+def test_an_os_error_of_permission_or_space_is_one_line(code, says, monkeypatch, capsys):
+    """Unreadable folders (chmod 000; not testable as root, who reads them anyway) and a full
+    disk, wherever no caller named them first: rc 2 and one line naming the file."""
+
+    def fail(args):
+        raise OSError(code, os.strerror(code), "/data/pool/meta.json")
+
+    monkeypatch.setattr("repro.cli._data_info", fail)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["data", "info", "/data/pool"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1
+    assert err.startswith(f"repro: error: /data/pool/meta.json: {says}")
