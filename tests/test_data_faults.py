@@ -5,6 +5,7 @@ build repairs it; damaged pool files are one-line errors with a non-zero exit st
 import json
 import os
 import random
+import resource
 import signal
 import subprocess
 import sys
@@ -223,3 +224,24 @@ def test_a_build_flushes_every_file_before_its_rename_and_the_rename(tmp_path, m
     tmp = f"{tmp_path.resolve()}/.pool.tmp-{os.getpid()}"  # the folder renamed into place
     written = {f"{tmp}/{p.relative_to(out)}" for p in out.rglob("*")}
     assert written | {tmp, str(tmp_path.resolve())} <= flushed
+
+
+def test_a_full_disk_is_one_line_and_the_next_build_completes(tmp_path, uninterrupted):
+    """Out of space (ulimit -f below the token arrays' size) `repro data build` stops with rc 2
+    and one line naming the file and the free space, and leaves no temporary folder; built again
+    with space, the pool is the uninterrupted one."""
+
+    def small_files():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(
+            resource.RLIMIT_FSIZE, (1000, resource.getrlimit(resource.RLIMIT_FSIZE)[1])
+        )
+
+    out = tmp_path / "pool"
+    proc = subprocess.run(
+        [*CLI_BUILD, str(out)], capture_output=True, text=True, preexec_fn=small_files
+    )
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr[-2000:]
+    assert proc.stderr.startswith(f"repro: error: writing {tmp_path}/.pool.tmp-")
+    assert "size limit (ulimit -f)" in proc.stderr and _temps(tmp_path) == [] and not out.exists()
+    _rebuild_repairs(out, uninterrupted["spec"])

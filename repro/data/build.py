@@ -63,7 +63,7 @@ from repro.data.tokenizer import (
     train_bpe,
 )
 from repro.errors import ReproError
-from repro.runtime.files import check_out, fsync, fsync_tree
+from repro.runtime.files import check_out, fsync, fsync_tree, space_checked
 
 DTYPES = ("auto", "uint16", "uint32")
 INITIAL_BYTES_PER_TOKEN = 4.5  # first guess for gathering candidates; corrected by measurement
@@ -550,10 +550,13 @@ def _write_atomically(
         for name, split in splits.items():
             (tmp / name).mkdir(parents=True)
             for array in ARRAYS:
-                np.save(tmp / name / f"{array}.npy", getattr(split, array))
-        tokenizer.save(str(tmp / "tokenizer.json"))
+                with space_checked(tmp / name / f"{array}.npy"):
+                    np.save(tmp / name / f"{array}.npy", getattr(split, array))
+        with space_checked(tmp / "tokenizer.json"):
+            tokenizer.save(str(tmp / "tokenizer.json"))
         meta = meta | {"files": _file_records(tmp, splits, progress)}
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+        with space_checked(tmp / "meta.json"):
+            (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
         fsync_tree(tmp)
         if out.exists():
             old = out.parent / f".{out.name}.old-{os.getpid()}"

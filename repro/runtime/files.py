@@ -70,6 +70,19 @@ def no_space(path: Path, exc: BaseException) -> NoSpace | None:
 
 
 @contextmanager
+def space_checked(path: Path) -> Iterator[None]:
+    """Within the block, `path` is being written: a failure that came from a lack of space
+    (no_space) becomes NoSpace naming it."""
+    try:
+        yield
+    except Exception as exc:
+        full = no_space(path, exc)
+        if full:
+            raise full from exc
+        raise
+
+
+@contextmanager
 def atomic_write(path: Path, mode: str = "w", keep_previous: Path | None = None) -> Iterator[IO]:
     """Open `path` + ".tmp" for writing; once the block succeeds, flush it to disk, move the old
     `path` to `keep_previous` (if given, beside `path`), rename the temporary file to `path` and
