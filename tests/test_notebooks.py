@@ -57,13 +57,13 @@ def test_committed_notebook_shows_the_cpu_preset_without_running(notebook):
     assert not any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in outputs)
 
 
-def test_readme_shows_the_committed_claim_tables():
-    """The README's results tables are the notebooks' tables, verbatim: every cpu claim table and
+def test_results_show_the_committed_claim_tables():
+    """docs/RESULTS.md's tables are the notebooks' tables, verbatim: every cpu claim table and
     cpu-regime's batch-size tables."""
-    readme = (ROOT / "README.md").read_text()
+    results = (ROOT / "docs" / "RESULTS.md").read_text()
     tables = sorted((ROOT / "figures" / "cpu").glob("0*_claims.md"))
     assert len(tables) == 5
     regime = ROOT / "figures" / "cpu-regime"
     tables += [regime / "02_claims.md", regime / "02_optimum_per_size.md"]
     for table in tables:
-        assert table.read_text().strip() in readme, f"README's copy of {table} is stale"
+        assert table.read_text().strip() in results, f"docs/RESULTS.md's copy of {table} is stale"

@@ -1,6 +1,7 @@
 """`repro reproduce`: the preset's runs first (whole series only), then the notebooks; a failure
 names the notebook and cell and exits non-zero."""
 
+import io
 import json
 import os
 import shutil
@@ -12,14 +13,15 @@ import time
 from pathlib import Path
 
 import nbformat
+import numpy as np
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
 from repro.cli import main
 from repro.errors import ReproError
 from repro.reproduce import KERNEL_PREFIX, copy_outputs, remove_leftovers
-from repro.study import Study
-from repro.sweep import run_status
+from repro.study import Study, open_study
+from repro.sweep import plan_grid, run_status
 
 
 def _project(root, *sources):
@@ -288,7 +290,7 @@ def test_preset_file_runs_under_its_own_name_and_outputs_can_be_stored(tmp_path,
         )
 
 
-def test_two_smoke_reproductions_with_different_worker_counts_agree(tmp_path, monkeypatch):
+def test_two_smoke_reproductions_with_different_worker_counts_agree(tmp_path, monkeypatch, capsys):
     """From scratch (pools, runs, notebooks) with 1 worker and with 2: byte-identical claim
     tables (stacks, worker processes and thread counts differ between the two)."""
     notebooks = Path(__file__).resolve().parents[1] / "notebooks"
@@ -304,6 +306,43 @@ def test_two_smoke_reproductions_with_different_worker_counts_agree(tmp_path, mo
             path.name: path.read_bytes() for path in (root / "figures" / "smoke").glob("*_claims.*")
         }
     assert len(tables["1"]) == 10 and tables["1"] == tables["2"]
+    _damaged_runs_fail_naming_them_or_give_the_same_tables(root, tables["2"], capsys)
+
+
+def _damaged_runs_fail_naming_them_or_give_the_same_tables(root, tables, capsys) -> None:
+    """One of notebook 02's finished runs damaged at a time, then `repro reproduce --only 02`:
+    a run left unfinished is trained to its end (the same tables); damage the analysis cannot
+    trust is rc 2 and one line naming the run."""
+    study = open_study("smoke")
+    run = study.store / plan_grid(study.batch_sweep_grid(), study.store)[0].run_id
+    step = json.loads((run / "status.json").read_text())["step"]
+    damages = {
+        "status running": ("status.json", lambda b: b.replace(b'"done"', b'"running"'), None),
+        "last metrics line lost": ("metrics.jsonl", lambda b: b[: b.rstrip().rfind(b"\n") + 1], ""),
+        "documents' losses halved": (f"val_docs/step-{step}.npy", _halved, "val_docs"),
+    }
+    for name, (file, damage, says) in damages.items():
+        kept = (run / file).read_bytes()
+        (run / file).write_bytes(damage(kept))
+        if says is None:
+            main(["reproduce", "--preset", "smoke", "--only", "02"])
+            after = (root / "figures" / "smoke" / "02_claims.md").read_bytes()
+            assert after == tables["02_claims.md"], name
+        else:
+            with pytest.raises(SystemExit) as exit_info:
+                main(["reproduce", "--preset", "smoke", "--only", "02"])
+            err = capsys.readouterr().err
+            assert exit_info.value.code == 2 and err.count("\n") == 1, (name, err)
+            assert run.name in err and says in err, (name, err)
+        (run / file).write_bytes(kept)
+
+
+def _halved(npy: bytes) -> bytes:
+    """An .npy file of float losses with every value halved."""
+    values = np.load(io.BytesIO(npy))
+    out = io.BytesIO()
+    np.save(out, values / 2)
+    return out.getvalue()
 
 
 def test_the_gpu_small_preset_dry_runs_every_notebook_on_a_cpu(tmp_path, monkeypatch):
