@@ -491,7 +491,7 @@ PRESETS: dict[str, Preset] = {
         schedule_batch=8,
     ),
     # for a 2-core machine: the whole series (pools, runs, notebooks 01-05) took 47 minutes with 2
-    # pools of longer documents (README); not yet timed with 3 pools and 16k validation tokens;
+    # pools of longer documents (docs/RESULTS.md); not yet timed with 3 pools and 16k validation tokens;
     # growth brackets every tuned lr, weight decay and epoch budget of notebook 02
     "cpu": Preset(
         name="cpu",
@@ -530,7 +530,7 @@ PRESETS: dict[str, Preset] = {
     # (../shared/CALIBRATION.md) found sqrt(batch) too steep. The lr and weight-decay grids are a
     # start: 3 rounds of grid growth bracket every choice (a first pass without them left choices
     # on an edge in all 36 of 02's groups). From scratch: 2 h 36 min on 2 cores with 2 pools of
-    # longer documents (README); not yet timed with 3 pools.
+    # longer documents (docs/RESULTS.md); not yet timed with 3 pools.
     "cpu-regime": Preset(
         name="cpu-regime",
         pool=PoolSpec(source=SHORT_DOCUMENTS, tokens=30_000, val_tokens=16_000, vocab_size=512),
