@@ -491,8 +491,8 @@ PRESETS: dict[str, Preset] = {
         schedule_batch=8,
     ),
     # for a 2-core machine: the whole series (pools, runs, notebooks 01-05) took 47 minutes with 2
-    # pools of longer documents (docs/RESULTS.md); not yet timed with 3 pools and 16k validation tokens;
-    # growth brackets every tuned lr, weight decay and epoch budget of notebook 02
+    # pools of longer documents (docs/RESULTS.md); not yet timed with 3 pools and 16k validation
+    # tokens; growth brackets every tuned lr, weight decay and epoch budget of notebook 02
     "cpu": Preset(
         name="cpu",
         pool=PoolSpec(source=SHORT_DOCUMENTS, tokens=16_000, val_tokens=16_000, vocab_size=512),
