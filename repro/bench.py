@@ -17,7 +17,8 @@ import torch
 from repro.data.pool import Split, load_pool
 from repro.runtime.config import make_run_config
 from repro.runtime.loaders import EpochLoader
-from repro.runtime.model import Transformer, flops_per_token, model_config
+from repro.runtime.model import Transformer
+from repro.runtime.shapes import flops_per_token, model_config
 from repro.runtime.train import Member, attach_optimizers, build_engine, training_step
 
 
@@ -237,7 +238,7 @@ def bf16_loss_gap(pool_path: str, size: str, batch_size: int, epochs: int, seed:
     (cosine to 0, lr 3e-3, REPACK) in float32 and under CPU bf16 autocast, and after float32
     training with the next seed (the seed-to-seed spread to compare the gap with)."""
     from repro.runtime.loaders import validation_sequences
-    from repro.runtime.optim import Schedule, lr_multiplier
+    from repro.runtime.schedules import Schedule, lr_multiplier
     from repro.runtime.train import evaluate
 
     pool = load_pool(pool_path)

@@ -20,8 +20,9 @@ import torch.nn.functional as F
 from repro.bench import throughput
 from repro.errors import ReproError
 from repro.runtime.config import make_run_config
-from repro.runtime.model import ModelConfig, Transformer, model_config
+from repro.runtime.model import Transformer
 from repro.runtime.optim import GRAD_CLIP
+from repro.runtime.shapes import ModelConfig, model_config
 
 
 def hf_llama(config: ModelConfig, device: str, attention: str = "sdpa") -> torch.nn.Module:

@@ -465,7 +465,7 @@ def _bench(args: argparse.Namespace) -> None:
     import torch
 
     from repro import bench
-    from repro.runtime.model import SIZES
+    from repro.runtime.shapes import SIZES
 
     unknown = [m for m in args.models.split(",") if m not in SIZES]
     if unknown:

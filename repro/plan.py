@@ -21,7 +21,7 @@ import pandas as pd
 from repro.data.pool import built_meta
 from repro.errors import ReproError
 from repro.presets import Preset
-from repro.runtime.model import flops_per_token, model_config
+from repro.runtime.shapes import flops_per_token, model_config
 from repro.study import Study
 from repro.sweep import expand, run_id
 

@@ -32,7 +32,7 @@ class Preset:
     name: str  # runs go to runs/<name>/, figures to figures/<name>/
     pool: PoolSpec  # the main pool; seeds below draw independent pools with the same validation set
     pool_seeds: tuple[int, ...]
-    models: tuple[str, ...]  # sizes of repro.runtime.model.SIZES
+    models: tuple[str, ...]  # sizes of repro.runtime.shapes.SIZES
     seq_len: int  # tokens
     batch_sizes: tuple[int, ...]  # sequences per optimizer step
     lrs: dict[int, tuple[float, ...]]  # lr grid per batch size
@@ -184,7 +184,7 @@ class Preset:
         """Where this preset sits against the paper's ratios (PAPER_REGIME), as (min, max) over
         its batch sizes and models: a batch's tokens as a fraction of the pool's training tokens,
         the pool's training tokens per model parameter (untied, at `vocab_size`), and epochs."""
-        from repro.runtime.model import param_count_table
+        from repro.runtime.shapes import param_count_table
 
         params = {row["name"]: row["params"] for row in param_count_table(vocab_size)}
         batch = [b * self.seq_len / self.pool.tokens for b in self.batch_sizes]
@@ -629,7 +629,7 @@ def dry_run(preset: Preset) -> Preset:
     sequences 16 tokens, pools of exactly two largest batches (the smallest pool-size pool at least
     one), a Llama-3-sized vocab's uint32 token storage kept, float32 on the CPU without
     torch.compile, one process per run."""
-    from repro.runtime.model import model_config, parameter_count
+    from repro.runtime.shapes import model_config, parameter_count
 
     if len(preset.models) > len(CPU_SIZES):
         raise ReproError(f"preset {preset.name}: a dry run maps at most {len(CPU_SIZES)} models")

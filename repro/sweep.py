@@ -57,8 +57,8 @@ from repro.runtime.config import (
 )
 from repro.runtime.files import NoSpace, read_json, read_status, write_json
 from repro.runtime.loaders import epoch_steps
-from repro.runtime.model import model_config, parameter_count
-from repro.runtime.optim import decay_start_step
+from repro.runtime.schedules import decay_start_step
+from repro.runtime.shapes import model_config, parameter_count
 
 FINISHED = ("done", "diverged")
 

@@ -8,7 +8,8 @@ import torch
 import torch.nn.functional as F
 
 from repro import bench_peers
-from repro.runtime.model import Transformer, model_config
+from repro.runtime.model import Transformer
+from repro.runtime.shapes import model_config
 
 VOCAB = 300
 

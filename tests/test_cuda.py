@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from repro.runtime.config import make_run_config
-from repro.runtime.model import Transformer, model_config
+from repro.runtime.model import Transformer
+from repro.runtime.shapes import model_config
 from repro.runtime.train import train, train_stacked
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -4,10 +4,10 @@ import pytest
 import torch
 
 from repro.bench_peers import hf_llama, hf_state_dict
-from repro.runtime.model import (
+from repro.runtime.model import Transformer
+from repro.runtime.shapes import (
     SIZES,
     ModelConfig,
-    Transformer,
     flops_per_token,
     model_config,
     param_count_table,

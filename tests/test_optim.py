@@ -3,14 +3,10 @@ import math
 import pytest
 import torch
 
-from repro.runtime.model import ModelConfig, Transformer
-from repro.runtime.optim import (
-    Schedule,
-    beta2_for_batch,
-    build_optimizer,
-    lr_multiplier,
-    param_groups,
-)
+from repro.runtime.model import Transformer
+from repro.runtime.optim import beta2_for_batch, build_optimizer, param_groups
+from repro.runtime.schedules import Schedule, lr_multiplier
+from repro.runtime.shapes import ModelConfig
 
 
 def make_model(tie: bool) -> Transformer:

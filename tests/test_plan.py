@@ -23,7 +23,7 @@ from repro.plan import (
     wall_hours,
 )
 from repro.presets import PRESETS
-from repro.runtime.model import flops_per_token, model_config
+from repro.runtime.shapes import flops_per_token, model_config
 from repro.sweep import expand
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -141,7 +141,8 @@ def test_example_preset_builds_a_pool_of_paragraph_documents(tmp_path):
 
 
 def test_regime_states_the_presets_ratios_against_the_papers():
-    from repro.runtime.model import Transformer, model_config
+    from repro.runtime.model import Transformer
+    from repro.runtime.shapes import model_config
 
     preset = PRESETS["cpu"]
     params = Transformer(model_config(preset.models[0], 512)).num_params()
@@ -211,7 +212,7 @@ def test_the_regime_preset_sits_in_the_papers_ratios():
     """cpu-regime (issue: the paper's regime on a CPU): smallest batch about 5e-4 of the pool or
     less, largest 1e-2 or more; 3+ sizes spanning 6x+, largest first, at 0.1-1.5 pool tokens per
     parameter; budgets up to 32 epochs; 2 independent pools."""
-    from repro.runtime.model import model_config, parameter_count
+    from repro.runtime.shapes import model_config, parameter_count
 
     preset = PRESETS["cpu-regime"]
     batch_low, batch_high = preset.regime(512)["batch / pool (tokens)"]
@@ -268,7 +269,7 @@ def test_beta2_half_life_batch_scales_beta2_with_the_batch_in_every_grid(tmp_pat
 @pytest.mark.parametrize("name", ["gpu-small", "gpu"])
 def test_a_dry_run_keeps_every_run_of_the_plan_at_cpu_size(name):
     from repro.plan import GpuSpeed, plan
-    from repro.runtime.model import model_config, parameter_count
+    from repro.runtime.shapes import model_config, parameter_count
 
     preset, dry = PRESETS[name], get_preset(name + "-dry-run")
     speed = GpuSpeed(1e12, "test")

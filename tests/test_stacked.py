@@ -11,7 +11,8 @@ from repro.data.build import PoolSpec, build_pool
 from repro.data.pool import load_pool
 from repro.errors import ReproError
 from repro.runtime.config import make_run_config
-from repro.runtime.model import Transformer, model_config
+from repro.runtime.model import Transformer
+from repro.runtime.shapes import model_config
 from repro.runtime.stacked import StackedForward, stack_parameters
 from repro.runtime.train import check_config, train, train_stacked
 from repro.sweep import estimated_cost, longest_first, plan_grid, run_sweep, stacks

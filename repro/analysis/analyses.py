@@ -29,7 +29,7 @@ from repro.analysis.intervals import (
 from repro.analysis.results import REPLICATE_FIELDS, Results
 from repro.analysis.selection import TUNED, compare, contrast, tuned
 from repro.data.pool import load_pool
-from repro.runtime.model import param_count_table
+from repro.runtime.shapes import param_count_table
 
 LITTLE = 0.01
 """nats/token: an effect whose whole interval lies within +-LITTLE "does little" (the paper's

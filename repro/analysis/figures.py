@@ -17,7 +17,7 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator
 from repro.analysis import plots
 from repro.analysis.analyses import across_replicates, endpoint_curve
 from repro.data.pool import load_pool
-from repro.runtime.model import SIZES
+from repro.runtime.shapes import SIZES
 
 LOSS = "tuned validation loss (nats/token)"
 DEADLINE = "deadline (step units)"
@@ -74,7 +74,7 @@ def split_tokens(table: pd.DataFrame) -> plt.Figure:
 
 
 def by_size(models) -> list[str]:
-    """Model names from the smallest to the largest (repro.runtime.model.SIZES), others last."""
+    """Model names from the smallest to the largest (repro.runtime.shapes.SIZES), others last."""
     order = list(SIZES)
     return sorted(models, key=lambda m: (order.index(m) if m in order else len(order), m))
 

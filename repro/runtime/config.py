@@ -19,8 +19,8 @@ import yaml
 from repro.data.pool import built_meta
 from repro.errors import ReproError
 from repro.runtime.loaders import LOADERS, BatchPhases, Loader
-from repro.runtime.model import SIZES
-from repro.runtime.optim import DecayShape, Schedule, ScheduleName
+from repro.runtime.schedules import DecayShape, Schedule, ScheduleName
+from repro.runtime.shapes import SIZES
 
 
 def _field(default, doc: str):
@@ -31,7 +31,7 @@ def _field(default, doc: str):
 @dataclass
 class RunConfig:
     pool: str = _field("", "pool directory (repro data build)")
-    model: str = _field("tiny", "model size (repro.runtime.model.SIZES)")
+    model: str = _field("tiny", "model size (repro.runtime.shapes.SIZES)")
     seq_len: int = _field(128, "tokens per sequence")
     batch_size: int = _field(16, "sequences per optimizer step, over all processes")
     micro_batch: int = _field(

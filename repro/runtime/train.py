@@ -74,9 +74,11 @@ from repro.runtime.loaders import (
     validation_documents,
     validation_sequences,
 )
-from repro.runtime.model import Transformer, model_config
+from repro.runtime.model import Transformer
 from repro.runtime.noise_scale import MicroBatchNorms, NoiseScaleEMA
-from repro.runtime.optim import GRAD_CLIP, Schedule, build_optimizer, lr_multiplier
+from repro.runtime.optim import GRAD_CLIP, build_optimizer
+from repro.runtime.schedules import Schedule, lr_multiplier
+from repro.runtime.shapes import model_config
 from repro.runtime.stacked import StackedForward, stack_parameters
 
 # sequences per validation forward pass, at least (no gradients, so larger than tiny micro-batches)
