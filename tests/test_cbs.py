@@ -5,6 +5,7 @@ pool contradicting the other two, and with 2 pools (the noise-scale claim:
 tests/test_noise_scale.py)."""
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -36,7 +37,11 @@ from repro.analysis.cbs import (
 )
 from repro.analysis.intervals import Difference
 from repro.analysis.results import Results, memory_documents
+from repro.data.pool import load_pool
 from repro.errors import ReproError
+from repro.presets import PRESETS
+from repro.study import Study
+from repro.sweep import expand
 
 
 def test_fits_recover_known_constants():
@@ -689,3 +694,35 @@ def test_the_schedule_slice_of_each_pool_is_chosen_on_the_other_pools(hand_made)
     assert schedule_slices(results, five_phases)["p0"] == (8, 0.1)
     with pytest.raises(ReproError, match="gives every phase"):
         schedule_slices(results.subset(results.runs["epochs"] == 2), ["0:2,0.75:32"])
+
+
+# --- notebook 05's pools and grids ---------------------------------------------------------------
+
+
+def test_every_pool_seed_gets_sized_pools_that_share_its_tokenizer_and_the_validation_set(
+    tmp_path,
+):
+    """The smoke preset's two seeds: each has pools of 2,000 and 4,000 tokens cut with its own
+    seed, its main pool's tokenizer and the shared validation documents; the pool-size sweep and
+    the noise-scale runs cover every seed."""
+    preset = replace(PRESETS["smoke"], scaling_pool_tokens=(2_000,))
+    study = Study(preset, tmp_path, tmp_path / "pools", tmp_path / "runs", 1, progress=False)
+    sized = study.sized_pools()
+    assert list(sized) == [0, 1] and [p.name for p in sized[1]] == [
+        "smoke-synthetic-seed1-2000tok",
+        "smoke-synthetic-seed1",
+    ]
+    mains = [load_pool(pools[-1]) for pools in sized.values()]
+    for pools, main in zip(sized.values(), mains):
+        small = load_pool(pools[0])
+        assert small.meta["seed"] == main.meta["seed"]
+        assert (pools[0] / "tokenizer.json").read_text() == (
+            pools[-1] / "tokenizer.json"
+        ).read_text()
+        assert np.array_equal(small.val.tokens, mains[0].val.tokens)
+    assert mains[0].meta["seed"] != mains[1].meta["seed"]
+    swept = {c.pool for c in expand(study.scaling_grid())}
+    assert swept == {str(p) for pools in sized.values() for p in pools}
+    assert {c.pool for c in expand(study.noise_scale_grid())} == {
+        str(p[-1]) for p in sized.values()
+    }

@@ -815,11 +815,11 @@ def _data_scaling_claim(
         return [claim, paper, f"model {model}: no pools of several sizes", "undetermined"]
     alpha = laws.get("B*", NOT_MEASURED)
     verdict, why = _data_scaling_verdict(scaling, alpha)
-    sizes = ", ".join(f"{t:,}" for t in sorted(scaling["pool tokens"].unique()))
-    seeds = scaling["seed"].nunique()
+    tokens, per_seed = scaling["pool tokens"], scaling.groupby("seed").size().max()
     measured = (
-        f"model {model}: {describe('alpha', alpha, '.2f')}, per pool seed fitted over pools of "
-        f"{sizes} tokens ({seeds} seeds; 90% t interval over seeds; B_crit: "
+        f"model {model}: {describe('alpha', alpha, '.2f')}, fitted per pool seed over its "
+        f"{per_seed} pools of {tokens.min():,} to {tokens.max():,} tokens (90% t interval over "
+        f"{scaling['seed'].nunique()} seeds; B_crit: "
         f"{describe('alpha', laws.get('B_crit', NOT_MEASURED), '.2f')}){why}"
     )
     return [claim, paper, measured, verdict]
