@@ -142,14 +142,15 @@ frontier.step_time_table(P.batch_sizes, P.gpu_counts, step_model.step_seconds).p
 # A batch size that changes during training (`batch_schedule`, changing at epoch ends; the lr
 # follows lr x sqrt(B / B_ref) for Adam) is one more policy. Each schedule is priced step by step at
 # its current batch; here on one GPU and on the most GPUs, against the best fixed batch under the
-# same deadline (`frontier.schedule_policies`). The schedules train at the epoch budget and weight
-# decay of the best fixed batch (`cbs.schedule_slice`).
+# same deadline (`frontier.schedule_policies`). The schedules train, on each pool, at the epoch
+# budget and weight decay of the best fixed batch chosen on the other pools
+# (`cbs.schedule_slices`); this figure shows pool 0's.
 
 # %%
 from repro.analysis import cbs
 
 ramps = list(P.batch_schedules.values())
-scheduled = study.sweep(study.schedule_grid(*cbs.schedule_slice(model_results, ramps)))
+scheduled = study.sweep(study.schedule_grid(cbs.schedule_slices(model_results, ramps)))
 scheduled0 = scheduled.subset(scheduled.runs["pool"] == str(pools[0]))
 schedule_runs, schedule_evals = scheduled0.runs, scheduled0.evals
 policy_gpus = [1, g_max]

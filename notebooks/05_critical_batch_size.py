@@ -11,17 +11,23 @@
 # training?
 #
 # **Method.** Everything below is measured on one model size, the preset's first (`P.models[0]`,
-# printed below). (1) Runs that log B_simple from micro-batch and global-batch gradient norms (each
-# EMA-smoothed before the ratio). (2) Steps-to-target from notebook 02's sweep on pool 0: for each
-# target loss and batch size, the fewest steps over the batch's runs (lr, weight decay and epoch
-# budget; each budget is its own annealed run) in which the val loss falls to it; the three fits,
-# with residuals and bootstrap intervals over the points, beside B_simple near the target.
-# (3) The same sweep (first weight decay only) on pools of several sizes: B_crit and B* against
-# pool size D, the exponents with bootstrap intervals. (4) Batch-size schedules (notebook 04's
-# runs, at the best fixed batch's epoch budget and weight decay) against the fixed batches of the
-# same pools, budget and weight decay, all as held-out tuned endpoints (`selection.tuned`: each
-# replicate's choice made on the other replicates' half of the validation documents, reported on
-# its own other half), with an interval over replicates and documents.
+# printed below), and on every pool: the pool is the replicate, each fitted quantity is computed
+# on each pool alone (from all of its runs), and its interval is over pools (a 90% t interval of
+# the mean over pools, of its log for batch sizes and ratios: `cbs.pool_interval`), so the spread
+# between pools, which holds each fit's own noise, sets its width. A verdict needs
+# `intervals.MIN_REPLICATES` pools. (1) Runs that log B_simple from micro-batch and global-batch
+# gradient norms (each EMA-smoothed before the ratio), on every pool, for `P.noise_epochs()` epochs.
+# (2) Steps-to-target from notebook 02's sweep: for each target loss (the same on every pool:
+# they share the validation documents), pool and batch size, the fewest steps over the batch's
+# runs (lr, weight decay and epoch budget; each budget is its own annealed run) in which the val
+# loss falls to it; the three fits per pool, beside B_simple near the target on that pool.
+# (3) The same sweep (first weight decay only) on pools of several sizes cut from every pool seed:
+# B_crit and B* against pool size D, one exponent per seed and an interval over seeds.
+# (4) Batch-size schedules (notebook 04's runs) against the fixed batches of the same pools: each
+# pool at the epoch budget and weight decay of the best fixed batch chosen on the *other* pools
+# (`cbs.schedule_slices`), all arms as held-out tuned endpoints (`selection.tuned`: each pool's
+# choice made on the other pools' half of the validation documents, reported on its own other
+# half), compared with an interval over pools and documents.
 # Units: batch sizes in sequences of `seq_len` tokens; S in optimizer steps; E in tokens; losses
 # in nats/token. Evaluations fall every `eval_every` epochs (once per epoch on the CPU presets),
 # so the step at which a run reaches a target is interpolated between the last evaluation above
@@ -38,10 +44,12 @@ preset = os.environ.get("REPRO_PRESET", "cpu")  # smoke | cpu | gpu-small | gpu 
 workers = None  # parallel runs; default: the preset's
 
 # %%
-from IPython.display import Markdown
+from pathlib import Path
+
+from IPython.display import Markdown, display
 
 from repro.analysis import analyses, figures
-from repro.analysis.intervals import claim_count
+from repro.analysis.intervals import claim_count, describe
 from repro.study import open_study
 
 study = open_study(preset, workers=workers)
@@ -57,96 +65,109 @@ noise = study.sweep(study.noise_scale_grid())
 noise_runs, noise_evals = noise.runs, noise.evals
 results = study.sweep(study.batch_sweep_grid())
 model_results = results.subset(results.runs["model"] == model)
-results0 = model_results.subset(model_results.runs["pool"] == str(pools[0]))
-runs0, evals0 = results0.runs, results0.evals
-print(f"model {model}: {len(noise_runs)} noise-scale runs, {len(runs0)} sweep runs on pool 0")
-
-# %%
+runs, evals = model_results.runs, model_results.evals
 print(
-    f"noise-scale evaluation points: {len(noise_evals)}, "
+    f"model {model}: {len(noise_runs)} noise-scale runs ({P.noise_epochs()} epochs) and "
+    f"{len(runs)} sweep runs on {len(pools)} pools; noise-scale evaluations: {len(noise_evals)}, "
     f"with B_simple: {int(noise_evals['b_simple'].notna().sum())}"
 )
 
 # %% [markdown]
 # ## The gradient noise scale over training
 #
-# B_simple at each evaluation (EMA-smoothed estimates); the table shows the first, middle and last
-# evaluation of each run.
+# B_simple at each evaluation (EMA-smoothed estimates), one curve per pool and batch. The growth
+# the claim below judges (`cbs.noise_growth`): per pool and run, the median B_simple over the
+# first and over the last third of its evaluations up to its best val loss (while the loss
+# falls); then per batch the geometric mean of that growth over pools with its 90% interval over
+# pools (`cbs.growth_intervals`).
 
 # %%
 study.save(figures.noise_scale(noise_runs, noise_evals), "05_noise_scale")
 trajectory = cbs.noise_trajectory(noise_runs, noise_evals)
-trajectory.groupby("batch_size").apply(
-    lambda t: t.iloc[[0, len(t) // 2, -1]], include_groups=False
-).round(3)
+growth = cbs.noise_growth(trajectory)
+display(analyses.pool_names(growth).round(3))
+cbs.growth_intervals(growth).round(3)
 
 # %% [markdown]
-# The growth the claim below judges (`cbs.noise_growth`): per run, the median B_simple over the
-# first and over the last third of its evaluations up to its best val loss (while the loss falls).
-
-# %%
-cbs.noise_growth(trajectory).round(3)
-
-# %% [markdown]
-# ## Steps and tokens to a target loss, and the three fits
+# ## Steps and tokens to a target loss, and the three fits per pool
 #
-# Three targets: the lowest validation loss that two thirds of the batch sizes reach, and two easier
-# ones up to 60% of the way to the first evaluation's loss (`cbs.target_losses`). For each target,
-# `cbs.fit_targets` fits McCandlish's hyperbola (B_crit), Zhang's S = a + b/B (B*) and Zhou's WSD
-# pieces (B_opt, B_min), each with its 90% bootstrap interval over the points (lo, hi), beside
-# B_simple at the noise-scale evaluations nearest the target (McCandlish's prediction of B_crit).
-# Batches that never reach a target are marked on the figure's top edge. One column per target.
+# Three targets, the same on every pool: the lowest validation loss that two thirds of the batch
+# sizes reach on every pool, and two easier ones up to 60% of the way to the first evaluation's
+# loss (`cbs.target_losses`). For each pool and target, `cbs.fit_targets` fits McCandlish's
+# hyperbola (B_crit), Zhang's S = a + b/B (B*) and Zhou's WSD pieces (B_opt, B_min), beside
+# B_simple at that pool's noise-scale evaluations nearest the target (McCandlish's prediction of
+# B_crit) and its ratio to B_crit. Batches that never reach a target are marked on the figure's
+# top edge. The first table has one row per pool and target; the second, per target, each fitted
+# quantity's mean over pools, its 90% interval over pools and its per-pool values
+# (`cbs.fit_intervals`).
 
 # %%
 n_reach = cbs.reach_count(len(P.batch_sizes))
-targets = cbs.target_losses(runs0, evals0, n_reach)
-reach = cbs.steps_to_target(runs0, evals0, targets, seq_len=P.seq_len)
+targets = cbs.target_losses(runs, evals, n_reach)
+reach = cbs.steps_to_target(runs, evals, targets, by=("pool", "batch_size"), seq_len=P.seq_len)
 limit = 10 * max(P.batch_sizes)  # sequences
 fits, mccandlish = cbs.fit_targets(reach, trajectory)
+fit_intervals = cbs.fit_intervals(fits)
 study.save(
     figures.steps_tokens_to_target(reach, mccandlish, P.batch_sizes), "05_steps_tokens_to_target"
 )
-fits.set_index("target").T if len(fits) else fits
+print(f"{len(targets)} targets; fitted (pool, target) pairs: {len(mccandlish)} of {len(fits)}")
+display(analyses.pool_names(fits).round(3))
+fit_intervals.round(3)
+
+# %% [markdown]
+# The fitted batch sizes at the judged (middle) target: each pool's value and the mean over pools
+# with its 90% interval over pools.
 
 # %%
-print(f"{len(targets)} targets, {len(fits)} fitted")
+if mccandlish:
+    judged = targets[len(targets) // 2]
+    study.save(figures.fitted_batches(fit_intervals, fits, judged), "05_fitted_batches")
 
 # %% [markdown]
 # ## Critical batch size vs pool size
 #
 # The batch sweep (first weight decay; lr and epoch budget tuned) of the first model on pools of
-# several sizes that share the tokenizer and validation documents. The target per pool is the
-# lowest loss two thirds of the batch sizes reach on that pool, so each pool is judged at its own
-# attainable loss. Intervals: 90% bootstrap over each pool's (batch, steps) points
-# (`cbs.pool_size_scaling`); exponents: least squares in log-log, their intervals from resampling
-# every pool's points together (`cbs.scaling_laws`).
+# several sizes cut from every pool seed; each shares its seed's main pool's tokenizer and the
+# validation documents. The target per pool is the lowest loss two thirds of the batch sizes
+# reach on that pool, so each pool is judged at its own attainable loss (`cbs.pool_size_scaling`).
+# Per pool seed, B_crit and B* against D (least squares in log-log); the exponent's interval is a
+# t interval over seeds (`cbs.scaling_laws`). Every seed's pools are cut to the same token
+# targets but end at a document boundary, so their sizes differ between seeds (the table's
+# "pool tokens" are the actual training tokens that the fits use).
 
 # %%
 sized = study.sized_pools()
 scaled = study.sweep(study.scaling_grid())
 scale_runs, scale_evals = scaled.runs[scaled.runs["model"] == model], scaled.evals
+tokens = analyses.train_tokens([pool for sizes in sized.values() for pool in sizes])
+by_seed = {seed: {str(p): tokens[str(p)] for p in sizes} for seed, sizes in sized.items()}
 scaling, scaling_points = cbs.pool_size_scaling(
-    scale_runs, scale_evals, analyses.train_tokens(sized), n_reach, P.seq_len
+    scale_runs, scale_evals, by_seed, n_reach, P.seq_len
 )
-law = cbs.scaling_laws(scaling, scaling_points)
-study.save(figures.cbs_vs_pool_size(scaling, law, limit), "05_cbs_vs_pool_size")
+laws = cbs.scaling_laws(scaling)
+study.save(figures.cbs_vs_pool_size(scaling, laws, limit), "05_cbs_vs_pool_size")
+print({name: describe("alpha", alpha, ".2f") for name, alpha in laws.items()})
 scaling.round(3)
 
 # %% [markdown]
 # ## Batch-size schedules vs the best fixed batch
 #
-# Notebook 04's schedule runs (first model, every pool, at the epoch budget and weight decay of
-# the best fixed batch on pool 0, `cbs.schedule_slice`; lr grid of batch `schedule_batch`, lr x
-# sqrt(B / schedule_batch) as the batch changes) against
-# notebook 02's fixed batches of the same model, pools, budget and weight decay
-# (`cbs.schedules_vs_fixed`). Every row is a held-out tuned endpoint (`selection.tuned`). The last
-# rows are the compared arms: the best fixed batch, with the batch size tuned alongside lr, and
-# the best schedule, with the schedule tuned alongside lr; "chose" names the choices made on all
-# of each replicate's documents.
+# Notebook 04's schedule runs (first model, every pool; lr grid of batch `schedule_batch`, lr x
+# sqrt(B / schedule_batch) as the batch changes) against notebook 02's fixed batches of the same
+# model and pool. Each pool meets them at its own slice: the epoch budget and weight decay of the
+# best fixed batch chosen on the other pools (`cbs.schedule_slices`, printed first), so no pool's
+# own runs pick the slice it is judged at. Every row is a held-out tuned endpoint
+# (`selection.tuned` over lr, at the pool's slice; `cbs.schedules_vs_fixed`). The last rows are
+# the compared arms: the best fixed batch, with the batch size tuned alongside lr, and the best
+# schedule, with the schedule tuned alongside lr; "chose" names the choices made on all of each
+# pool's documents.
 
 # %%
 ramps = list(P.batch_schedules.values())
-scheduled = study.sweep(study.schedule_grid(*cbs.schedule_slice(model_results, ramps)))
+slices = cbs.schedule_slices(model_results, ramps)
+print({Path(pool).name: slice_ for pool, slice_ in slices.items()})
+scheduled = study.sweep(study.schedule_grid(slices))
 schedules = cbs.schedules_vs_fixed(model_results, scheduled, P.batch_schedules)
 study.save(figures.schedules(schedules.curves), "05_schedules")
 schedules.table.round(4)
@@ -156,29 +177,30 @@ schedules.table.round(4)
 #
 # `cbs.cbs_claims`, on the first model only. Verdicts are "agrees", "disagrees" or
 # "undetermined" (the reason is in "measured here"); the fits are judged at the middle target.
-# A bootstrap interval needs `cbs.MIN_BATCHES` batch sizes (with three, every resample that keeps
-# three batch sizes is the points themselves), and none is given where the fit leaves the value
-# undetermined in more than 5% of the resamples; without an interval a verdict is undetermined.
-# - Noise scale: agrees when B_simple rises by `cbs.NOISE_GROWTH` or more (median of the last third
-#   of the evaluations up to the best val loss over the first third) in every noise-scale run;
-#   disagrees when it does not rise at all in every run.
-# - Hyperbola: agrees when B_crit's 90% interval lies inside the measured batches, the fit misses
-#   no point by more than `cbs.RESIDUAL_TOLERANCE` in log steps and B_simple lies within
-#   `cbs.B_SIMPLE_FACTOR` of B_crit's interval; disagrees on a larger miss, or with B_simple
-#   further off; undetermined when B_crit may lie outside the measured batches (steps never level
-#   off, or are flat throughout) or B_simple is not measured.
-# - D^0.47: agrees when B*'s exponent interval lies inside `cbs.ZHANG_BAND` (around 0.47);
-#   disagrees when it excludes 0.47; undetermined when it is wider than the band.
+# Every interval is a 90% interval over pools (pool seeds for the exponent), each pool's value
+# listed beside it; fewer than `intervals.MIN_REPLICATES` pools, or a pool without a finite
+# value, give no verdict.
+# - Noise scale: agrees when, for every noise-scale batch, the interval of B_simple's growth lies
+#   at or above `cbs.NOISE_GROWTH`; disagrees when for some batch it lies at or below 1.
+# - Hyperbola: agrees when B_crit's interval lies inside the batches every pool measured, the
+#   interval of each pool's largest miss beyond its evaluation brackets lies at or below
+#   `cbs.RESIDUAL_TOLERANCE` (log steps) and that of B_simple / B_crit inside
+#   [1 / `cbs.B_SIMPLE_FACTOR`, `cbs.B_SIMPLE_FACTOR`]; disagrees when the miss's interval lies
+#   above the tolerance, or (B_crit located) the ratio's lies outside that range; undetermined
+#   when B_crit may lie outside the measured batches (steps never level off, or are flat).
+# - D^0.47: agrees when the exponent's interval over seeds lies inside `cbs.ZHANG_BAND` (around
+#   0.47); disagrees when it excludes 0.47; undetermined when it is wider than the band, or when
+#   B* lies beyond the largest batch reaching a pool's target (an extrapolation).
 # - B_min / B_opt: undetermined unless the sweep is WSD, as Zhou et al.'s fits are; with WSD,
 #   agrees when B_opt's interval lies inside the measured batches and B_min's above 0, disagrees
 #   when B_min's lies below 0 (tokens to target still fall down to the smallest batch).
-# - Schedules: the best schedule minus the best fixed batch, both held out; agrees when the 90%
-#   interval over replicates and validation documents lies below 0, disagrees when above (at
-#   least 3 replicates).
+# - Schedules: the best schedule minus the best fixed batch, both held out at each pool's
+#   held-out slice; agrees when the 90% interval over pools and validation documents lies below
+#   0, disagrees when above.
 
 # %%
-lr_schedule = "/".join(sorted(runs0["schedule"].unique()))
-claims = cbs.cbs_claims(trajectory, fits, scaling, law, schedules, lr_schedule, model)
+lr_schedule = "/".join(sorted(runs["schedule"].unique()))
+claims = cbs.cbs_claims(growth, fits, scaling, laws, schedules, lr_schedule, model)
 table = study.save_table(claims, "05_claims")
 print(claim_count(claims))
 Markdown(table.read_text())  # the claims in full, as committed in figures/<preset>/05_claims.md

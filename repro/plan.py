@@ -65,10 +65,13 @@ class _Unbuilt(Study):
     def pools(self) -> list[Path]:
         return [self.preset.pool_dir(self.data_dir, seed) for seed in self.preset.pool_seeds]
 
-    def sized_pools(self) -> list[Path]:
-        tokens = self.preset.scaling_pool_tokens
-        sized = [self.preset.sized_pool_dir(self.data_dir, t) for t in sorted(tokens)]
-        return [*sized, self.pools()[0]]
+    def sized_pools(self) -> dict[int, list[Path]]:
+        P = self.preset
+        return {
+            seed: [P.sized_pool_dir(self.data_dir, seed, t) for t in sorted(P.scaling_pool_tokens)]
+            + [main]
+            for seed, main in zip(P.pool_seeds, self.pools())
+        }
 
 
 def notebook_grids(preset: Preset) -> dict[str, list[dict]]:
@@ -85,7 +88,9 @@ def notebook_grids(preset: Preset) -> dict[str, list[dict]]:
             study.combined_grid(),
         ],
         "04": (
-            [study.schedule_grid(max(preset.epochs), preset.weight_decays[0])]
+            study.schedule_grid(
+                {str(p): (max(preset.epochs), preset.weight_decays[0]) for p in study.pools()}
+            )
             if preset.batch_schedules
             else []
         ),
@@ -132,8 +137,9 @@ def plan(preset: Preset, vocab: int, speed: GpuSpeed) -> pd.DataFrame:
     hours, at `speed`."""
     study = _Unbuilt(preset, Path("."), Path("data/pools"), Path("runs") / preset.name, 1)
     pool_tokens = {str(p): preset.pool.tokens for p in study.pools()}
-    for tokens in preset.scaling_pool_tokens:
-        pool_tokens[str(preset.sized_pool_dir(study.data_dir, tokens))] = tokens
+    for seed in preset.pool_seeds:
+        for tokens in preset.scaling_pool_tokens:
+            pool_tokens[str(preset.sized_pool_dir(study.data_dir, seed, tokens))] = tokens
     seen: set[str] = set()
     table = []
     for notebook, grids in notebook_grids(preset).items():

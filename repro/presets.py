@@ -59,12 +59,14 @@ class Preset:
     # scale); 0: measured, as the batch with the lowest tuned loss at an epoch budget of 1
     one_pass_batch_size: int = 0
     extra: dict = field(default_factory=dict)  # run fields added to every run (device, compile)
-    # notebook 05 (critical batch size): smaller pools (training tokens) for CBS vs data size, the
-    # batch sizes whose runs log the gradient noise scale and their micro-batch (the estimator's
-    # small batch, sequences)
+    # notebook 05 (critical batch size): smaller pools (training tokens) for CBS vs data size, one
+    # set per pool seed; the batch sizes whose runs log the gradient noise scale (on every pool),
+    # their micro-batch (the estimator's small batch, sequences) and their epochs (0: the largest
+    # of epochs)
     scaling_pool_tokens: tuple[int, ...] = ()
     noise_scale_batches: tuple[int, ...] = ()
     noise_micro_batch: int = 2
+    noise_scale_epochs: int = 0
     # notebooks 04, 05: name -> batch_schedule, run with the lr grid of schedule_batch
     # (lr * sqrt(B / schedule_batch) as B changes)
     batch_schedules: dict[str, str] = field(default_factory=dict)
@@ -131,6 +133,10 @@ class Preset:
             raise ReproError(
                 f"{where}: beta2_half_life_batch must be >= 0 (sequences; 0 keeps beta2 fixed)"
             )
+        if self.noise_scale_epochs < 0:
+            raise ReproError(
+                f"{where}: noise_scale_epochs must be >= 0 (epochs; 0: the largest of epochs)"
+            )
         try:
             check_spec(self.pool)
             self._check_runs()
@@ -168,7 +174,11 @@ class Preset:
         runs += [
             self.run_fields(model=self.models[0], batch_size=b, lr=self.lrs[b][0])
             | self.beta2_fields(b)
-            | {"noise_scale": True, "micro_batch": self.noise_micro_batch}
+            | {
+                "noise_scale": True,
+                "micro_batch": self.noise_micro_batch,
+                "epochs": self.noise_epochs(),
+            }
             for b in self.noise_scale_batches
         ]
         runs += [
@@ -250,8 +260,13 @@ class Preset:
             tokenizer=tokenizer or self.pool.tokenizer,
         )
 
-    def sized_pool_dir(self, data_dir: str | Path, tokens: int) -> Path:
-        return Path(str(self.pool_dir(data_dir, self.pool_seeds[0])) + f"-{tokens}tok")
+    def sized_pool_dir(self, data_dir: str | Path, seed: int, tokens: int) -> Path:
+        """Pool `seed` cut to `tokens` training tokens (notebook 05's CBS vs data size)."""
+        return Path(str(self.pool_dir(data_dir, seed)) + f"-{tokens}tok")
+
+    def noise_epochs(self) -> int:
+        """The epochs of the noise-scale runs: noise_scale_epochs, or the largest budget."""
+        return self.noise_scale_epochs or max(self.epochs)
 
     def run_fields(self, **changes) -> dict:
         """The fields every run of this preset shares, with `changes`; a run of a model in
@@ -352,9 +367,9 @@ class Preset:
         grid["axes"]["weight_decay"] = [self.weight_decays[0]]
         return grid
 
-    def noise_scale_grid(self, pool: str | Path, **recipe) -> dict:
-        """Runs that log the gradient noise scale: each noise-scale batch at its middle lr,
-        evaluated 4x per epoch."""
+    def noise_scale_grid(self, pools: list[str | Path], **recipe) -> dict:
+        """Runs that log the gradient noise scale on every one of `pools`: each noise-scale batch
+        at its middle lr for noise_epochs() epochs, evaluated 4x per epoch."""
         rules = [
             {
                 "if": {"batch_size": b},
@@ -365,14 +380,18 @@ class Preset:
         return {
             "fixed": self.run_fields(model=self.models[0], **recipe)
             | {
-                "pool": str(pool),
                 "model": self.models[0],
                 "noise_scale": True,
                 "micro_batch": self.noise_micro_batch,
                 "eval_every": 0.25,
                 "weight_decay": self.weight_decays[0],
+                "epochs": self.noise_epochs(),
             },
-            "axes": {"batch_size": list(self.noise_scale_batches), "lr": [0.0]},
+            "axes": {
+                "pool": [str(p) for p in pools],
+                "batch_size": list(self.noise_scale_batches),
+                "lr": [0.0],
+            },
             "when": rules,
         }
 
@@ -637,7 +656,7 @@ def dry_run(preset: Preset) -> Preset:
     phases = [p for s in preset.batch_schedules.values() for p in _phases(s)]
     half_life = [preset.beta2_half_life_batch] if preset.beta2_half_life_batch else []
     batch = _ranks([*preset.lrs, preset.schedule_batch, *(b for _, b in phases), *half_life])
-    epochs = _ranks(preset.epochs)
+    epochs = _ranks([*preset.epochs, preset.noise_epochs()])
     largest = max(batch.values()) * 17  # tokens of one batch of 16-token sequences (+1 target)
     share = min(preset.scaling_pool_tokens, default=preset.pool.tokens) / preset.pool.tokens
     tokens = max(2 * largest, math.ceil(largest / share))  # every pool holds a largest batch
@@ -657,6 +676,7 @@ def dry_run(preset: Preset) -> Preset:
         frontier_micro_batch=1,
         noise_micro_batch=1,
         noise_scale_batches=tuple(batch[b] for b in preset.noise_scale_batches),
+        noise_scale_epochs=epochs[preset.noise_epochs()] if preset.noise_scale_epochs else 0,
         scaling_pool_tokens=tuple(
             tokens * t // preset.pool.tokens for t in preset.scaling_pool_tokens
         ),

@@ -101,22 +101,21 @@ class Study:
             )
         return paths
 
-    def sized_pools(self) -> list[Path]:
-        """The main pool (seed 0) and smaller ones of scaling_pool_tokens, all with its tokenizer
-        and validation documents; ordered by size."""
-        main = self.pools()[0]
-        sized = [
-            build_pool(
-                replace(
-                    self.preset.pool_spec(self.preset.pool_seeds[0], str(main / "tokenizer.json")),
-                    tokens=tokens,
-                ),
-                self.preset.sized_pool_dir(self.data_dir, tokens),
-                progress=self.progress,
-            )
-            for tokens in sorted(self.preset.scaling_pool_tokens)
-        ]
-        return [*sized, main]
+    def sized_pools(self) -> dict[int, list[Path]]:
+        """Per pool seed: pools cut to scaling_pool_tokens (smallest first), then the seed's main
+        pool; each shares its main pool's tokenizer and the preset's validation documents."""
+        sized = {}
+        for seed, main in zip(self.preset.pool_seeds, self.pools()):
+            spec = self.preset.pool_spec(seed, str(main / "tokenizer.json"))
+            sized[seed] = [
+                build_pool(
+                    replace(spec, tokens=tokens),
+                    self.preset.sized_pool_dir(self.data_dir, seed, tokens),
+                    progress=self.progress,
+                )
+                for tokens in sorted(self.preset.scaling_pool_tokens)
+            ] + [main]
+        return sized
 
     def batch_sweep_grid(self) -> dict:
         """02's sweep: every batch size x lr x weight decay on every pool, Kim et al.'s one-pass
@@ -151,19 +150,24 @@ class Study:
             self.pools(), P.ablation_batch_sizes, P.models[:1], axes, **recipe
         )
 
-    def schedule_grid(self, epochs: int, weight_decay: float) -> dict:
-        """04's and 05's batch-size schedules on every pool, original recipe, at an epoch budget
-        and weight decay (cbs.schedule_slice: the best fixed batch's, so the fixed batch they meet
-        has its lr bracketed there)."""
-        return self.preset.schedule_grid(self.pools(), epochs, weight_decay, **ORIGINAL_RECIPE)
+    def schedule_grid(self, slices: dict[str, tuple[int, float]]) -> list[dict]:
+        """04's and 05's batch-size schedules, original recipe, one grid per pool at its own epoch
+        budget and weight decay (`slices`: pool path -> (epochs, weight decay); cbs.
+        schedule_slices: the best fixed batch's, chosen on the other pools)."""
+        return [
+            self.preset.schedule_grid([pool], epochs, weight_decay, **ORIGINAL_RECIPE)
+            for pool, (epochs, weight_decay) in slices.items()
+        ]
 
     def noise_scale_grid(self) -> dict:
-        """05's runs that log the gradient noise scale, on pool 0, original recipe."""
-        return self.preset.noise_scale_grid(self.pools()[0], **ORIGINAL_RECIPE)
+        """05's runs that log the gradient noise scale, on every pool, original recipe."""
+        return self.preset.noise_scale_grid(self.pools(), **ORIGINAL_RECIPE)
 
     def scaling_grid(self) -> dict:
-        """05's batch sweep on the pools of several sizes (sized_pools), original recipe."""
-        return self.preset.scaling_grid(self.sized_pools(), **ORIGINAL_RECIPE)
+        """05's batch sweep on the pools of several sizes of every pool seed (sized_pools),
+        original recipe."""
+        pools = [pool for sized in self.sized_pools().values() for pool in sized]
+        return self.preset.scaling_grid(pools, **ORIGINAL_RECIPE)
 
     def preset_grids(self) -> list[dict]:
         """The notebooks' grids that follow from the preset alone (where the preset has noise-scale
@@ -183,11 +187,13 @@ class Study:
         the notebooks then find these runs done."""
         self._grow(self.preset_grids())
 
-    def sweep(self, grid: dict) -> Results:
-        """Run what is missing of `grid` and of its growth (the preset's grid_growth rounds), then
-        return the Results of exactly those runs, every one finished and consistent (a run held by
-        another sweep, or damaged, is a one-line error naming it: results.check_finished)."""
-        results = self._results(self._grow([grid])[0])
+    def sweep(self, grid: dict | list[dict]) -> Results:
+        """Run what is missing of `grid` (or of several grids, as one sweep) and of its growth (the
+        preset's grid_growth rounds), then return the Results of exactly those runs, every one
+        finished and consistent (a run held by another sweep, or damaged, is a one-line error
+        naming it: results.check_finished)."""
+        grids = [grid] if isinstance(grid, dict) else grid
+        results = self._results([part for grown in self._grow(grids) for part in grown])
         check_finished(results)
         return results
 

@@ -1,40 +1,47 @@
-"""Critical batch size: fits that recover known constants, steps-to-target, the notebook's
-analyses, and every claim of notebook 05 on hand-made data in all three directions (agrees,
-disagrees, undetermined)."""
+"""Critical batch size: fits that recover known constants, steps-to-target, intervals over pools,
+the notebook's analyses, and the claims of notebook 05 read off intervals over pools, each on
+hand-made data in all three directions (agrees, disagrees, undetermined) with 3 pools, with one
+pool contradicting the other two, and with 2 pools (the noise-scale claim:
+tests/test_noise_scale.py)."""
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from repro.analysis.cbs import (
+    B_SIMPLE_FACTOR,
     RESIDUAL_TOLERANCE,
     ScheduleComparison,
     b_simple_near,
-    bootstrap,
     cbs_claims,
-    describe_interval,
+    fit_intervals,
     fit_mccandlish,
     fit_targets,
     fit_wsd,
     fit_zhang,
-    noise_growth,
-    noise_trajectory,
+    interval_of,
+    pool_interval,
     pool_size_scaling,
     power_law,
     reach_count,
     reachable_target,
     resolution_miss,
     scaling_laws,
-    schedule_slice,
+    schedule_slices,
     schedules_vs_fixed,
     steps_to_target,
     target_losses,
 )
 from repro.analysis.intervals import Difference
 from repro.analysis.results import Results, memory_documents
+from repro.data.pool import load_pool
 from repro.errors import ReproError
+from repro.presets import PRESETS
+from repro.study import Study
+from repro.sweep import expand
 
 
 def test_fits_recover_known_constants():
@@ -42,20 +49,15 @@ def test_fits_recover_known_constants():
     s_min, e_min = 100.0, 3200.0  # B_crit = 32 sequences
     steps = s_min + e_min / batch
     mc = fit_mccandlish(batch, steps)
-    assert mc["S_min"] == pytest.approx(s_min, rel=1e-4) and mc["B_crit"] == pytest.approx(
-        32, rel=1e-4
-    )
+    assert mc["S_min"] == pytest.approx(s_min, rel=1e-4)
+    assert mc["B_crit"] == pytest.approx(32, rel=1e-4)
     assert np.abs(mc["residuals"]).max() < 1e-6
     zh = fit_zhang(batch, steps)
     assert (zh["a"], zh["b"]) == pytest.approx((s_min, e_min), rel=1e-4)
     assert zh["B_star"] == pytest.approx(1.2 * 1 + 0.2 * 32, rel=1e-4)
-    rng = np.random.default_rng(1)
-    noisy = steps * np.exp(rng.normal(0, 0.03, len(steps)))
-    lo, hi = bootstrap(fit_mccandlish, batch, noisy, "B_crit")
-    assert lo < 32 < hi and hi - lo < 32
 
 
-def test_wsd_fit_recovers_b_opt_and_b_min():
+def test_wsd_fit_recovers_b_opt_and_b_min_and_counts_repeated_points_once():
     s_opt, e_min, c = 200.0, 4000.0, 0.05  # B_opt = 20
     s_parabola = np.array([150.0, 200.0, 260.0])
     e_parabola = c * (s_parabola - s_opt) ** 2 + e_min
@@ -66,12 +68,43 @@ def test_wsd_fit_recovers_b_opt_and_b_min():
     fit = fit_wsd(e / s, s)
     assert fit["B_opt"] == pytest.approx(e_min / s_opt, rel=1e-6)
     assert fit["B_min"] == pytest.approx(6.0, rel=1e-6)
+    repeated = fit_wsd(np.array([1.0, 1.0, 2.0]), np.array([50.0, 50.0, 20.0]))
+    assert repeated["B_min"] == pytest.approx((50 - 40) / (50 - 20))
 
 
 def test_power_law_recovers_exponent():
     d = np.array([7.5, 15, 30, 60])
     fit = power_law(d, 22.7 * d**0.47)
     assert fit["alpha"] == pytest.approx(0.47) and fit["c"] == pytest.approx(22.7)
+
+
+# --- intervals over pools -----------------------------------------------------------------------
+
+
+def test_pool_interval_is_a_t_interval_of_the_logs_over_pools():
+    values = [10.0, 20.0, 40.0]  # logs log 10 + (0, 1, 2) log 2: mean log 20, sd log 2
+    d = pool_interval(values, log=True)
+    half = 2.919986 * math.log(2) / math.sqrt(3)  # t(0.95, 2) * sd / sqrt(n)
+    assert d.value == pytest.approx(20.0)
+    assert (d.low, d.high) == pytest.approx((20 * math.exp(-half), 20 * math.exp(half)))
+    assert d.per_replicate == (10.0, 20.0, 40.0) and d.decisive
+    linear = pool_interval([-1.0, 0.0, 1.0])
+    assert linear.value == 0.0 and linear.low < -1 and linear.high > 1
+
+
+def test_a_pool_without_a_finite_value_gives_no_interval_but_keeps_the_pools():
+    infinite = pool_interval([10.0, math.inf, 12.0], log=True)
+    assert infinite.value == math.inf and np.isinf(infinite.low) and not infinite.decisive
+    assert infinite.per_replicate[1] == math.inf
+    missing = pool_interval([10.0, math.nan, 12.0], log=True)
+    assert math.isnan(missing.value) and not missing.decisive
+    assert not pool_interval([10.0, -1.0, 12.0], log=True).decisive  # log of a negative
+    assert pool_interval([10.0, -1.0, 12.0]).decisive  # a linear quantity may be negative
+    assert not pool_interval([10.0, 12.0], log=True).decisive  # 2 of 3 pools
+    assert np.isinf(pool_interval([10.0], log=True).low)
+
+
+# --- steps to a target ---------------------------------------------------------------------------
 
 
 def test_steps_to_target_takes_the_best_run_per_batch():
@@ -136,31 +169,6 @@ def test_steps_to_target_at_the_first_evaluation_is_left_censored():
     assert table["tokens"].tolist() == pytest.approx([100, 4 * 25 * 2**0.5])  # tokens per step
 
 
-def test_interval_beyond_the_limit_reads_unbounded():
-    assert describe_interval((6.3, 26.9), 320) == "6.3-26.9"
-    assert describe_interval((16.7, 7.3e12), 320) == "16.7-unbounded (above 320)"
-    assert describe_interval((math.nan, math.nan), 320) == "not determined"
-    assert describe_interval((400.0, math.inf), 320) == "unbounded (above 320)"
-
-
-def test_bootstrap_keeps_fits_that_never_level_off():
-    batch = np.array([1.0, 2, 4, 8, 16, 32])
-    lo, hi = bootstrap(
-        fit_zhang, batch, 3200 / batch, "B_star"
-    )  # S = E/B exactly: a ~ 0, B* ~ infinite
-    assert describe_interval((lo, hi), 320).endswith("unbounded (above 320)")
-    assert bootstrap(lambda b, s: {"B": math.inf}, batch, 3200 / batch, "B") == (
-        math.inf,
-        math.inf,
-    )  # kept, not dropped
-    assert all(
-        math.isnan(end) for end in bootstrap(lambda b, s: {"B": math.nan}, batch, 3200 / batch, "B")
-    )  # undetermined
-
-
-# --- the notebook's analyses (targets, fits per target, pool-size scaling, schedules) ------------
-
-
 def _hyperbola_sweep(s_min, e_min, batches=(1, 2, 4, 8, 16, 32, 64), pool="p"):
     """Runs whose val loss 1 + S(B) / step reaches 2.0 exactly at step S(B) = s_min + e_min / B,
     evaluated at every step up to 2 S(B)."""
@@ -179,64 +187,87 @@ def test_reach_count_is_two_thirds_and_at_least_three():
     assert reach_count(2) == 3 and reach_count(6) == 4 and reach_count(9) == 6
 
 
-def test_target_losses_span_from_the_reachable_loss_towards_the_first_evaluation():
-    runs, evals = _hyperbola_sweep(10, 160)
+def test_targets_are_shared_by_the_pools_and_reachable_on_every_one():
+    """Pool "q" reaches lower losses than "p" (its curves are shifted down): the hardest target
+    is p's, which q reaches too."""
+    runs_p, evals_p = _hyperbola_sweep(10, 160, pool="p")
+    runs_q, evals_q = _hyperbola_sweep(10, 160, pool="q")
+    evals_q = evals_q.assign(val_loss=evals_q["val_loss"] - 0.05)
+    runs, evals = pd.concat([runs_p, runs_q]), pd.concat([evals_p, evals_q])
     targets = target_losses(runs, evals, 3)
-    hardest = reachable_target(runs, evals, 3)
+    hardest = reachable_target(runs_p, evals_p, 3)
+    assert targets[0] == hardest > reachable_target(runs_q, evals_q, 3) and len(targets) == 3
     first = evals.groupby("run_id")["val_loss"].first().min()
-    assert targets[0] == hardest and len(targets) == 3
     assert targets[-1] == round(hardest + 0.6 * (first - hardest), 3)
 
 
-def _trajectory(b_simple, losses=None, batch=8) -> pd.DataFrame:
-    """A noise-scale run's evaluations: B_simple and val loss (default: falling) per evaluation."""
-    n = len(b_simple)
-    losses = np.linspace(3.0, 2.0, n) if losses is None else losses
+def _noise_near(pools, b_simple, target=2.0) -> pd.DataFrame:
+    """Noise-scale evaluations at val loss `target`, one per pool, with the given B_simple."""
     return pd.DataFrame(
-        {
-            "batch_size": batch,
-            "epoch": np.arange(1, n + 1) / 4,
-            "tokens": np.arange(1, n + 1) * 1000,
-            "val_loss": losses,
-            "b_simple": b_simple,
-        }
+        {"pool": pools, "batch_size": 8, "epoch": 1.0, "tokens": 1000}
+        | {"val_loss": target, "b_simple": b_simple}
     )
 
 
-EMPTY_TRAJECTORY = _trajectory([])
-NO_FITS = pd.DataFrame()
-NO_SCHEDULES = ScheduleComparison(
-    pd.DataFrame(), {}, Difference(np.nan, -np.inf, np.inf), "best schedule - best fixed batch"
-)
-SCALING = pd.DataFrame(
-    {"pool tokens": [1_000_000, 2_000_000, 4_000_000], "B*": [4, 6, 9], "largest batch": 16}
-)
-VERDICTS = {"agrees", "disagrees", "undetermined"}
+EMPTY_TRAJECTORY = _noise_near([], [])
 
 
-def _claims(
-    trajectory=EMPTY_TRAJECTORY,
-    fits=NO_FITS,
-    law=None,
-    schedules=NO_SCHEDULES,
-    lr_schedule="cosine",
-    scaling=SCALING,
-) -> pd.DataFrame:
-    claims = cbs_claims(trajectory, fits, scaling, law or {}, schedules, lr_schedule, "tiny")
-    assert set(claims["agrees?"]) <= VERDICTS
-    assert claims["measured here"].str.startswith("model tiny").all()
-    return claims.set_index(claims["claim"].str.split().str[:3].str.join(" "))
+def test_b_simple_near_takes_each_runs_evaluation_nearest_the_target():
+    trajectory = pd.DataFrame(
+        {
+            "pool": "p",
+            "batch_size": [8, 8, 8, 32, 32, 32],
+            "tokens": [1, 2, 3, 1, 2, 3],
+            "val_loss": [3.0, 2.5, 2.0, 3.0, 2.4, 2.0],
+            "b_simple": [1.0, 2.0, 4.0, 2.0, 6.0, np.nan],
+        }
+    )
+    assert b_simple_near(trajectory, 2.45) == pytest.approx((4.0, 0.05))  # median of 2 and 6
+    assert all(math.isnan(v) for v in b_simple_near(EMPTY_TRAJECTORY, 2.0))
 
 
-def _reach(batch, steps, previous=None, target=2.0, censored=()) -> pd.DataFrame:
-    """Hand-made steps-to-target points of one target (sequences, steps), each crossed between its
-    `previous` step (default: exactly at `steps`, the crossing step) and `steps`; the batches in
-    `censored` reached it at their first evaluation (previous step 0)."""
+def test_fit_targets_fits_each_pool_and_keeps_pools_without_a_fit():
+    """Pool "a" has B_crit 16, pool "b" 8; at target 3.0 only two batches: a row, no fit."""
+    parts = [_hyperbola_sweep(10, 160, pool="a"), _hyperbola_sweep(10, 80, pool="b")]
+    runs = pd.concat([p[0] for p in parts])
+    evals = pd.concat([p[1] for p in parts])
+    reach = steps_to_target(runs, evals, [2.0], by=("pool", "batch_size"))
+    only_two = reach[reach["batch_size"] <= 2].assign(target=3.0)
+    fits, mc = fit_targets(pd.concat([reach, only_two]), _noise_near(["a", "b"], [5.0, 4.0]))
+    assert list(mc) == [("a", 2.0), ("b", 2.0)]
+    assert fits[["pool", "target"]].values.tolist() == [
+        ["a", 2.0],
+        ["a", 3.0],
+        ["b", 2.0],
+        ["b", 3.0],
+    ]
+    fitted = fits.set_index(["pool", "target"])
+    assert fitted.loc[("a", 2.0), "B_crit"] == pytest.approx(16, rel=0.1)
+    assert fitted.loc[("b", 2.0), "B_crit"] == pytest.approx(8, rel=0.1)
+    assert fitted.loc[("a", 3.0), "batch sizes"] == 2 and np.isnan(fitted.loc[("a", 3.0), "B_crit"])
+    assert fitted.loc[("a", 2.0), "B_simple / B_crit"] == pytest.approx(5 / 16, rel=0.1)
+    assert fitted.loc[("b", 2.0), "max |log residual|"] < 0.05
+    d = interval_of(fit_intervals(fits), "B_crit", target=2.0)
+    assert d.value == pytest.approx(math.sqrt(16 * 8), rel=0.1)  # geometric mean over pools
+    assert d.per_replicate == pytest.approx((16, 8), rel=0.1) and not d.decisive
+
+
+def test_resolution_miss_is_zero_inside_each_points_bracket():
+    part = _reach([1, 2, 4], [300, 300, 300], previous=[100, 250, 0])
+    miss = resolution_miss({"S_min": 100.0, "E_min": 0.0}, part)  # predicts 100 steps everywhere
+    assert miss == pytest.approx([0.0, math.log(2.5), 0.0])
+
+
+def _reach(batch, steps, previous=None, target=2.0, censored=(), pool="p0") -> pd.DataFrame:
+    """Hand-made steps-to-target points of one pool and target (sequences, steps), each crossed
+    between its `previous` step (default: exactly at `steps`, the crossing step) and `steps`; the
+    batches in `censored` reached it at their first evaluation (previous step 0)."""
     batch, steps = np.asarray(batch, float), np.asarray(steps, float)
     first = np.isin(batch, censored)
     previous = steps if previous is None else np.asarray(previous, float)
     return pd.DataFrame(
         {
+            "pool": pool,
             "batch_size": batch.astype(int),
             "steps": steps,
             "previous step": np.where(first, 0, previous),
@@ -249,136 +280,119 @@ def _reach(batch, steps, previous=None, target=2.0, censored=()) -> pd.DataFrame
 
 
 BATCHES = np.array([1, 2, 4, 8, 16, 32, 64], float)
+POOLS3 = ("p0", "p1", "p2")
+NO_SCHEDULES = ScheduleComparison(
+    pd.DataFrame(), pd.DataFrame(), Difference(np.nan, -np.inf, np.inf), "schedule - fixed"
+)
+NO_SCALING = pd.DataFrame(columns=["seed", "pool tokens", "B_crit", "B*", "largest batch"])
+VERDICTS = {"agrees", "disagrees", "undetermined"}
 
 
-def test_fit_targets_recovers_b_crit_and_skips_targets_with_few_batches():
-    runs, evals = _hyperbola_sweep(10, 160)  # B_crit = 16 sequences
-    reach = steps_to_target(runs, evals, [2.0])
-    only_two = reach[reach["batch_size"] <= 2].assign(target=3.0)
-    trajectory = _trajectory([1.0, 5.0, 9.0], losses=[3.0, 2.1, 1.5])
-    fits, mc = fit_targets(pd.concat([reach, only_two]), trajectory)
-    assert fits["target"].tolist() == [2.0] and list(mc) == [2.0]
-    row = fits.iloc[0]
-    assert row["B_crit"] == pytest.approx(16, rel=0.1)
-    assert row["B_crit lo"] <= row["B_crit"] <= row["B_crit hi"]
-    assert row["batch sizes"] == 7 and row["max |log residual|"] < 0.05
-    assert (row["smallest batch"], row["largest batch"]) == (1, 64)
-    assert (row["B_simple"], row["B_simple loss gap"]) == pytest.approx((5.0, 0.1))
+def _claims(fits=None, scaling=NO_SCALING, schedules=NO_SCHEDULES, lr_schedule="cosine"):
+    """The claim table (one row per claim, indexed by the claim's first three words)."""
+    fits = pd.DataFrame() if fits is None else fits
+    laws = scaling_laws(scaling) if len(scaling) else {}
+    claims = cbs_claims(pd.DataFrame(), fits, scaling, laws, schedules, lr_schedule, "tiny")
+    assert set(claims["agrees?"]) <= VERDICTS
+    assert claims["measured here"].str.startswith("model tiny").all()
+    return claims.set_index(claims["claim"].str.split().str[:3].str.join(" "))
 
 
-def test_b_simple_near_takes_each_runs_evaluation_nearest_the_target():
-    trajectory = pd.concat(
-        [
-            _trajectory([1.0, 2.0, 4.0], losses=[3.0, 2.5, 2.0], batch=8),
-            _trajectory([2.0, 6.0, np.nan], losses=[3.0, 2.4, 2.0], batch=32),
-        ]
-    )
-    assert b_simple_near(trajectory, 2.45) == pytest.approx((4.0, 0.05))  # median of 2 and 6
-    assert all(math.isnan(v) for v in b_simple_near(EMPTY_TRAJECTORY, 2.0))
+def _fits(steps: dict[str, np.ndarray], b_simple=32.0, previous=None, **reach) -> pd.DataFrame:
+    """fit_targets of hand-made points per pool (`steps`: pool -> steps per BATCHES) with
+    B_simple near the target (one value, or one per pool)."""
+    parts = [_reach(BATCHES, s, previous, pool=p, **reach) for p, s in steps.items()]
+    b_simple = np.broadcast_to(b_simple, len(steps))
+    return fit_targets(pd.concat(parts), _noise_near(list(steps), b_simple))[0]
 
 
-def test_noise_trajectory_orders_by_batch_then_tokens():
-    runs = pd.DataFrame({"run_id": ["a", "b"], "batch_size": [32, 8]})
-    evals = pd.DataFrame(
-        {
-            "run_id": ["a", "b", "b"],
-            "epoch": [1.0, 2.0, 1.0],
-            "tokens": [100, 200, 100],
-            "val_loss": [3.0, 2.0, 2.5],
-            "b_simple": [1.0, 4.0, 2.0],
-        }
-    )
-    out = noise_trajectory(runs, evals)
-    assert out["batch_size"].tolist() == [8, 8, 32] and out["b_simple"].tolist() == [2.0, 4.0, 1.0]
+def _hyperbolas(b_crits=(28, 32, 36), pools=POOLS3) -> dict[str, np.ndarray]:
+    """Steps S(B) = 100 + 100 B_crit / B per pool."""
+    return {p: 100 + 100 * b / BATCHES for p, b in zip(pools, b_crits)}
 
 
-def test_noise_growth_stops_at_the_best_val_loss():
-    # loss falls over the first 6 evaluations, then rises: B_simple after that is not counted
-    losses = [3.0, 2.8, 2.6, 2.4, 2.2, 2.0, 2.1, 2.3]
-    growth = noise_growth(_trajectory([1, 1, 2, 2, 4, 4, 100, 100], losses))
-    row = growth.iloc[0]
-    assert row["evaluations"] == 6 and row["ratio"] == pytest.approx(4.0)
-    assert (row["val loss first"], row["val loss last"]) == (3.0, 2.0)
+HYPERBOLA = "steps fall ~1/B"
+ZIGZAG_ON_P2 = _hyperbolas() | {"p2": np.array([100, 800, 50, 600, 80, 400, 60.0])}
 
 
 @pytest.mark.parametrize(
-    "b_simple,verdict",
+    "steps,b_simple,verdict,why",
     [
-        ([1.0, 1.2, 2.0, 2.5, 3.0, 3.5], "agrees"),  # x3 while the loss falls
-        ([3.0, 2.8, 2.5, 2.0, 1.5, 1.0], "disagrees"),  # falls
-        ([1.0, 1.0, 1.1, 1.1, 1.2, 1.2], "undetermined"),  # x1.2: a rise, but not a clear one
-        ([1.0], "undetermined"),  # one evaluation
-        ([-0.5, -0.2, 0.1, 0.5, 1.0, 2.0], "undetermined"),  # negative estimates: no ratio
+        (_hyperbolas(), 32.0, "agrees", ""),  # B_crit 28-36 inside 1-64, B_simple near it
+        (  # not S(B) at all, on every pool
+            {
+                p: np.array([100, 400, 50, 300, 80, 200, 60]) * (1 + 0.02 * i)
+                for i, p in enumerate(POOLS3)
+            },
+            32.0,
+            "disagrees",
+            "miss the hyperbola",
+        ),
+        (_hyperbolas(), 500.0, "disagrees", f"more than x{B_SIMPLE_FACTOR:g} away"),
+        (_hyperbolas(), 2.0, "disagrees", f"more than x{B_SIMPLE_FACTOR:g} away"),
+        (  # never levels off
+            {p: 3200 * (1 + 0.02 * i) / BATCHES for i, p in enumerate(POOLS3)},
+            32.0,
+            "undetermined",
+            "above the largest batch",
+        ),
+        ({p: np.full(7, 100.0 + i) for i, p in enumerate(POOLS3)}, 32.0, "undetermined", "below"),
+        (_hyperbolas((10, 32, 60)), [10.0, 32.0, 60.0], "undetermined", "above the largest"),
+        (_hyperbolas((0.5, 2, 8)), [0.5, 2.0, 8.0], "undetermined", "below the smallest"),
+        (_hyperbolas(), [32.0, 32.0, 200.0], "undetermined", "spans a limit"),  # one contradicts
+        (_hyperbolas(), [32.0, 32.0, 2000.0], "undetermined", "spans a limit"),  # mean off
+        (ZIGZAG_ON_P2, 32.0, "undetermined", "(replicates 0.00, 0.00, 1.52)"),  # one pool misses
+        (_hyperbolas(), np.nan, "undetermined", "B_simple / B_crit not finite on every pool"),
+        (_hyperbolas((28, 36), POOLS3[:2]), 32.0, "undetermined", "on fewer than 3 pools"),
     ],
 )
-def test_noise_scale_claim_in_all_three_directions(b_simple, verdict):
-    claims = _claims(trajectory=_trajectory(b_simple))
-    assert claims.loc["the gradient noise", "agrees?"] == verdict
-    assert "batch 8: B_simple" in claims.loc["the gradient noise", "measured here"]
-
-
-def test_noise_scale_claim_needs_every_run_to_rise():
-    both = pd.concat(
-        [_trajectory([1, 2, 3, 4, 5, 6], batch=8), _trajectory([3, 3, 2, 2, 1, 1], batch=32)]
-    )
-    assert _claims(trajectory=both).loc["the gradient noise", "agrees?"] == "undetermined"
-
-
-@pytest.mark.parametrize(
-    "steps,verdict,why",
-    [
-        # the review's two cases: residuals are zero, but B_crit lies outside the batches
-        (3200 / BATCHES, "undetermined", "above the largest batch"),  # never levels off
-        (np.full(7, 100.0), "undetermined", "below the smallest batch"),  # flat throughout
-        (100 + 3200 / BATCHES, "agrees", ""),  # B_crit = 32 inside 1-64
-        ([100, 400, 50, 300, 80, 200, 60], "disagrees", "miss the hyperbola"),  # not S(B) at all
-    ],
-)
-def test_hyperbola_claim_needs_b_crit_inside_the_measured_batches(steps, verdict, why):
-    fits, _ = fit_targets(_reach(BATCHES, steps), EMPTY_TRAJECTORY)
-    row = _claims(fits=fits.assign(B_simple=32.0)).loc["steps fall ~1/B"]
+def test_hyperbola_claim_reads_intervals_over_pools(steps, b_simple, verdict, why):
+    row = _claims(_fits(steps, b_simple)).loc[HYPERBOLA]
     assert row["agrees?"] == verdict and why in row["measured here"]
-    assert "B_crit" in row["measured here"] and "B_simple" in row["measured here"]
+    assert "B_crit" in row["measured here"] and "(replicates " in row["measured here"]
 
 
-def test_resolution_miss_is_zero_inside_each_points_bracket():
-    part = _reach([1, 2, 4], [300, 300, 300], previous=[100, 250, 0])
-    miss = resolution_miss({"S_min": 100.0, "E_min": 0.0}, part)  # predicts 100 steps everywhere
-    assert miss == pytest.approx([0.0, math.log(2.5), 0.0])
+def test_hyperbola_claim_lists_every_pools_b_crit():
+    row = _claims(_fits(_hyperbolas())).loc[HYPERBOLA]
+    b_crit = row["measured here"].split("B_crit ")[1]
+    assert "(replicates 28, 32, 36)" in b_crit.split(" over batches")[0]
+    assert "over batches 1-64" in row["measured here"]
 
 
 def test_hyperbola_claim_allows_for_evaluation_resolution():
-    """Batch 64 reached the target at its evaluation of step 300, after one at step 100: the true
-    150 steps lie in between. The plain log residual exceeds the tolerance; the miss beyond the
-    resolution bracket does not."""
-    steps = np.append(100 + 3200 / BATCHES[:-1], 300)
-    fits, _ = fit_targets(_reach(BATCHES, steps, np.append(steps[:-1], 100)), EMPTY_TRAJECTORY)
-    assert fits.loc[0, "max |log residual|"] > RESIDUAL_TOLERANCE >= fits.loc[0, "max log miss"]
-    assert _claims(fits=fits.assign(B_simple=32.0)).loc["steps fall ~1/B", "agrees?"] == "agrees"
-    fits, _ = fit_targets(_reach(BATCHES, steps), EMPTY_TRAJECTORY)  # measured exactly: a miss
-    assert _claims(fits=fits).loc["steps fall ~1/B", "agrees?"] == "disagrees"
+    """Batch 64 reached the target at its evaluation of step 300, after one at step 100, on every
+    pool: the true S(64) lies in between. The plain log residual exceeds the tolerance; the miss
+    beyond the resolution bracket does not."""
+    steps = {p: np.append(s[:-1], 300) for p, s in _hyperbolas((31, 32, 33)).items()}
+    previous = {p: np.append(s[:-1], 100) for p, s in steps.items()}
+    parts = [_reach(BATCHES, steps[p], previous[p], pool=p) for p in POOLS3]
+    fits = fit_targets(pd.concat(parts), _noise_near(list(POOLS3), [32.0] * 3))[0]
+    assert (fits["max |log residual|"] > RESIDUAL_TOLERANCE).all()
+    assert (fits["max log miss"] <= RESIDUAL_TOLERANCE).all()
+    assert _claims(fits).loc[HYPERBOLA, "agrees?"] == "agrees"
+    exact = _claims(_fits(steps)).loc[HYPERBOLA]  # measured exactly: a miss on every pool
+    assert exact["agrees?"] == "disagrees"
 
 
 def test_fits_leave_out_left_censored_points_but_check_their_bound():
     """Batch 1 reached the target at its first evaluation, step 5000 (the hyperbola's 3300 lies
-    below): not fitted, B_crit exact from the other six; a bound of 1000 steps, below the
-    hyperbola, is a miss. Three points of which one is censored give no fit."""
+    below), on every pool: not fitted, B_crit exact from the other six; a bound of 1000 steps,
+    below the hyperbola, is a miss. Three points of which one is censored give no fit."""
     steps = 100 + 3200 / BATCHES
 
-    def fit(bound):
-        part = _reach(BATCHES, np.append(bound, steps[1:]), censored=[1])
-        return fit_targets(part, EMPTY_TRAJECTORY)[0]
+    def fits(bound):
+        return _fits(dict.fromkeys(POOLS3, np.append(bound, steps[1:])), censored=[1])
 
-    fits = fit(5000)
-    row = fits.iloc[0]
+    row = fits(5000).iloc[0]
     assert (row["batch sizes"], row["left-censored"], row["smallest batch"]) == (6, 1, 2)
     assert row["B_crit"] == pytest.approx(32, rel=1e-4)
     assert row["max log miss"] == pytest.approx(0, abs=1e-9)
-    claim = _claims(fits=fits.assign(B_simple=32.0)).loc["steps fall ~1/B"]
-    assert "(1 more reached it at their first evaluation: not fitted)" in claim["measured here"]
-    assert fit(1000).loc[0, "max log miss"] == pytest.approx(math.log(3300 / 1000))
-    three = _reach(BATCHES[:3], steps[:3], censored=[1])
-    assert fit_targets(three, EMPTY_TRAJECTORY)[0].empty
+    claim = _claims(fits(5000)).loc[HYPERBOLA, "measured here"]
+    assert "(3 points reached it at a first evaluation: not fitted)" in claim
+    assert fits(1000).loc[0, "max log miss"] == pytest.approx(math.log(3300 / 1000))
+    three = fit_targets(_reach(BATCHES[:3], steps[:3], censored=[1]), EMPTY_TRAJECTORY)[0]
+    assert three["batch sizes"].tolist() == [2] and "B_crit" not in three
+    assert _claims(three).loc[HYPERBOLA, "agrees?"] == "undetermined"
 
 
 def _epoch_sweep(shape: str):
@@ -389,7 +403,7 @@ def _epoch_sweep(shape: str):
     runs, evals = [], []
     for b in (2, 4, 8, 16, 32):
         s_b = 40 + 1200 / b
-        runs.append({"run_id": str(b), "batch_size": b})
+        runs.append({"run_id": str(b), "batch_size": b, "pool": "p"})
         for step in (1248 * e // b for e in (1, 2, 3)):
             loss = 2 - 0.5 * math.log(step / s_b) if shape == "log" else 1 + s_b / step
             evals.append({"run_id": str(b), "step": step, "tokens": step * b, "val_loss": loss})
@@ -398,158 +412,150 @@ def _epoch_sweep(shape: str):
 
 @pytest.mark.parametrize("shape,tolerance", [("log", 1e-6), ("power", 0.05)])
 def test_b_crit_is_not_an_artefact_of_the_evaluation_grid(shape, tolerance):
-    reach = steps_to_target(*_epoch_sweep(shape), [2.0])
+    reach = steps_to_target(*_epoch_sweep(shape), [2.0], by=("pool", "batch_size"))
     assert reach["steps"].tolist() == [2496 // b for b in (2, 4, 8, 16, 32)]  # the grid: S ~ 1/B
     assert fit_mccandlish(reach["batch_size"], reach["steps"])["B_crit"] > 1e6
     fits, _ = fit_targets(reach, EMPTY_TRAJECTORY)
-    row = fits.iloc[0]
-    assert row["B_crit"] == pytest.approx(30, rel=tolerance)
-    assert 2 <= row["B_crit lo"] <= row["B_crit"] <= row["B_crit hi"] < 40
+    assert fits.loc[0, "B_crit"] == pytest.approx(30, rel=tolerance)
 
 
-def test_hyperbola_claim_with_noise_and_without_a_fit():
-    rng = np.random.default_rng(1)
-    batch = np.append(BATCHES, 128)
-    noisy = (100 + 3200 / batch) * np.exp(rng.normal(0, 0.03, len(batch)))
-    fits, _ = fit_targets(_reach(batch, noisy), EMPTY_TRAJECTORY)
-    assert _claims(fits=fits.assign(B_simple=32.0)).loc["steps fall ~1/B", "agrees?"] == "agrees"
-    assert _claims().loc["steps fall ~1/B", "agrees?"] == "undetermined"
+def test_without_a_fit_the_fitted_claims_are_undetermined():
+    claims = _claims()
+    for claim in (HYPERBOLA, "a minimum batch"):
+        assert claims.loc[claim, "agrees?"] == "undetermined"
+        assert "no fit" in claims.loc[claim, "measured here"]
+
+
+# --- B* vs data size: one exponent per pool seed, an interval over seeds -------------------------
+
+
+def _scaling(alphas, largest=64, sizes=(1_000_000, 2_000_000, 4_000_000)) -> pd.DataFrame:
+    """Hand-made pool_size_scaling rows: per seed (one per exponent in `alphas`) pools of about
+    `sizes` tokens whose B* = 20 D^alpha and B_crit = 10 D^alpha (D in millions)."""
+    rows = [
+        {"seed": seed, "pool tokens": int(t * (1 + 0.01 * seed)), "largest batch": largest}
+        | {"B*": 20 * (t * (1 + 0.01 * seed) / 1e6) ** a, "B_crit": 10 * (t / 1e6) ** a}
+        for seed, a in enumerate(alphas)
+        for t in sizes
+    ]
+    return pd.DataFrame(rows)
+
+
+ZHANG = "B* (20% over"
 
 
 @pytest.mark.parametrize(
-    "b_simple,verdict,why",
+    "alphas,largest,verdict,why",
     [
-        (20.0, "agrees", ""),  # within x3 of B_crit's interval around 32
-        (500.0, "disagrees", "more than x3 outside"),  # the review's case: far above
-        (2.0, "disagrees", "more than x3 outside"),
-        (np.nan, "undetermined", "B_simple not measured"),
+        ((0.45, 0.47, 0.49), 64, "agrees", ""),
+        ((-0.02, 0.0, 0.02), 64, "disagrees", ""),  # B* does not grow
+        ((1.0, 1.1, 1.2), 512, "disagrees", ""),  # grows, but faster than D^0.47
+        ((0.45, 0.49, -0.5), 64, "undetermined", "not pinned down"),  # one seed contradicts
+        ((0.2, 0.5, 0.8), 64, "undetermined", "not pinned down"),  # the mean alone is in the band
+        ((0.45, 0.49), 64, "undetermined", "on fewer than 3 pool seeds"),
+        ((0.45, 0.47, 0.49), 16, "undetermined", "an extrapolation"),  # B* beyond batch 16
     ],
 )
-def test_hyperbola_claim_needs_b_simple_near_b_crit(b_simple, verdict, why):
-    fits, _ = fit_targets(_reach(BATCHES, 100 + 3200 / BATCHES), EMPTY_TRAJECTORY)
-    row = _claims(fits=fits.assign(B_simple=b_simple)).loc["steps fall ~1/B"]
+def test_data_scaling_claim_reads_the_exponent_over_pool_seeds(alphas, largest, verdict, why):
+    scaling = _scaling(alphas, largest)
+    row = _claims(scaling=scaling).loc[ZHANG]
     assert row["agrees?"] == verdict and why in row["measured here"]
+    fitted = scaling_laws(scaling)["B*"].per_replicate
+    assert fitted == pytest.approx(alphas)  # one exponent per seed
+    per_seed = ", ".join(f"{a:.2f}" for a in fitted)
+    assert f"(replicates {per_seed})" in row["measured here"]
 
 
-def _sized_sweeps(b_star_of_pool: dict[int, float]):
-    """Hyperbola sweeps on pools of 1, 2, 4 M tokens whose Zhang B* (from batch 1) is given."""
+def test_data_scaling_needs_a_finite_b_star_on_every_pool_of_every_seed():
+    scaling = _scaling((0.45, 0.47, 0.49))
+    scaling.loc[4, "B*"] = np.inf  # seed 1's middle pool never levels off
+    law = scaling_laws(scaling)["B*"]
+    assert np.isnan(law.per_replicate[1]) and not law.decisive
+    assert _claims(scaling=scaling).loc[ZHANG, "agrees?"] == "undetermined"
+    assert _claims().loc[ZHANG, "agrees?"] == "undetermined"  # no pools of several sizes
+
+
+def test_pool_size_scaling_fits_each_seeds_pools():
+    """Two seeds, pools of 1, 2 and 4 M tokens whose B_crit is 4, 8, 16 (seed 1: twice that)."""
     parts = [
-        _hyperbola_sweep(10, 10 * (b_star - 1.2) / 0.2, pool=f"p{k}")
-        for k, b_star in b_star_of_pool.items()
+        _hyperbola_sweep(10, 40 * k * (1 + s), pool=f"s{s}-{k}") for s in (0, 1) for k in (1, 2, 4)
     ]
     runs = pd.concat([p[0] for p in parts], ignore_index=True)
     evals = pd.concat([p[1] for p in parts], ignore_index=True)
-    tokens = {f"p{k}": k * 1_000_000 for k in b_star_of_pool}
-    return pool_size_scaling(runs, evals, tokens, n_batches=7, seq_len=1)
-
-
-def test_pool_size_scaling_fits_each_pool_with_intervals_and_a_power_law():
-    parts = [_hyperbola_sweep(10, 40 * k, pool=f"p{k}") for k in (1, 2, 4)]  # B_crit 4, 8, 16
-    runs = pd.concat([p[0] for p in parts], ignore_index=True)
-    evals = pd.concat([p[1] for p in parts], ignore_index=True)
-    tokens = {"p1": 1_000_000, "p2": 2_000_000, "p4": 4_000_000}
-    scaling, points = pool_size_scaling(runs, evals, tokens, n_batches=7, seq_len=1)
-    assert scaling["pool tokens"].tolist() == [1_000_000, 2_000_000, 4_000_000]
-    assert sorted(points["pool tokens"].unique()) == [1_000_000, 2_000_000, 4_000_000]
-    assert scaling["B_crit"].is_monotonic_increasing
-    assert (scaling["B_crit lo"] <= scaling["B_crit"]).all()
-    assert (scaling["B_crit"] <= scaling["B_crit hi"]).all()
-    law = scaling_laws(scaling, points)
-    assert law["B_crit"]["alpha"] == pytest.approx(1.0, abs=0.15)
-    assert law["B_crit"]["alpha lo"] <= law["B_crit"]["alpha"] <= law["B_crit"]["alpha hi"]
-    assert scaling_laws(scaling.assign(**{"B*": [1.0, np.nan, 2.0]}), points) == {}
-    assert scaling_laws(scaling.assign(**{"B*": [1.0, np.inf, 2.0]}), points) == {}
+    sized = {s: {f"s{s}-{k}": k * 1_000_000 for k in (1, 2, 4)} for s in (0, 1)}
+    scaling, points = pool_size_scaling(runs, evals, sized, n_batches=7, seq_len=1)
+    assert scaling[["seed", "pool tokens"]].values.tolist() == [
+        [s, k * 1_000_000] for s in (0, 1) for k in (1, 2, 4)
+    ]
+    assert sorted(points["seed"].unique()) == [0, 1]
+    b_crit = scaling["B_crit"].to_numpy()
+    assert b_crit == pytest.approx([4, 8, 16, 8, 16, 32], rel=0.1)
+    alpha = scaling_laws(scaling)["B_crit"]
+    assert alpha.per_replicate == pytest.approx((1.0, 1.0), abs=0.1) and not alpha.decisive
 
 
 def test_pool_size_scaling_without_three_batches_gives_no_fit():
     runs, evals = _hyperbola_sweep(10, 40, batches=(1, 2))
-    scaling, _ = pool_size_scaling(runs, evals, {"p": 1000}, n_batches=3, seq_len=1)
+    scaling, _ = pool_size_scaling(runs, evals, {0: {"p": 1000}}, n_batches=3, seq_len=1)
     assert np.isnan(scaling.loc[0, "B_crit"]) and np.isnan(scaling.loc[0, "B*"])
 
 
-@pytest.mark.parametrize(
-    "b_star,verdict",
-    [
-        ({k: 22.7 * k**0.47 for k in (1, 2, 4)}, "agrees"),  # interval about 0.37-0.53
-        ({k: 20.0 for k in (1, 2, 4)}, "disagrees"),  # B* does not grow: interval around 0
-        ({k: 1.2 + 0.2 * 4 * k for k in (1, 2, 4)}, "undetermined"),  # B* 2-4: contains 0 and 0.47
-    ],
-)
-def test_data_scaling_claim_in_all_three_directions(b_star, verdict):
-    scaling, points = _sized_sweeps(b_star)
-    law = scaling_laws(scaling, points)
-    lo, hi = law["B*"]["alpha lo"], law["B*"]["alpha hi"]
-    row = _claims(law=law).loc["B* (20% over"]
-    assert row["agrees?"] == verdict and f"90% CI {lo:.3g} to {hi:.3g}" in row["measured here"]
-
-
-def test_data_scaling_claim_rule_on_hand_made_intervals():
-    def law(alpha, lo, hi):
-        return {"B*": {"alpha": alpha, "alpha lo": lo, "alpha hi": hi}, "B_crit": {"alpha": 1.0}}
-
-    def verdict(*args):
-        return _claims(law=law(*args) if args else None).loc["B* (20% over", "agrees?"]
-
-    assert verdict(0.5, 0.3, 0.7) == "agrees"
-    assert verdict(1.2, 0.9, 1.5) == "disagrees"  # grows, but faster than D^0.47
-    assert verdict(-0.2, -0.4, 0.0) == "disagrees"
-    assert verdict(0.4, -0.3, 1.1) == "undetermined"
-    assert verdict(0.4, np.nan, np.nan) == "undetermined"
-    assert verdict() == "undetermined"  # no fit
-    beyond = SCALING.assign(**{"B*": [4, 6, 4e11]})  # steps never level off on the largest pool
-    row = _claims(law=law(0.5, 0.3, 0.7), scaling=beyond).loc["B* (20% over"]
-    assert row["agrees?"] == "undetermined"
-    assert (
-        "beyond the largest batch reaching the target on the 4,000,000-token"
-        in row["measured here"]
-    )
-
-
-def test_zhou_claim_is_undetermined_on_cosine_runs():
-    fits, _ = fit_targets(_reach(BATCHES, 100 + 3200 / BATCHES), EMPTY_TRAJECTORY)
-    row = _claims(fits=fits, lr_schedule="cosine").loc["a minimum batch"]
-    assert row["agrees?"] == "undetermined"
-    assert row["measured here"].endswith("(cosine runs here, Zhou et al. fit WSD)")
-
+# --- Zhou et al.'s WSD pieces --------------------------------------------------------------------
 
 DENSE = np.array([1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64], float)
 
 
+def _u_tokens(shift: float) -> np.ndarray:
+    """Tokens to target with their minimum near batch 2^(3 + shift), more at both ends."""
+    return 1000 * (1 + 0.1 * (np.log2(DENSE) - 3 - shift) ** 2)
+
+
+def _falling_tokens(slope: float) -> np.ndarray:
+    """Tokens to target that fall all the way down to batch 1."""
+    return slope * DENSE + 3200
+
+
+def _cheap_batch_1(share: float = 0.95) -> np.ndarray:
+    """_u_tokens, but batch 1 needs `share` of batch 2's tokens: no B_min on this pool."""
+    tokens = _u_tokens(0.0)
+    return np.append(share * tokens[1], tokens[1:])
+
+
+def _wsd_fits(tokens_per_pool: list[np.ndarray]) -> pd.DataFrame:
+    parts = [
+        _reach(DENSE, tokens / DENSE, pool=f"p{i}") for i, tokens in enumerate(tokens_per_pool)
+    ]
+    return fit_targets(pd.concat(parts), EMPTY_TRAJECTORY)[0]
+
+
+WSD = "a minimum batch"
+
+
 @pytest.mark.parametrize(
-    "tokens,verdict",
+    "tokens,verdict,why",
     [
-        # fewest tokens at batch 8, more at both ends: an interior B_opt, a rising tail (B_min > 0)
-        (1000 * (1 + 0.1 * (np.log2(DENSE) - 3) ** 2), "agrees"),
-        (100 * DENSE + 3200, "disagrees"),  # tokens fall all the way to batch 1: no B_min
-        (np.full(12, 3200.0), "undetermined"),  # tokens flat: B_min 0, no token minimum
+        ([_u_tokens(s) for s in (-0.1, 0.0, 0.1)], "agrees", ""),
+        ([_falling_tokens(s) for s in (90, 100, 110)], "disagrees", "still fall"),
+        ([_u_tokens(-0.1), _u_tokens(0.1), _cheap_batch_1()], "undetermined", "not located"),
+        ([_cheap_batch_1(0.6)] * 2 + [_u_tokens(0.0)], "undetermined", "not located"),  # mean < 0
+        ([_u_tokens(s) for s in (-2, 0, 2)], "undetermined", "not located"),  # B_opt 2 to 32
+        ([_u_tokens(s) for s in (-0.1, 0.1)], "undetermined", "on fewer than 3 pools"),
     ],
 )
-def test_zhou_claim_on_wsd_runs_in_all_three_directions(tokens, verdict):
-    fits, _ = fit_targets(_reach(DENSE, tokens / DENSE), EMPTY_TRAJECTORY)
-    assert _claims(fits=fits, lr_schedule="wsd").loc["a minimum batch", "agrees?"] == verdict
-    assert _claims(lr_schedule="wsd").loc["a minimum batch", "agrees?"] == "undetermined"
+def test_zhou_claim_on_wsd_runs_reads_intervals_over_pools(tokens, verdict, why):
+    row = _claims(_wsd_fits(tokens), lr_schedule="wsd").loc[WSD]
+    assert row["agrees?"] == verdict and why in row["measured here"]
+    assert "B_opt" in row["measured here"] and "(replicates " in row["measured here"]
 
 
-def test_zhou_claim_needs_b_opt_determined_in_nearly_every_resample():
-    """With 7 batch sizes, dropping batch 8 from a resample often leaves the fewest tokens at an
-    edge of the parabola's window: B_opt is then not determined, nor is the claim."""
-    tokens = 1000 * (1 + 0.1 * (np.log2(BATCHES) - 3) ** 2)
-    fits, _ = fit_targets(_reach(BATCHES, tokens / BATCHES), EMPTY_TRAJECTORY)
-    assert fits.loc[0, "B_opt"] > 0 and np.isnan(fits.loc[0, "B_opt lo"])
-    assert _claims(fits=fits, lr_schedule="wsd").loc["a minimum batch", "agrees?"] == "undetermined"
+def test_zhou_claim_is_undetermined_on_cosine_runs():
+    fits = _wsd_fits([_u_tokens(s) for s in (-0.1, 0.0, 0.1)])
+    row = _claims(fits, lr_schedule="cosine").loc[WSD]
+    assert row["agrees?"] == "undetermined"
+    assert row["measured here"].endswith("(cosine runs here, Zhou et al. fit WSD)")
 
 
-def test_bootstrap_needs_four_batch_sizes_and_wsd_counts_repeated_points_once():
-    """Every resample of three points that keeps three batch sizes is the points themselves; a
-    resample that repeats the smallest batch still gives the tail's slope."""
-    batch = np.array([1.0, 2.0, 4.0])
-    interval = bootstrap(fit_mccandlish, batch, 100 + 320 / batch, "B_crit")
-    assert all(math.isnan(end) for end in interval)
-    repeated = fit_wsd(np.array([1.0, 1.0, 2.0]), np.array([50.0, 50.0, 20.0]))
-    assert repeated["B_min"] == pytest.approx((50 - 40) / (50 - 20))
-
-
-# --- schedules vs the best fixed batch: cross-fitted endpoints over validation documents ---------
+# --- schedules vs the best fixed batch: held out over pools and documents ------------------------
 
 DOC_TOKENS = np.full(40, 100)
 
@@ -576,22 +582,24 @@ def _add_run(documents: dict, rid: str, mean: float, seed: int, steps=(10, 20)) 
 
 
 POOLS = ("/pools/p0", "/pools/p1", "/pools/p2")
+FIXED = [(2, 1e-3, 3.2), (2, 3e-3, 3.1), (8, 1e-3, 3.05), (8, 3e-3, 3.0), (2, 9e-3, 3.15)]
+FIXED += [(8, 9e-3, 3.1)]
 
 
-def _schedule_study(ramp_up_shift: float) -> tuple[Results, Results]:
-    """On each of three pools: fixed batches 2 and 8 (lr 1e-3, 3e-3 and 9e-3; batch 8 at lr 3e-3
-    best, 3.0 nats) at 2 epochs, batch 8 also at 1 epoch (a different budget: left out), and
-    ramp-up / ramp-down schedules whose best lr is `ramp_up_shift` from the best fixed batch
-    (ramp-down 0.1 worse); every arm's lr is bracketed. Returns (fixed, scheduled)."""
-    fixed = [(2, 1e-3, 3.2), (2, 3e-3, 3.1), (8, 1e-3, 3.05), (8, 3e-3, 3.0)]
-    fixed += [(2, 9e-3, 3.15), (8, 9e-3, 3.1)]
-    ramps = [("0:2,0.5:8", 1e-3, 3.0 + ramp_up_shift), ("0:8,0.5:2", 1e-3, 3.1)]
-    ramps += [(s, lr, 3.3) for s in ("0:2,0.5:8", "0:8,0.5:2") for lr in (3.33e-4, 3e-3)]
+def _schedule_study(shifts, pools=POOLS, decays=None) -> tuple[Results, Results]:
+    """On each pool: fixed batches 2 and 8 (lr 1e-3, 3e-3 and 9e-3; batch 8 at lr 3e-3 best, 3.0
+    nats) at 2 epochs, batch 8 also at 1 epoch (a different budget: left out), and ramp-up /
+    ramp-down schedules whose best lr is that pool's entry of `shifts` from the best fixed batch
+    (ramp-down 0.1 worse); every arm's lr is bracketed; each pool at its weight decay in `decays`
+    (default 0.1 everywhere). Returns (fixed, scheduled)."""
     runs, evals, schedule_runs, schedule_evals, documents = [], [], [], [], {}
-    for p, pool in enumerate(POOLS):
-        base = {"pool": pool, "seed": 0, "model": "tiny", "weight_decay": 0.1, "status": "done"}
-        for i, (batch, lr, mean) in enumerate([*fixed, (8, 3e-3, 2.5)]):
-            epochs = 1 if i == len(fixed) else 2
+    for p, (pool, shift) in enumerate(zip(pools, shifts)):
+        ramps = [("0:2,0.5:8", 1e-3, 3.0 + shift), ("0:8,0.5:2", 1e-3, 3.1)]
+        ramps += [(s, lr, 3.3) for s in ("0:2,0.5:8", "0:8,0.5:2") for lr in (3.33e-4, 3e-3)]
+        decay = decays[p] if decays else 0.1
+        base = {"pool": pool, "seed": 0, "model": "tiny", "weight_decay": decay, "status": "done"}
+        for i, (batch, lr, mean) in enumerate([*FIXED, (8, 3e-3, 2.5)]):
+            epochs = 1 if i == len(FIXED) else 2
             rid = f"f{i}-{p}"
             runs.append(base | {"run_id": rid, "batch_size": batch, "lr": lr, "epochs": epochs})
             evals += _add_run(documents, rid, mean, seed=i + 100 * p)
@@ -611,8 +619,8 @@ def _schedule_study(ramp_up_shift: float) -> tuple[Results, Results]:
 SCHEDULES = {"ramp-up": "0:2,0.5:8", "ramp-down": "0:8,0.5:2"}
 
 
-def test_schedules_vs_fixed_compares_held_out_arms_on_the_same_budget():
-    result = schedules_vs_fixed(*_schedule_study(-0.05), SCHEDULES)
+def test_schedules_vs_fixed_compares_held_out_arms_at_each_pools_slice():
+    result = schedules_vs_fixed(*_schedule_study([-0.05] * 3), SCHEDULES)
     assert result.table["policy"].tolist() == 3 * ["fixed batch 2", "fixed batch 8"] + 3 * [
         "ramp-up (0:2,0.5:8)",
         "ramp-down (0:8,0.5:2)",
@@ -621,47 +629,100 @@ def test_schedules_vs_fixed_compares_held_out_arms_on_the_same_budget():
     assert loss["fixed batch 8"] == pytest.approx(3.0, abs=0.01)  # not the 1-epoch run's 2.5
     assert loss["best schedule (chose ramp-up)"] == pytest.approx(2.95, abs=0.01)
     assert result.difference.value == pytest.approx(-0.05, abs=0.01)
-    assert result.label == "best schedule (ramp-up) - best fixed batch (8), 2 epochs"
-    assert list(result.curves) == [
-        "best fixed batch (chose 8)",
-        "ramp-up (0:2,0.5:8)",
-        "ramp-down (0:8,0.5:2)",
-    ]
-    assert result.curves["ramp-up (0:2,0.5:8)"]["run_id"].unique().tolist() == ["s0-0"]
+    assert len(result.difference.per_replicate) == 3
+    assert result.label.startswith("best schedule (ramp-up) - best fixed batch (8) at each pool's")
+    assert "p1: 2 epochs, weight decay 0.1" in result.label
+    assert result.curves.groupby(["policy", "pool"]).ngroups == 3 * 3
+    ramp_up = result.curves[result.curves["policy"] == "ramp-up (0:2,0.5:8)"]
+    assert sorted(ramp_up["pool"].unique()) == ["p0", "p1", "p2"]
+
+
+def test_each_pool_meets_the_schedules_at_its_own_slice():
+    """Pool p2's schedules and fixed batches sit at weight decay 1 (its held-out slice): matched
+    there, the comparison is the one at a common slice."""
+    common = schedules_vs_fixed(*_schedule_study([-0.05] * 3), SCHEDULES)
+    fixed, scheduled = _schedule_study([-0.05] * 3, decays=(0.1, 0.1, 1.0))
+    own = schedules_vs_fixed(fixed, scheduled, SCHEDULES)
+    assert "p2: 2 epochs, weight decay 1" in own.label
+    assert own.difference.value == pytest.approx(common.difference.value)
+    stray = fixed.runs.assign(weight_decay=0.1)  # p2 has no fixed run at its slice
+    with pytest.raises(ReproError, match="no fixed-batch run on p2 at its schedules' 2 epochs"):
+        schedules_vs_fixed(Results(stray, fixed.evals, fixed.documents), scheduled, SCHEDULES)
+    mixed = scheduled.runs.assign(epochs=[1] + [2] * (len(scheduled.runs) - 1))
+    with pytest.raises(ReproError, match="share one epoch budget"):
+        schedules_vs_fixed(fixed, Results(mixed, scheduled.evals, scheduled.documents), SCHEDULES)
+
+
+SCHEDULE = "a batch-size schedule"
 
 
 @pytest.mark.parametrize(
-    "shift,verdict", [(-0.05, "agrees"), (0.05, "disagrees"), (0.0, "undetermined")]
+    "shifts,verdict",
+    [
+        ([-0.05] * 3, "agrees"),
+        ([0.05] * 3, "disagrees"),
+        ([0.0] * 3, "undetermined"),
+        ([-0.05, -0.05, 0.15], "undetermined"),  # one pool contradicts the other two
+        ([-0.05] * 2, "undetermined"),  # 2 pools
+    ],
 )
-def test_schedule_claim_in_all_three_directions(shift, verdict):
-    result = schedules_vs_fixed(*_schedule_study(shift), SCHEDULES)
-    row = _claims(schedules=result).loc["a batch-size schedule"]
+def test_schedule_claim_reads_a_held_out_interval_over_pools(shifts, verdict):
+    result = schedules_vs_fixed(*_schedule_study(shifts), SCHEDULES)
+    row = _claims(schedules=result).loc[SCHEDULE]
     assert row["agrees?"] == verdict
-    assert "interval over replicates and validation documents" in row["measured here"]
-    assert _claims().loc["a batch-size schedule", "agrees?"] == "undetermined"  # not measured
+    assert "interval over pools and validation documents" in row["measured here"]
+    assert row["measured here"].count("(replicates ") == 1
+    assert _claims().loc[SCHEDULE, "agrees?"] == "undetermined"  # not measured
 
 
-def test_schedules_train_at_the_best_fixed_batchs_budget_and_weight_decay(hand_made):
-    """The best run overall (batch 4, 8 epochs, decay 1) sets the slice, not the largest budget
-    or the schedules' reference batch; a budget too short for every phase moves up."""
-    fixed = ((8, 16, 0.1, 3.1), (4, 8, 1.0, 2.9), (8, 8, 0.1, 3.0), (4, 2, 0.1, 2.8))
-    for batch, epochs, decay, loss in fixed:
-        hand_made.add(loss, batch_size=batch, epochs=epochs, weight_decay=decay)
+def test_the_schedule_slice_of_each_pool_is_chosen_on_the_other_pools(hand_made):
+    """Pool p0 prefers 8 epochs at weight decay 1 (2.5 nats against 3.0), p1 and p2 4 epochs at
+    0.1 (2.8 against 3.0): p0's slice is the others' (4, 0.1), and p1's and p2's are (8, 1), the
+    mean of p0 and the third pool; alone, p0 keeps its own; a budget too short for every phase
+    moves up to the next one tried."""
+    losses = {"p0": (2.5, 3.0), "p1": (3.0, 2.8), "p2": (3.0, 2.8)}
+    for pool, (long_decayed, short) in losses.items():
+        hand_made.add(long_decayed, pool=pool, epochs=8, weight_decay=1.0)
+        hand_made.add(short, pool=pool, epochs=4, weight_decay=0.1)
+        hand_made.add(3.5, pool=pool, epochs=2, weight_decay=0.1)
     results = hand_made.results()
-    epochs = results.runs["epochs"]
     ramp = ["0:2,0.5:8"]
-    assert schedule_slice(results.subset(epochs != 2), ramp) == (8, 1.0)
-    assert schedule_slice(results, ramp) == (2, 0.1)
-    assert schedule_slice(results, ["0:2,0.5:8,0.75:32"]) == (8, 0.1)
+    assert schedule_slices(results, ramp) == {"p0": (4, 0.1), "p1": (8, 1.0), "p2": (8, 1.0)}
+    alone = results.subset(results.runs["pool"] == "p0")
+    assert schedule_slices(alone, ramp) == {"p0": (8, 1.0)}
+    five_phases = ["0:1,0.2:2,0.4:4,0.6:8,0.8:16"]  # no phase 5 in 4 epochs
+    assert schedule_slices(results, five_phases)["p0"] == (8, 0.1)
     with pytest.raises(ReproError, match="gives every phase"):
-        schedule_slice(results.subset(epochs == 2), ["0:2,0.75:32"])
+        schedule_slices(results.subset(results.runs["epochs"] == 2), ["0:2,0.75:32"])
 
 
-def test_schedules_without_a_matching_fixed_budget_are_a_one_line_error():
-    fixed, scheduled = _schedule_study(0.0)
-    with pytest.raises(ReproError, match="no fixed-batch run at the schedules' 2 epochs"):
-        schedules_vs_fixed(fixed.subset(fixed.runs["epochs"] == 1), scheduled, SCHEDULES)
-    with pytest.raises(ReproError, match="share one epoch budget"):
-        runs = scheduled.runs
-        mixed = runs.assign(epochs=[1] + [2] * (len(runs) - 1))
-        schedules_vs_fixed(fixed, Results(mixed, scheduled.evals, scheduled.documents), SCHEDULES)
+# --- notebook 05's pools and grids ---------------------------------------------------------------
+
+
+def test_every_pool_seed_gets_sized_pools_that_share_its_tokenizer_and_the_validation_set(
+    tmp_path,
+):
+    """The smoke preset's two seeds: each has pools of 2,000 and 4,000 tokens cut with its own
+    seed, its main pool's tokenizer and the shared validation documents; the pool-size sweep and
+    the noise-scale runs cover every seed."""
+    preset = replace(PRESETS["smoke"], scaling_pool_tokens=(2_000,))
+    study = Study(preset, tmp_path, tmp_path / "pools", tmp_path / "runs", 1, progress=False)
+    sized = study.sized_pools()
+    assert list(sized) == [0, 1] and [p.name for p in sized[1]] == [
+        "smoke-synthetic-seed1-2000tok",
+        "smoke-synthetic-seed1",
+    ]
+    mains = [load_pool(pools[-1]) for pools in sized.values()]
+    for pools, main in zip(sized.values(), mains):
+        small = load_pool(pools[0])
+        assert small.meta["seed"] == main.meta["seed"]
+        assert (pools[0] / "tokenizer.json").read_text() == (
+            pools[-1] / "tokenizer.json"
+        ).read_text()
+        assert np.array_equal(small.val.tokens, mains[0].val.tokens)
+    assert mains[0].meta["seed"] != mains[1].meta["seed"]
+    swept = {c.pool for c in expand(study.scaling_grid())}
+    assert swept == {str(p) for pools in sized.values() for p in pools}
+    assert {c.pool for c in expand(study.noise_scale_grid())} == {
+        str(p[-1]) for p in sized.values()
+    }

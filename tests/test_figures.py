@@ -10,8 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from repro.analysis import figures, frontier, plots
+from repro.analysis import cbs, figures, frontier, plots
 from repro.analysis.cbs import steps_to_target
+from repro.analysis.intervals import t_interval
 
 BATCHES = (1, 2, 4, 8, 16, 32)
 
@@ -64,20 +65,28 @@ def _all_figures():
     ends = _endpoints(runs, evals)
     f_runs, f_evals, step, deadlines, table = _frontier()
     cross = frontier.crossovers(f_evals, f_runs, deadlines, step, 4)
-    reach = steps_to_target(f_runs, f_evals, [2.5, 2.7, 1.8])
-    fits = {2.5: {"S_min": 40.0, "E_min": 640.0}}
+    reach = steps_to_target(f_runs, f_evals, [2.5, 2.7, 1.8], by=("pool", "batch_size"))
+    fits = {("p0", 2.5): {"S_min": 40.0, "E_min": 640.0}}
     scaling = pd.DataFrame(
         {
-            "pool tokens": [8_000, 12_000, 24_000],
-            "B_crit": [4.6, 5.9, 16.0],
-            "B_crit lo": [3.0, 4.0, 9.0],
-            "B_crit hi": [8.0, 12.0, np.inf],
-            "B*": [2.1, 2.9, 7.4],
-            "B* lo": [1.5, 2.0, 5.0],
-            "B* hi": [3.0, 4.5, 20.0],
+            "seed": [0, 0, 0, 1, 1, 1],
+            "pool tokens": [8_000, 12_000, 24_000, 8_300, 12_500, 24_100],
+            "B_crit": [4.6, 5.9, 16.0, 5.0, 6.3, 900.0],
+            "B*": [2.1, 2.9, 7.4, 2.4, 3.0, 8.0],
         }
     )
-    law = {"B_crit": {"alpha": 1.15}, "B*": {"alpha": 1.13}}
+    law = {"B_crit": t_interval([1.15, 1.2]), "B*": t_interval([1.13, 1.0])}
+    fitted = pd.DataFrame(
+        {"pool": ["p0", "p1", "p2"], "target": 2.5, "B_crit": [20.0, 25.0, 30.0]}
+        | {"B_simple": [10.0, 12.0, 9.0], "B*": [4.0, 5.0, np.inf], "B_opt": np.nan}
+    )
+    curves = pd.concat(
+        [
+            f_evals[f_evals["run_id"] == rid].assign(policy=policy, pool=pool)
+            for policy, rid in (("fixed batch 2", "p0-2"), ("ramp-up", "p0-8"))
+            for pool in ("p0", "p1")
+        ]
+    )
     loaders = pd.concat([ends.assign(loader=name) for name in ("repeat", "shuffle", "repack")])
     ablation = pd.concat(
         [
@@ -122,7 +131,8 @@ def _all_figures():
         "05_noise": figures.noise_scale(f_runs.assign(micro_batch=2, lr=1e-3), noise),
         "05_steps": figures.steps_tokens_to_target(reach, fits, BATCHES),
         "05_cbs": figures.cbs_vs_pool_size(scaling, law, limit=320),
-        "05_schedules": figures.schedules({"fixed batch 2": f_evals[f_evals["run_id"] == "p0-2"]}),
+        "05_fitted": figures.fitted_batches(cbs.fit_intervals(fitted), fitted, 2.5),
+        "05_schedules": figures.schedules(curves),
     }
 
 
@@ -196,20 +206,29 @@ def test_batch_colours_are_distinct_and_stable():
     assert len(set(plots.PALETTE)) == 10
 
 
-def test_cbs_figure_draws_points_beyond_the_limit_or_outside_their_interval():
-    """A B_crit above the drawing limit, and a point estimate outside its own percentile interval,
-    are drawn (at the limit, with no bar on the far side) instead of failing."""
-    scaling = pd.DataFrame(
-        {
-            "pool tokens": [8_000, 12_000, 24_000],
-            "B_crit": [4.6, 900.0, 16.0],
-            "B_crit lo": [5.0, 40.0, 9.0],
-            "B_crit hi": [8.0, np.inf, 12.0],
-        }
-    )
-    fig = figures.cbs_vs_pool_size(scaling, {}, limit=320)
-    assert fig.axes[0].get_ylim()[1] >= 320
-    matplotlib.pyplot.close(fig)
+def test_cbs_figure_draws_each_seeds_points_and_values_beyond_the_limit_at_it(all_figures):
+    """B_crit 900 of seed 1 is drawn at the limit (an open marker); each seed keeps its marker."""
+    ax = all_figures["05_cbs"].axes[0]
+    assert ax.get_ylim()[1] >= 320
+    seeds = [line for line in ax.lines if line.get_label().startswith("B_crit, seed")]
+    assert [line.get_marker() for line in seeds] == ["o", "s"]
+    assert max(seeds[1].get_ydata()) == 320
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert f"B_crit{figures._exponent(t_interval([1.15, 1.2]))} (over seeds)" in labels
+
+
+def test_fitted_batches_show_every_pool_and_the_interval_over_pools(all_figures):
+    """One marker per pool on each fitted quantity's row (p2's infinite B* open at the right
+    edge); the interval bar only where every pool has a finite value (B_crit and B_simple, not B*
+    nor B_opt)."""
+    ax = all_figures["05_fitted"].axes[0]
+    points = [line for line in ax.lines if line.get_label() in ("p0", "p1", "p2")]
+    assert {line.get_marker() for line in points} == {"o", "s", "^"}
+    infinite = [line for line in points if line.get_markerfacecolor() == "none"]
+    rightmost = max(line.get_xdata()[0] for line in points)
+    assert len(infinite) == 1 and infinite[0].get_xdata()[0] == rightmost  # p2's B*
+    bars = [c for c in ax.containers if c.has_xerr]
+    assert len(bars) == 2
 
 
 def test_model_curves_are_ordered_by_size_not_by_name():

@@ -135,3 +135,10 @@ def test_held_out_replicates_widen_the_replicate_term():
     assert plain.value == held.value
     ratio = (held.high - held.low) / (plain.high - plain.low)
     assert ratio == pytest.approx(np.sqrt(2.5), rel=0.01)
+
+
+def test_describe_formats_numbers_and_keeps_the_replicates_of_an_undetermined_value():
+    ratio = Difference(20.0, 10.0, 40.0, (10.0, 20.0, 40.0))
+    assert describe("B", ratio, ".3g") == "B 20 [10, 40] (replicates 10, 20, 40)"
+    open_ = Difference(np.nan, -np.inf, np.inf, (1.0, np.nan, 2.0))
+    assert describe("B", open_, ".3g") == "B not determined [no interval] (replicates 1, nan, 2)"

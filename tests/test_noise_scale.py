@@ -1,10 +1,20 @@
 """The gradient noise-scale estimators (repro.runtime.noise_scale) on problems with known gradient
-covariance."""
+covariance; notebook 05's noise-scale runs on every pool, B_simple's growth per pool and its claim
+over pools in all three directions (agrees, disagrees, undetermined)."""
 
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
 import pytest
 import torch
 
+from repro.analysis.cbs import ScheduleComparison, cbs_claims, noise_growth, noise_trajectory
+from repro.analysis.intervals import NOT_MEASURED
+from repro.errors import ReproError
+from repro.presets import PRESETS
 from repro.runtime.noise_scale import MicroBatchNorms, NoiseScaleEMA, two_batch_estimates
+from repro.sweep import expand
 
 
 def test_b_simple_of_linear_regression_matches_the_analytic_value():
@@ -38,3 +48,107 @@ def test_two_batch_estimates_are_exact_on_expected_norms():
     g2, trace = 2.0, 30.0
     small, big = g2 + trace / 4, g2 + trace / 32
     assert two_batch_estimates(small, big, 4, 32) == pytest.approx((g2, trace))
+
+
+# --- notebook 05: the noise-scale runs on every pool, and their claim over pools ----------------
+
+
+def test_noise_scale_runs_on_every_pool_for_noise_scale_epochs():
+    smoke = PRESETS["smoke"]
+    runs = expand(smoke.noise_scale_grid(["p0", "p1", "p2"]))
+    assert sorted((c.pool, c.batch_size) for c in runs) == [("p0", 8), ("p1", 8), ("p2", 8)]
+    assert {c.epochs for c in runs} == {max(smoke.epochs)} and all(c.noise_scale for c in runs)
+    short = replace(smoke, noise_scale_epochs=1)
+    assert {c.epochs for c in expand(short.noise_scale_grid(["p0"]))} == {1}
+    with pytest.raises(ReproError, match="noise_scale_epochs must be >= 0"):
+        replace(smoke, noise_scale_epochs=-1)
+
+
+def _trajectory(b_simple, losses=None, batch=8, pool="p0") -> pd.DataFrame:
+    """A noise-scale run's evaluations: B_simple and val loss (default: falling) per evaluation."""
+    n = len(b_simple)
+    losses = np.linspace(3.0, 2.0, n) if losses is None else losses
+    return pd.DataFrame(
+        {
+            "pool": pool,
+            "batch_size": batch,
+            "epoch": np.arange(1, n + 1) / 4,
+            "tokens": np.arange(1, n + 1) * 1000,
+            "val_loss": losses,
+            "b_simple": b_simple,
+        }
+    )
+
+
+def test_noise_trajectory_orders_by_pool_batch_then_tokens():
+    runs = pd.DataFrame({"run_id": ["a", "b", "c"], "batch_size": [32, 8, 8], "pool": "p0"})
+    runs.loc[2, "pool"] = "p1"
+    evals = pd.DataFrame(
+        {
+            "run_id": ["a", "b", "b", "c"],
+            "epoch": [1.0, 2.0, 1.0, 1.0],
+            "tokens": [100, 200, 100, 100],
+            "val_loss": [3.0, 2.0, 2.5, 2.9],
+            "b_simple": [1.0, 4.0, 2.0, 7.0],
+        }
+    )
+    out = noise_trajectory(runs, evals)
+    assert out[["pool", "batch_size", "b_simple"]].values.tolist() == [
+        ["p0", 8, 2.0],
+        ["p0", 8, 4.0],
+        ["p0", 32, 1.0],
+        ["p1", 8, 7.0],
+    ]
+
+
+def test_noise_growth_is_per_pool_and_stops_at_the_best_val_loss():
+    # loss falls over the first 6 evaluations, then rises: B_simple after that is not counted
+    losses = [3.0, 2.8, 2.6, 2.4, 2.2, 2.0, 2.1, 2.3]
+    rising = _trajectory([1, 1, 2, 2, 4, 4, 100, 100], losses)
+    growth = noise_growth(pd.concat([rising, rising.assign(pool="p1", b_simple=2.0)]))
+    assert growth["pool"].tolist() == ["p0", "p1"]
+    row = growth.iloc[0]
+    assert row["evaluations"] == 6 and row["ratio"] == pytest.approx(4.0)
+    assert (row["val loss first"], row["val loss last"]) == (3.0, 2.0)
+    assert growth.loc[1, "ratio"] == pytest.approx(1.0)
+
+
+def _claim(*runs: pd.DataFrame) -> pd.Series:
+    """The noise-scale claim of cbs_claims on `runs` (trajectories), nothing else measured."""
+    growth = noise_growth(pd.concat(runs, ignore_index=True))
+    nothing = ScheduleComparison(pd.DataFrame(), pd.DataFrame(), NOT_MEASURED, "")
+    claims = cbs_claims(growth, pd.DataFrame(), pd.DataFrame(), {}, nothing, "wsd", "tiny")
+    return claims.iloc[0]
+
+
+RISING = [1.0, 1.2, 2.0, 2.5, 3.0, 3.5]  # x3 while the loss falls
+FALLING = [3.0, 2.8, 2.5, 2.0, 1.5, 1.0]
+
+
+def _pools(*series, batch=8) -> list[pd.DataFrame]:
+    """One trajectory per pool (p0, p1, ...) of batch `batch`, B_simple from `series`."""
+    return [_trajectory(b, batch=batch, pool=f"p{i}") for i, b in enumerate(series)]
+
+
+@pytest.mark.parametrize(
+    "runs,verdict,why",
+    [
+        (
+            _pools(RISING, [1.0, 1.3, 2.0, 2.6, 3.1, 3.3], [1.1, 1.2, 2.2, 2.4, 3.0, 3.6]),
+            "agrees",
+            "",
+        ),
+        (_pools(FALLING, FALLING, FALLING), "disagrees", ""),
+        (_pools(*[[1.0, 1.0, 1.1, 1.1, 1.2, 1.2]] * 3), "undetermined", "below x1.5"),  # x1.2
+        (_pools(RISING, RISING, FALLING), "undetermined", "below x1.5"),  # one pool contradicts
+        (_pools(FALLING, FALLING, RISING), "undetermined", "below x1.5"),  # mean growth below 1
+        (_pools(RISING, RISING), "undetermined", "on fewer than 3 pools"),
+        (_pools([1.0], [1.0], [1.0]), "undetermined", "not finite on every pool"),  # 1 evaluation
+        (_pools(*[[-0.5, -0.2, 0.1, 0.5, 1.0, 2.0]] * 3), "undetermined", "not finite"),
+        (_pools(RISING, RISING, RISING) + _pools(*[FALLING] * 3, batch=32), "disagrees", ""),
+    ],
+)
+def test_noise_scale_claim_reads_the_growth_interval_over_pools(runs, verdict, why):
+    claim = _claim(*runs)
+    assert claim["agrees?"] == verdict and why in claim["measured here"]
+    assert "batch 8 " in claim["measured here"] and "(replicates " in claim["measured here"]

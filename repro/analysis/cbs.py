@@ -11,22 +11,27 @@ nats/token.
   evaluation above it and the first at or below it (evaluations fall once per epoch on the CPU
   presets: without it every batch reaching a target in the same epoch gives S ~ 1/B exactly). A
   target reached at a run's first evaluation has no bracket: left-censored, left out of the fits.
-- Fits: McCandlish's hyperbola (S / S_min - 1)(E / E_min - 1) = 1, i.e. S(B) = S_min + E_min / B,
-  fitted in log S, gives B_crit = E_min / S_min. Zhang et al. 2025 fit the same form
-  S(B) = a + b / B in S and call critical the batch whose steps exceed linear scaling from the
-  smallest batch by 20%: B* = 1.2 B_ref + 0.2 b / a. Zhou et al. 2026 (WSD) model E(S) piecewise
-  (inverse, quadratic, linear tail); we fit its two later pieces: a parabola through the points
-  nearest the fewest tokens gives B_opt = E_min / S_opt, and the linear tail E = A1 S + A0 of the
-  smallest batches gives B_min = A1 (below it the target is not reached). Each fit comes with
-  residuals and a bootstrap interval over the (batch, steps) points.
+- Fits, one per pool: McCandlish's hyperbola (S / S_min - 1)(E / E_min - 1) = 1, i.e.
+  S(B) = S_min + E_min / B, fitted in log S, gives B_crit = E_min / S_min. Zhang et al. 2025 fit
+  the same form S(B) = a + b / B in S and call critical the batch whose steps exceed linear
+  scaling from the smallest batch by 20%: B* = 1.2 B_ref + 0.2 b / a. Zhou et al. 2026 (WSD) model
+  E(S) piecewise (inverse, quadratic, linear tail); we fit its two later pieces: a parabola through
+  the points nearest the fewest tokens gives B_opt = E_min / S_opt, and the linear tail
+  E = A1 S + A0 of the smallest batches gives B_min = A1 (below it the target is not reached).
+- Replicates: the pool is the replicate. Every fitted quantity is computed on each pool alone (from
+  all of its runs) and its interval is over pools (pool_interval: a t interval of the mean, of the
+  mean log for positive quantities), so the spread between pools, which holds each fit's own
+  noise, sets its width; fewer than MIN_REPLICATES pools give no verdict. B*'s data-size
+  exponent is fitted per pool seed (its pools of several sizes) and its interval is over seeds.
 - Claims (`cbs_claims`): "agrees", "disagrees" or "undetermined", each by a rule stated where the
-  claim is built; loss differences come with paired intervals over validation documents
-  (repro.analysis.intervals), fitted quantities with bootstrap intervals.
+  claim is built; loss differences come with held-out paired intervals over pools and validation
+  documents (repro.analysis.selection).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -35,7 +40,16 @@ import pandas as pd
 from scipy.optimize import least_squares
 
 from repro.analysis import selection
-from repro.analysis.intervals import CLAIM_COLUMNS, Difference, describe, lower_verdict
+from repro.analysis.intervals import (
+    CLAIM_COLUMNS,
+    LEVEL,
+    MIN_REPLICATES,
+    NOT_MEASURED,
+    Difference,
+    describe,
+    lower_verdict,
+    t_interval,
+)
 from repro.analysis.results import REPLICATE_FIELDS, Results
 from repro.errors import ReproError
 from repro.runtime.config import make_run_config
@@ -181,8 +195,8 @@ def fit_wsd(batch: np.ndarray, steps: np.ndarray) -> dict:
     E = A1 S + A0 through the points of the largest S (the two smallest batches) gives B_min = A1.
     NaN where the points do not determine a piece: the fewest tokens at an edge, or a parabola that
     opens downward or whose vertex lies outside its three points (the residuals of three points on
-    a parabola are zero by construction; the bootstrap gives the spread). Repeated points (of a
-    resample) count once: they add nothing to an interpolation."""
+    a parabola are zero by construction: the spread between pools is the check). Repeated points
+    count once: they add nothing to an interpolation."""
     points = np.unique(np.column_stack([steps, batch]).astype(float), axis=0)  # by steps
     s, e = points[:, 0], points[:, 0] * points[:, 1]
     out = {"B_opt": np.nan, "S_opt": np.nan, "E_min": np.nan, "B_min": np.nan}
@@ -205,65 +219,6 @@ def fit_wsd(batch: np.ndarray, steps: np.ndarray) -> dict:
     return out
 
 
-MIN_BATCHES = 4
-"""Fewest distinct batch sizes that give a bootstrap interval: with three, every resample that
-keeps three batch sizes is the points themselves (a zero-width interval)."""
-
-
-def _percentiles(values: list[float], undetermined: int, level: float) -> tuple[float, float]:
-    """The `level` percentile interval of `values`; (nan, nan) when there are none, or when more
-    than (1 - level) / 2 of all resamples left the value undetermined (an end could lie there)."""
-    if not values or undetermined > (1 - level) / 2 * (len(values) + undetermined):
-        return (np.nan, np.nan)
-    lo, hi = np.quantile(
-        values, [(1 - level) / 2, (1 + level) / 2], method="inverted_cdf"
-    )  # sample values: no inf - inf
-    return float(lo), float(hi)
-
-
-def bootstrap(
-    fit,
-    batch: np.ndarray,
-    steps: np.ndarray,
-    key: str,
-    n: int = 500,
-    seed: int = 0,
-    level: float = 0.9,
-) -> tuple[float, float]:
-    """Percentile interval of fit(batch, steps)[key] over resamples of the points (with
-    replacement) that keep at least three distinct batch sizes. An infinite value (B_crit of
-    points that never level off) counts; (nan, nan), not determined, with fewer than MIN_BATCHES
-    distinct batch sizes or where the fit leaves the value NaN in too many resamples
-    (_percentiles)."""
-    batch, steps = np.asarray(batch, float), np.asarray(steps, float)
-    if len(np.unique(batch)) < MIN_BATCHES:
-        return (np.nan, np.nan)
-    rng = np.random.default_rng(seed)
-    values, undetermined = [], 0
-    for _ in range(n):
-        pick = rng.integers(0, len(batch), len(batch))
-        if len(np.unique(batch[pick])) < 3:
-            continue
-        value = fit(batch[pick], steps[pick])[key]
-        if np.isnan(value):
-            undetermined += 1
-        else:
-            values.append(value)
-    return _percentiles(values, undetermined, level)
-
-
-def describe_interval(interval: tuple[float, float], limit: float) -> str:
-    """An interval as "lo-hi", with an end beyond `limit` (e.g. 10x the largest batch measured, or
-    infinite where resampled points never level off) read as unbounded; "not determined" where the
-    bootstrap gave none."""
-    lo, hi = interval
-    if math.isnan(lo):
-        return "not determined"
-    if lo > limit:
-        return f"unbounded (above {limit:g})"
-    return f"{lo:.1f}-{hi:.1f}" if hi <= limit else f"{lo:.1f}-unbounded (above {limit:g})"
-
-
 def power_law(x: np.ndarray, y: np.ndarray) -> dict:
     """y = c * x^alpha by least squares in log-log; returns alpha, c and the log residuals."""
     lx, ly = np.log(np.asarray(x, float)), np.log(np.asarray(y, float))
@@ -271,7 +226,61 @@ def power_law(x: np.ndarray, y: np.ndarray) -> dict:
     return {"alpha": alpha, "c": math.exp(log_c), "residuals": ly - (alpha * lx + log_c)}
 
 
-# --- targets and the fits per target ------------------------------------------------------------
+# --- intervals over pools -----------------------------------------------------------------------
+
+
+def pool_interval(values: Iterable[float], log: bool = False, level: float = LEVEL) -> Difference:
+    """The mean of per-pool `values` with its `level` t interval over pools (intervals.t_interval:
+    pools are independent replicates, and the spread between their fits holds each fit's own
+    noise); with `log`, of their logs, exponentiated back: the geometric mean of a positive
+    quantity (a batch size, a ratio) with a ratio-scale interval. Where a pool's value is not
+    finite (or not positive, with `log`) there is no interval ((-inf, inf)) and the mean is NaN, or
+    inf where a value is infinite; the per-pool values are kept either way."""
+    values = np.asarray(list(values), float)
+    if not len(values):
+        return NOT_MEASURED
+    pools = tuple(float(v) for v in values)
+    if not (np.isfinite(values) & ((values > 0) if log else True)).all():
+        with np.errstate(all="ignore"):
+            mean = np.exp(np.log(values).mean()) if log else values.mean()
+        return Difference(float(mean), -np.inf, np.inf, pools)
+    if not log:
+        return t_interval(values, level)
+    logs = t_interval(np.log(values), level)
+    ends = (math.exp(logs.low), math.exp(logs.high)) if np.isfinite(logs.low) else (-np.inf, np.inf)
+    return Difference(math.exp(logs.value), *ends, pools)
+
+
+def pool_intervals(table: pd.DataFrame, by: list[str], quantities: dict[str, bool]) -> pd.DataFrame:
+    """Per group of `by` and per column of `quantities` (name -> on a log scale, pool_interval):
+    the mean over the group's rows (one per pool) with its 90% interval over pools and the
+    per-pool values in pool order. Columns: *by, quantity, mean, low, high, per pool."""
+    rows = []
+    for key, part in table.groupby(by):
+        key = key if isinstance(key, tuple) else (key,)
+        part = part.sort_values("pool")
+        for name, log in quantities.items():
+            d = pool_interval(part[name], log)
+            rows.append(
+                dict(zip(by, key))
+                | {"quantity": name, "mean": d.value, "low": d.low, "high": d.high}
+                | {"per pool": d.per_replicate}
+            )
+    return pd.DataFrame(rows, columns=[*by, "quantity", "mean", "low", "high", "per pool"])
+
+
+def interval_of(intervals: pd.DataFrame, quantity: str, **key) -> Difference:
+    """The Difference (mean, interval, per-pool values) of one row of pool_intervals."""
+    match = intervals["quantity"] == quantity
+    for name, value in key.items():
+        match &= intervals[name] == value
+    if not match.any():
+        return NOT_MEASURED
+    row = intervals[match].iloc[0]
+    return Difference(row["mean"], row["low"], row["high"], tuple(row["per pool"]))
+
+
+# --- targets and the fits per pool and target ---------------------------------------------------
 
 
 def reach_count(n_batch_sizes: int) -> int:
@@ -282,10 +291,14 @@ def reach_count(n_batch_sizes: int) -> int:
 def target_losses(
     runs: pd.DataFrame, evals: pd.DataFrame, n_batches: int, n_targets: int = 3
 ) -> list[float]:
-    """Target validation losses (nats/token, rounded to 1e-3): the lowest that `n_batches` batch
-    sizes reach (reachable_target), then evenly spaced up to 60% of the way to the best first
-    evaluation."""
-    hardest = reachable_target(runs, evals, n_batches)
+    """Target validation losses (nats/token, rounded to 1e-3), the same on every pool (they share
+    the validation documents): the lowest that `n_batches` batch sizes reach on every pool (the
+    highest of the pools' reachable_target), then evenly spaced up to 60% of the way to the best
+    first evaluation."""
+    hardest = max(
+        reachable_target(mine, evals[evals["run_id"].isin(mine["run_id"])], n_batches)
+        for _, mine in runs.groupby("pool")
+    )
     first_loss = float(evals.groupby("run_id")["val_loss"].first().min())
     top = hardest + 0.6 * (first_loss - hardest)
     return [round(t, 3) for t in np.linspace(hardest, top, n_targets)]
@@ -320,36 +333,24 @@ def resolution_miss(fit: dict, part: pd.DataFrame) -> np.ndarray:
     return np.maximum(np.log(predicted / S), np.log(low / predicted)).clip(min=0)
 
 
-def _interval_columns(name: str, B: np.ndarray, S: np.ndarray, fit, key: str) -> dict:
-    """Point estimate and 90% bootstrap interval of fit(B, S)[key] as three columns."""
-    if len(np.unique(B)) < 3:
-        return {name: np.nan, f"{name} lo": np.nan, f"{name} hi": np.nan}
-    lo, hi = bootstrap(fit, B, S, key)
-    return {name: fit(B, S)[key], f"{name} lo": lo, f"{name} hi": hi}
-
-
-def _fit_row(target: float, part: pd.DataFrame, trajectory: pd.DataFrame) -> tuple[dict, dict]:
-    """The three fits of one target's (batch, crossing step) points (fitted_points) and B_simple
-    near the target; (table row, McCandlish fit)."""
+def _fit_row(part: pd.DataFrame, b_simple: float) -> tuple[dict, dict]:
+    """The three fits of one pool's and target's (batch, crossing step) points (fitted_points),
+    beside `b_simple` near the target; (table columns, McCandlish fit)."""
     B, S = fitted_points(part)
     mc = fit_mccandlish(B, S)
-    b_simple, gap = b_simple_near(trajectory, target)
+    zhang, wsd = fit_zhang(B, S), fit_wsd(B, S)
     fewest = B[B * S == (B * S).min()]  # fewest sequences (and tokens) at the crossing
     row = {
-        "target": target,
-        "batch sizes": len(B),
-        "left-censored": int(part["left-censored"].sum()),
         "smallest batch": int(B.min()),
         "largest batch": int(B.max()),
-        "B_simple": b_simple,
-        "B_simple loss gap": gap,
-        **_interval_columns("B_crit", B, S, fit_mccandlish, "B_crit"),
+        "B_crit": mc["B_crit"],
         "max |log residual|": float(np.abs(mc["residuals"]).max()),
         "max log miss": float(resolution_miss(mc, part).max()),
-        **_interval_columns("B*", B, S, fit_zhang, "B_star"),
-        "max |residual| (steps)": float(np.abs(fit_zhang(B, S)["residuals"]).max()),
-        **_interval_columns("B_opt", B, S, fit_wsd, "B_opt"),
-        **_interval_columns("B_min", B, S, fit_wsd, "B_min"),
+        "B_simple / B_crit": b_simple / mc["B_crit"],
+        "B*": zhang["B_star"],
+        "max |residual| (steps)": float(np.abs(zhang["residuals"]).max()),
+        "B_opt": wsd["B_opt"],
+        "B_min": wsd["B_min"],
         "fewest tokens at batch": ", ".join(str(int(b)) for b in fewest),
     }
     return row, mc
@@ -357,42 +358,69 @@ def _fit_row(target: float, part: pd.DataFrame, trajectory: pd.DataFrame) -> tup
 
 def fit_targets(
     reach: pd.DataFrame, trajectory: pd.DataFrame
-) -> tuple[pd.DataFrame, dict[float, dict]]:
-    """McCandlish (B_crit), Zhang (B*) and Zhou (B_opt, B_min) fits per target of `reach`
-    (steps_to_target), each fitted to the crossing steps that are not left-censored
-    (fitted_points; targets with fewer than three such batch sizes are skipped), with its 90%
-    bootstrap interval ("lo", "hi"; sequences), beside B_simple near the target (b_simple_near of
-    the noise-scale `trajectory`). "batch sizes": the points fitted; "left-censored": the points
-    left out; "max log miss": the hyperbola's largest resolution_miss over all points (a
-    left-censored one misses where the fit predicts more steps than its first evaluation).
-    Returns (one row per target, {target: McCandlish fit})."""
+) -> tuple[pd.DataFrame, dict[tuple[str, float], dict]]:
+    """Per pool and target of `reach` (steps_to_target by pool and batch size): McCandlish
+    (B_crit), Zhang (B*) and Zhou (B_opt, B_min) fits (sequences) to the crossing steps that are
+    not left-censored (fitted_points), and B_simple near the target on the pool's noise-scale runs
+    (b_simple_near of `trajectory`, noise_trajectory) with its ratio to B_crit. "batch sizes": the
+    points fitted; "left-censored": the points left out; "max log miss": the hyperbola's largest
+    resolution_miss over all points (a left-censored one misses where the fit predicts more steps
+    than its first evaluation). A pool with fewer than three fitted points at a target keeps its
+    row, with no fit (NaN). Returns (one row per pool and target, {(pool, target): McCandlish
+    fit})."""
     rows, mccandlish = [], {}
-    for target, part in reach.groupby("target"):
-        if len(fitted_points(part)[0]) < 3:
-            continue
-        row, mccandlish[target] = _fit_row(target, part, trajectory)
+    for (pool, target), part in reach.groupby(["pool", "target"]):
+        noise = trajectory[trajectory["pool"] == pool]
+        b_simple, gap = b_simple_near(noise, target)
+        row = {"pool": pool, "target": target, "batch sizes": len(fitted_points(part)[0])}
+        row |= {"left-censored": int(part["left-censored"].sum())}
+        row |= {"B_simple": b_simple, "B_simple loss gap": gap}
+        if row["batch sizes"] >= 3:
+            fitted, mccandlish[(pool, target)] = _fit_row(part, b_simple)
+            row |= fitted
         rows.append(row)
     return pd.DataFrame(rows), mccandlish
+
+
+FITTED = {
+    "B_crit": True,
+    "B_simple": True,
+    "B_simple / B_crit": True,
+    "max log miss": False,
+    "B*": True,
+    "B_opt": True,
+    "B_min": False,
+}
+"""The fitted quantities that claims read, and whether their interval over pools is on a log
+scale (batch sizes and ratios: geometric) or not (the log miss; B_min, which may be negative)."""
+
+
+def fit_intervals(fits: pd.DataFrame) -> pd.DataFrame:
+    """pool_intervals of the FITTED quantities of `fits` (fit_targets) per target: the mean over
+    pools, its 90% interval over pools and the per-pool values."""
+    columns = [q for q in FITTED if q in fits]
+    return pool_intervals(fits, ["target"], {q: FITTED[q] for q in columns})
 
 
 # --- the gradient noise scale -------------------------------------------------------------------
 
 
 def noise_trajectory(runs: pd.DataFrame, evals: pd.DataFrame) -> pd.DataFrame:
-    """B_simple (sequences) per evaluation of the noise-scale runs: batch_size, epoch, tokens,
-    val_loss, b_simple, in batch then token order."""
-    columns = ["batch_size", "epoch", "tokens", "val_loss", "b_simple"]
-    merged = evals.merge(runs[["run_id", "batch_size"]], on="run_id")
-    return merged[columns].sort_values(["batch_size", "tokens"])
+    """B_simple (sequences) per evaluation of the noise-scale runs: pool, batch_size, epoch,
+    tokens, val_loss, b_simple, in pool, batch, then token order."""
+    columns = ["pool", "batch_size", "epoch", "tokens", "val_loss", "b_simple"]
+    merged = evals.merge(runs[["run_id", "pool", "batch_size"]], on="run_id")
+    return merged[columns].sort_values(["pool", "batch_size", "tokens"], ignore_index=True)
 
 
 def noise_growth(trajectory: pd.DataFrame) -> pd.DataFrame:
-    """Per noise-scale batch, over its evaluations up to the best val loss (where the loss falls):
-    the median B_simple (sequences) of the first and of the last third, their ratio (NaN with
-    fewer than two evaluations or a non-positive median), and the val loss (nats/token) at both
-    ends."""
+    """Per pool and noise-scale batch, over its evaluations up to the best val loss (where the loss
+    falls): the median B_simple (sequences) of the first and of the last third, their ratio (NaN
+    with fewer than two evaluations or a non-positive median), and the val loss (nats/token) at
+    both ends."""
     rows = []
-    for batch, run in trajectory.dropna(subset=["b_simple", "val_loss"]).groupby("batch_size"):
+    points = trajectory.dropna(subset=["b_simple", "val_loss"])
+    for (pool, batch), run in points.groupby(["pool", "batch_size"]):
         run = run.sort_values("tokens")
         falling = run.iloc[: int(np.argmin(run["val_loss"].to_numpy())) + 1]
         k = max(1, len(falling) // 3)
@@ -401,6 +429,7 @@ def noise_growth(trajectory: pd.DataFrame) -> pd.DataFrame:
         ok = len(falling) >= 2 and first > 0 and last > 0
         rows.append(
             {
+                "pool": pool,
                 "batch_size": batch,
                 "evaluations": len(falling),
                 "B_simple first": first,
@@ -413,73 +442,60 @@ def noise_growth(trajectory: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def growth_intervals(growth: pd.DataFrame) -> pd.DataFrame:
+    """Per noise-scale batch: the geometric mean over pools of B_simple's growth (noise_growth's
+    ratio) with its 90% interval over pools (pool_intervals)."""
+    if growth.empty:
+        growth = pd.DataFrame(columns=["pool", "batch_size", "ratio"])
+    return pool_intervals(growth, ["batch_size"], {"ratio": True})
+
+
 # --- critical batch size vs pool size -----------------------------------------------------------
 
 
 def pool_size_scaling(
     runs: pd.DataFrame,
     evals: pd.DataFrame,
-    pool_tokens: dict[str, int],
+    sized: dict[int, dict[str, int]],
     n_batches: int,
     seq_len: int,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """B_crit and B* (sequences, with 90% bootstrap intervals) per pool of `pool_tokens` (pool
-    path -> training tokens), each at the lowest loss `n_batches` batch sizes reach on that pool
-    (the largest of them: "largest batch"), fitted to the crossing steps (fitted_points).
-    Returns (one row per pool, the steps_to_target rows of every pool with its `pool tokens`)."""
+    """B_crit and B* (sequences) per pool seed and pool size: `sized` maps each pool seed to its
+    pools (path -> training tokens), each fitted at the lowest loss `n_batches` batch sizes reach
+    on that pool (the largest of them: "largest batch") to its crossing steps (fitted_points; NaN
+    with fewer than three). Returns (one row per seed and pool, the steps_to_target rows of every
+    pool with its seed and pool tokens)."""
     rows, points = [], []
-    for pool, tokens in pool_tokens.items():
-        mine = runs[runs["pool"] == str(pool)]
-        mine_evals = evals[evals["run_id"].isin(mine["run_id"])]
-        target = reachable_target(mine, mine_evals, n_batches)
-        part = steps_to_target(mine, mine_evals, [target], seq_len=seq_len)
-        points.append(part.assign(**{"pool tokens": tokens}))
-        B, S = fitted_points(part)
-        rows.append(
-            {"pool tokens": tokens, "target": target, "batch sizes": len(B)}
-            | {"largest batch": B.max(initial=0)}
-            | _interval_columns("B_crit", B, S, fit_mccandlish, "B_crit")
-            | _interval_columns("B*", B, S, fit_zhang, "B_star")
-        )
+    for seed, pools in sized.items():
+        for pool, tokens in pools.items():
+            mine = runs[runs["pool"] == str(pool)]
+            mine_evals = evals[evals["run_id"].isin(mine["run_id"])]
+            target = reachable_target(mine, mine_evals, n_batches)
+            part = steps_to_target(mine, mine_evals, [target], seq_len=seq_len)
+            points.append(part.assign(seed=seed, **{"pool tokens": tokens}))
+            B, S = fitted_points(part)
+            fits = len(np.unique(B)) >= 3
+            rows.append(
+                {"seed": seed, "pool tokens": tokens, "target": target, "batch sizes": len(B)}
+                | {"largest batch": B.max(initial=0)}
+                | {"B_crit": fit_mccandlish(B, S)["B_crit"] if fits else np.nan}
+                | {"B*": fit_zhang(B, S)["B_star"] if fits else np.nan}
+            )
     return pd.DataFrame(rows), pd.concat(points, ignore_index=True)
 
 
-def _alpha_interval(
-    points: pd.DataFrame, fit, key: str, n: int = 500, seed: int = 0, level: float = 0.9
-) -> tuple[float, float]:
-    """Percentile interval of the exponent of fit(B, S)[key] ~ D^alpha over joint resamples of
-    every pool's fitted_points, as in `bootstrap` (at least MIN_BATCHES batch sizes per pool;
-    resamples keeping fewer than three on a pool are skipped); a resample whose key is not finite
-    and positive on every pool leaves alpha undetermined (_percentiles)."""
-    pools = [(tokens / 1e6, *fitted_points(part)) for tokens, part in points.groupby("pool tokens")]
-    if any(len(np.unique(B)) < MIN_BATCHES for _, B, _ in pools):
-        return (np.nan, np.nan)
-    rng = np.random.default_rng(seed)
-    D = np.array([d for d, _, _ in pools])
-    alphas, undetermined = [], 0
-    for _ in range(n):
-        picks = [rng.integers(0, len(B), len(B)) for _, B, _ in pools]
-        if any(len(np.unique(B[p])) < 3 for (_, B, _), p in zip(pools, picks)):
-            continue
-        values = np.array([fit(B[p], S[p])[key] for (_, B, S), p in zip(pools, picks)])
-        if np.all(np.isfinite(values) & (values > 0)):
-            alphas.append(power_law(D, values)["alpha"])
-        else:
-            undetermined += 1
-    return _percentiles(alphas, undetermined, level)
-
-
-def scaling_laws(scaling: pd.DataFrame, points: pd.DataFrame) -> dict[str, dict]:
-    """Power laws B = c D^alpha (D in millions of training tokens) for B_crit and B*, with the
-    exponent's 90% bootstrap interval ("alpha lo", "alpha hi"; _alpha_interval over `points` of
-    pool_size_scaling); empty where any pool has no finite fit."""
-    if not np.isfinite(scaling[["B_crit", "B*"]].to_numpy(float)).all():
-        return {}
-    D = scaling["pool tokens"] / 1e6
+def scaling_laws(scaling: pd.DataFrame) -> dict[str, Difference]:
+    """The exponent alpha of B = c D^alpha (D in millions of training tokens) for B_crit and B*,
+    fitted on each pool seed's pools (power_law; NaN where a pool's value is not finite and
+    positive), as the mean over seeds with its 90% t interval over seeds (pool_interval)."""
     laws = {}
-    for name, fit, key in (("B_crit", fit_mccandlish, "B_crit"), ("B*", fit_zhang, "B_star")):
-        lo, hi = _alpha_interval(points, fit, key)
-        laws[name] = power_law(D, scaling[name]) | {"alpha lo": lo, "alpha hi": hi}
+    for name in ("B_crit", "B*"):
+        alphas = []
+        for _, mine in scaling.groupby("seed"):
+            values = mine[name].to_numpy(float)
+            ok = len(values) >= 2 and bool(np.all(np.isfinite(values) & (values > 0)))
+            alphas.append(power_law(mine["pool tokens"] / 1e6, values)["alpha"] if ok else np.nan)
+        laws[name] = pool_interval(alphas)
     return laws
 
 
@@ -494,38 +510,36 @@ def _every_phase_within(schedule: str, epochs: int) -> bool:
     return all(batch in batches for _, batch in phases)
 
 
-def schedule_slice(fixed: Results, schedules: list[str]) -> tuple[int, float]:
-    """The epoch budget and weight decay at which the `schedules` meet the `fixed` batches (one
-    model): those of the best fixed batch on the first pool (batch, lr, weight decay and budget
-    chosen on all its validation documents, as grid growth chooses), so that its lr is bracketed
-    there; or the smallest longer budget in which every schedule reaches its last phase."""
-    done_mask = fixed.runs["status"] == "done"
-    done = fixed.runs[done_mask]
-    if done.empty:
+def schedule_slices(fixed: Results, schedules: list[str]) -> dict[str, tuple[int, float]]:
+    """Per pool, the epoch budget and weight decay at which the `schedules` meet the `fixed`
+    batches (one model): those of the best fixed batch (batch, lr, weight decay and budget) chosen
+    on the *other* pools (selection.held_out_choices; on the pool itself when it is the only one),
+    or the smallest longer budget in which every schedule reaches its last phase."""
+    done = fixed.subset(fixed.runs["status"] == "done")
+    if done.runs.empty:
         raise ReproError("no finished fixed-batch run to meet the batch schedules: run 02 first")
-    first = done_mask & (fixed.runs["pool"] == done["pool"].iloc[0])
-    ends = selection.tuned(fixed.subset(first), ["pool"], (*selection.TUNED, "batch_size"))
-    best = done.set_index("run_id").loc[ends["run_id"].iloc[0]]
-    budgets = [
-        int(e)
-        for e in sorted(done["epochs"].unique())
-        if e >= best["epochs"] and all(_every_phase_within(s, int(e)) for s in schedules)
-    ]
-    if not budgets:
-        raise ReproError(
-            f"no epoch budget up to {done['epochs'].max():g} gives every phase of the batch "
-            f"schedules {schedules} an epoch: add a longer budget or shorten the schedules"
-        )
-    return budgets[0], float(best["weight_decay"])
+    budgets = sorted(int(e) for e in done.runs["epochs"].unique())
+    slices = {}
+    for pool, best in selection.held_out_choices(done, ("batch_size", *selection.TUNED)).items():
+        longer = [e for e in budgets if e >= best["epochs"]]
+        fits = [e for e in longer if all(_every_phase_within(s, e) for s in schedules)]
+        if not fits:
+            raise ReproError(
+                f"no epoch budget up to {budgets[-1]} gives every phase of the batch schedules "
+                f"{schedules} an epoch: add a longer budget or shorten the schedules"
+            )
+        slices[pool] = (fits[0], float(best["weight_decay"]))
+    return slices
 
 
 class ScheduleComparison(NamedTuple):
-    """Tuned endpoints per policy (`table`), the chosen runs' evaluation curves (`curves`), and
-    the best schedule minus the best fixed batch (`difference`, nats/token, with its paired
-    interval) described by `label`."""
+    """Tuned endpoints per policy and pool (`table`), the chosen runs' evaluation curves
+    (`curves`: policy, pool, tokens, val_loss), and the best schedule minus the best fixed batch
+    (`difference`, nats/token, with its held-out paired interval over pools and documents)
+    described by `label`."""
 
     table: pd.DataFrame
-    curves: dict[str, pd.DataFrame]
+    curves: pd.DataFrame
     difference: Difference
     label: str
 
@@ -544,49 +558,51 @@ def _policy_rows(ends: pd.DataFrame, names: list[str]) -> list[dict]:
     ]
 
 
-def _matched_fixed(fixed: Results, schedule_runs: pd.DataFrame) -> tuple[Results, int]:
-    """The fixed-batch runs on the schedules' pools at their epoch budget and weight decay, and
-    that budget (epochs)."""
-    runs = fixed.runs
-    budget = schedule_runs[["epochs", "weight_decay"]].drop_duplicates()
-    if len(budget) != 1:
-        raise ReproError("schedule runs must share one epoch budget and weight decay")
-    epochs, decay = int(budget["epochs"].iloc[0]), float(budget["weight_decay"].iloc[0])
-    matched = fixed.subset(
-        (runs["epochs"] == epochs)
-        & (runs["weight_decay"] == decay)
-        & runs["pool"].isin(schedule_runs["pool"])
-    )
-    if matched.runs.empty:
-        raise ReproError(f"no fixed-batch run at the schedules' {epochs} epochs, decay {decay:g}")
-    return matched, epochs
+def _matched_fixed(fixed: Results, schedule_runs: pd.DataFrame) -> tuple[Results, str]:
+    """The fixed-batch runs on each of the schedules' pools at that pool's epoch budget and weight
+    decay, and those slices described ("seed0: 8 epochs, weight decay 1; ...")."""
+    runs, match, notes = fixed.runs, np.zeros(len(fixed.runs), bool), []
+    for pool, mine in schedule_runs.groupby("pool"):
+        slice_ = mine[["epochs", "weight_decay"]].drop_duplicates()
+        if len(slice_) != 1:
+            raise ReproError("schedule runs on one pool must share one epoch budget and decay")
+        epochs, decay = int(slice_["epochs"].iloc[0]), float(slice_["weight_decay"].iloc[0])
+        here = (runs["pool"] == pool) & (runs["epochs"] == epochs) & (runs["weight_decay"] == decay)
+        if not here.any():
+            raise ReproError(
+                f"no fixed-batch run on {Path(pool).name} at its schedules' {epochs} epochs, "
+                f"decay {decay:g}"
+            )
+        match |= here.to_numpy()
+        notes.append(f"{Path(pool).name}: {epochs} epochs, weight decay {decay:g}")
+    return fixed.subset(pd.Series(match, index=runs.index)), "; ".join(notes)
 
 
-def schedules_vs_fixed(
-    fixed: Results, scheduled: Results, schedules: dict[str, str]
-) -> ScheduleComparison:
-    """Batch-size schedules (`scheduled`; `schedules`: name -> batch_schedule) against the
-    `fixed`-batch runs of the same pools, epoch budget and weight decay, all as held-out tuned
-    endpoints (selection.tuned): one row per replicate and fixed batch and per schedule, then the
-    two arms that are compared: the best fixed batch (batch size tuned with lr) and the best
-    schedule (schedule tuned with lr)."""
-    fixed, epochs = _matched_fixed(fixed, scheduled.runs)
-    names = {s: n for n, s in schedules.items()}
-    in_names = scheduled.runs["batch_schedule"].isin(names)
-    ramps = scheduled.subset(in_names)
-    numbers = ramps.runs["batch_schedule"].map(list(names).index)
-    ramps = Results(ramps.runs.assign(schedule_no=numbers), ramps.evals, ramps.documents)
-    replicate = list(REPLICATE_FIELDS)
-    per_batch = selection.tuned(fixed, [*replicate, "batch_size"])
-    per_schedule = selection.tuned(ramps, [*replicate, "batch_schedule"])
-    best_fixed = selection.tuned(fixed, replicate, ("batch_size", *selection.TUNED))
-    best_ramp = selection.tuned(ramps, replicate, ("schedule_no", *selection.TUNED))
-    evals, schedule_evals = fixed.evals, ramps.evals
-    batch = ", ".join(str(int(b)) for b in best_fixed["batch_size"].drop_duplicates())
-    ramp = ", ".join(
-        list(names.values())[int(n)] for n in best_ramp["schedule_no"].drop_duplicates()
-    )
-    arms = [f"best fixed batch (chose {batch})", f"best schedule (chose {ramp})"]
+def _curves(evals: pd.DataFrame, ends: pd.DataFrame, names: list[str]) -> pd.DataFrame:
+    """The evaluation curves (tokens, val_loss) of the runs `ends` chose, per policy and pool."""
+    parts = [
+        evals.loc[evals["run_id"] == end["run_id"], ["tokens", "val_loss"]].assign(
+            policy=name, pool=Path(end["pool"]).name
+        )
+        for name, (_, end) in zip(names, ends.iterrows())
+    ]
+    return pd.concat(parts, ignore_index=True)[["policy", "pool", "tokens", "val_loss"]]
+
+
+def _numbered(scheduled: Results, schedules: list[str]) -> Results:
+    """The runs of `schedules` (batch_schedule strings) with each one's index as `schedule_no`:
+    a tuned value (the schedule string itself is the group of per-schedule endpoints)."""
+    ramps = scheduled.subset(scheduled.runs["batch_schedule"].isin(schedules))
+    numbers = ramps.runs["batch_schedule"].map(schedules.index)
+    return Results(ramps.runs.assign(schedule_no=numbers), ramps.evals, ramps.documents)
+
+
+def _display(
+    fixed: Results, ramps: Results, ends: list[pd.DataFrame], names: dict[str, str], arms: list
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The table and curves of schedules_vs_fixed: `ends` are the endpoints per fixed batch, per
+    schedule, of the best fixed batch and of the best schedule; `arms` names the last two."""
+    per_batch, per_schedule, best_fixed, best_ramp = ends
     ramp_labels = [f"{names[s]} ({s})" for s in per_schedule["batch_schedule"]]
     labels = [f"fixed batch {int(b)}" for b in per_batch["batch_size"]] + ramp_labels
     arm_labels = [arms[0]] * len(best_fixed) + [arms[1]] * len(best_ramp)
@@ -594,230 +610,290 @@ def schedules_vs_fixed(
         _policy_rows(pd.concat([per_batch, per_schedule]), labels)
         + _policy_rows(pd.concat([best_fixed, best_ramp]), arm_labels)
     )
-    curves = {arms[0]: evals[evals["run_id"] == best_fixed["run_id"].iloc[0]]}
-    for label, rid in zip(ramp_labels, per_schedule["run_id"]):
-        curves.setdefault(label, schedule_evals[schedule_evals["run_id"] == rid])
-    label = f"best schedule ({ramp}) - best fixed batch ({batch}), {epochs} epochs"
-    return ScheduleComparison(table, curves, selection.compare(best_ramp, best_fixed), label)
+    curves = pd.concat(
+        [
+            _curves(fixed.evals, best_fixed, [arms[0]] * len(best_fixed)),
+            _curves(ramps.evals, per_schedule, ramp_labels),
+        ],
+        ignore_index=True,
+    )
+    return table, curves
+
+
+def schedules_vs_fixed(
+    fixed: Results, scheduled: Results, schedules: dict[str, str]
+) -> ScheduleComparison:
+    """Batch-size schedules (`scheduled`; `schedules`: name -> batch_schedule) against the
+    `fixed`-batch runs of each pool at that pool's epoch budget and weight decay (its slice,
+    schedule_slices), all as held-out tuned endpoints (selection.tuned over lr, with the batch size
+    or the schedule as a tuned value where an arm spans several; the slice is not tuned, so a
+    pool's choice is made on the other pools at their own slices): one row per pool and fixed
+    batch and per schedule, then the two arms compared: the best fixed batch and the best
+    schedule."""
+    fixed, slices = _matched_fixed(fixed, scheduled.runs)
+    names = {s: n for n, s in schedules.items()}
+    ramps = _numbered(scheduled, list(names))
+    replicate = list(REPLICATE_FIELDS)
+    ends = [
+        selection.tuned(fixed, [*replicate, "batch_size"], ("lr",)),
+        selection.tuned(ramps, [*replicate, "batch_schedule"], ("lr",)),
+        selection.tuned(fixed, replicate, ("batch_size", "lr")),
+        selection.tuned(ramps, replicate, ("schedule_no", "lr")),
+    ]
+    batch = ", ".join(str(int(b)) for b in ends[2]["batch_size"].drop_duplicates())
+    ramp = ", ".join(list(names.values())[int(n)] for n in ends[3]["schedule_no"].unique())
+    arms = [f"best fixed batch (chose {batch})", f"best schedule (chose {ramp})"]
+    table, curves = _display(fixed, ramps, ends, names, arms)
+    label = f"best schedule ({ramp}) - best fixed batch ({batch}) at each pool's slice ({slices})"
+    return ScheduleComparison(table, curves, selection.compare(ends[3], ends[2]), label)
 
 
 # --- claims -------------------------------------------------------------------------------------
 
 NOISE_GROWTH = 1.5
-"""The noise-scale claim agrees when B_simple rises at least this much (last third over first
-third of the evaluations up to the best val loss, noise_growth) in every run."""
+"""The noise-scale claim agrees when the 90% interval over pools of B_simple's growth (last third
+over first third of the evaluations up to the best val loss, noise_growth) lies at or above this
+factor for every noise-scale batch."""
 RESIDUAL_TOLERANCE = 0.3
 """Largest log distance (a factor 1.35 in steps) between the hyperbola fit and a point's resolution
-bracket (resolution_miss) that still counts as fitting."""
+bracket (resolution_miss) that still counts as fitting: the interval over pools of each pool's
+largest miss must lie at or below it to agree, and above it to disagree."""
 ZHANG_ALPHA = 0.47
 """Zhang et al.'s exponent of B* ~ D^alpha."""
 ZHANG_BAND = (0.25, 0.75)
 """An exponent interval inside this band agrees with Zhang et al.'s 0.47 (a wider one cannot tell
 it from no growth or from linear growth)."""
 B_SIMPLE_FACTOR = 3.0
-"""McCandlish et al.'s B_simple predicts B_crit within this factor of B_crit's interval; further
-off contradicts the prediction."""
-NO_FIT = "fewer than 3 batch sizes reach any target (no fit)"
+"""McCandlish et al.'s B_simple predicts B_crit within this factor: the interval over pools of
+B_simple / B_crit must lie within [1 / factor, factor] to agree, and outside it to disagree."""
+NO_FIT = "fewer than 3 batch sizes reach the target on any pool (no fit)"
+RATIO = ".3g"  # how batch sizes, ratios and growth factors are printed (intervals.describe)
 
 
-def _span(lo: float, hi: float) -> str:
-    """An interval that may include negative values: "-0.12 to 0.53", or "not determined"."""
-    return "not determined" if np.isnan(lo) else f"{lo:.3g} to {hi:.3g}"
+def _undecided(d: Difference, name: str, replicate: str = "pool") -> str:
+    """Why an interval over pools (or pool seeds: `replicate`) cannot decide ("" when it can): too
+    few of them, or one without a finite value."""
+    if d.decisive:
+        return ""
+    if not d.per_replicate:
+        return f"; {name} not measured"
+    if not np.isfinite(d.per_replicate).all():
+        return f"; {name} not finite on every {replicate}"
+    return f"; {name} on fewer than {MIN_REPLICATES} {replicate}s"
 
 
-def _noise_verdict(ratio: pd.Series) -> tuple[str, str]:
-    """Agrees when B_simple rises by NOISE_GROWTH or more in every noise-scale run while the loss
-    falls; disagrees when it does not rise at all (ratio <= 1) in every run; else undetermined,
-    with the reason."""
-    if ratio.empty or ratio.isna().any():
-        return "undetermined", " (too few evaluations with a positive B_simple)"
-    if (ratio >= NOISE_GROWTH).all():
-        return "agrees", ""
-    if (ratio <= 1).all():
+def _noise_verdict(growth: dict[int, Difference]) -> tuple[str, str]:
+    """Agrees when, for every noise-scale batch, the interval over pools of B_simple's growth lies
+    at or above NOISE_GROWTH while the loss falls; disagrees when for some batch it lies at or
+    below 1 (no rise); else undetermined, with the reason."""
+    reasons = "".join(_undecided(d, f"batch {b}'s growth") for b, d in growth.items())
+    if not growth or reasons:
+        return "undetermined", reasons or "; no noise-scale evaluations"
+    if any(d.high <= 1 for d in growth.values()):
         return "disagrees", ""
-    return "undetermined", f" (a rise of less than x{NOISE_GROWTH:g} in some run)"
+    if all(d.low >= NOISE_GROWTH for d in growth.values()):
+        return "agrees", ""
+    return "undetermined", f"; an interval reaches below x{NOISE_GROWTH:g}"
 
 
-def _noise_scale_claim(trajectory: pd.DataFrame, model: str) -> list[str]:
-    growth = noise_growth(trajectory)
-    verdict, why = _noise_verdict(growth.get("ratio", pd.Series(dtype=float)))
-    runs = "; ".join(
-        f"batch {int(g['batch_size'])}: B_simple {g['B_simple first']:.3g} -> "
-        f"{g['B_simple last']:.3g} (x{g['ratio']:.2f}) as val loss {g['val loss first']:.3f} -> "
-        f"{g['val loss last']:.3f}"
-        for _, g in growth.iterrows()
-    )
+def _noise_scale_claim(growth: pd.DataFrame, model: str) -> list[str]:
+    intervals = growth_intervals(growth)
+    batches = [int(b) for b in intervals["batch_size"]]
+    per_batch = {b: interval_of(intervals, "ratio", batch_size=b) for b in batches}
+    verdict, why = _noise_verdict(per_batch)
+    runs = "; ".join(describe(f"batch {b}", d, RATIO) for b, d in per_batch.items())
     return [
         "the gradient noise scale grows as the loss falls (McCandlish et al.)",
         "yes",
-        f"model {model}: {runs or 'no noise-scale evaluations'} (medians of the first and last "
-        f"third of the evaluations up to the best val loss){why}",
+        f"model {model}: B_simple's growth, the median of the last over the first third of each "
+        f"pool's evaluations up to its best val loss (geometric mean and 90% interval over "
+        f"pools): {runs or 'not measured'}{why}",
         verdict,
     ]
 
 
-def _hyperbola_verdict(fit: pd.Series) -> tuple[str, str]:
-    """Disagrees when the fit misses a point's resolution bracket by more than RESIDUAL_TOLERANCE
-    (log steps), or B_simple lies more than B_SIMPLE_FACTOR outside B_crit's interval; agrees when
-    B_crit's interval lies inside the measured batches and B_simple within that factor of it; else
-    undetermined, with the reason."""
-    lo, hi = fit["B_crit lo"], fit["B_crit hi"]
-    smallest, largest = fit["smallest batch"], fit["largest batch"]
-    b_simple = fit["B_simple"]
-    if fit["max log miss"] > RESIDUAL_TOLERANCE:
+def _judged(fits: pd.DataFrame) -> tuple[float, pd.DataFrame, pd.DataFrame] | None:
+    """The judged (middle) target of `fits` (fit_targets), its rows and its FITTED intervals over
+    pools; None where no pool has a fit there."""
+    if fits.empty or "B_crit" not in fits:
+        return None
+    targets = sorted(fits["target"].unique())
+    target = targets[len(targets) // 2]
+    rows = fits[fits["target"] == target]
+    if rows["B_crit"].isna().all():
+        return None
+    return target, rows, fit_intervals(rows)
+
+
+def _batches(rows: pd.DataFrame) -> tuple[float, float]:
+    """The batch sizes (sequences) every pool's fit measured: (largest smallest, smallest
+    largest)."""
+    return float(rows["smallest batch"].max()), float(rows["largest batch"].min())
+
+
+def _hyperbola_verdict(rows: pd.DataFrame, q: dict[str, Difference]) -> tuple[str, str]:
+    """With intervals over pools: disagrees when the misses beyond each point's resolution bracket
+    lie above RESIDUAL_TOLERANCE (log steps), or, with B_crit located, B_simple / B_crit lies
+    outside [1 / B_SIMPLE_FACTOR, B_SIMPLE_FACTOR]; agrees when B_crit lies inside the batches
+    every pool measured, the misses at or below the tolerance and the ratio inside that range;
+    else undetermined, with the reason."""
+    crit, miss, ratio = q["B_crit"], q["max log miss"], q["B_simple / B_crit"]
+    smallest, largest = _batches(rows)
+    if miss.decisive and miss.low > RESIDUAL_TOLERANCE:
         return "disagrees", f"; steps miss the hyperbola by more than e^{RESIDUAL_TOLERANCE}"
-    located = smallest <= lo and hi <= largest
-    near = lo / B_SIMPLE_FACTOR <= b_simple <= hi * B_SIMPLE_FACTOR
-    if located and not np.isnan(b_simple) and not near:
-        return (
-            "disagrees",
-            f"; B_simple is more than x{B_SIMPLE_FACTOR:g} outside B_crit's interval",
-        )
-    if located and near:
-        return "agrees", ""
-    if located:
-        return "undetermined", "; B_simple not measured"
-    if np.isnan(lo):
-        return "undetermined", f"; no interval for B_crit (fewer than {MIN_BATCHES} batch sizes)"
-    if hi > largest:
+    open_ = _undecided(crit, "B_crit") + _undecided(miss, "the miss")
+    if open_:
+        return "undetermined", open_
+    if crit.high > largest:
         return "undetermined", "; B_crit may lie above the largest batch (steps never level off)"
-    return "undetermined", "; B_crit may lie below the smallest batch (steps already level)"
+    if crit.low < smallest:
+        return "undetermined", "; B_crit may lie below the smallest batch (steps already level)"
+    if _undecided(ratio, "B_simple / B_crit"):
+        return "undetermined", _undecided(ratio, "B_simple / B_crit")
+    near = (1 / B_SIMPLE_FACTOR, B_SIMPLE_FACTOR)
+    if ratio.high < near[0] or ratio.low > near[1]:
+        return "disagrees", f"; B_simple is more than x{B_SIMPLE_FACTOR:g} away from B_crit"
+    if near[0] <= ratio.low and ratio.high <= near[1] and miss.high <= RESIDUAL_TOLERANCE:
+        return "agrees", ""
+    return "undetermined", "; an interval of B_simple / B_crit or of the miss spans a limit"
 
 
-def _b_simple(fit: pd.Series) -> str:
-    """B_simple near the fit's target, as McCandlish's prediction of B_crit."""
-    if np.isnan(fit["B_simple"]):
-        return "B_simple not measured"
-    return (
-        f"B_simple {fit['B_simple']:.3g} (noise-scale runs, at evaluations up to "
-        f"{fit['B_simple loss gap']:.3f} nats from the target)"
-    )
-
-
-def _censored(fit: pd.Series) -> str:
-    """The batch sizes left out of the fit as left-censored, if any."""
-    n = fit["left-censored"]
-    return f" ({n} more reached it at their first evaluation: not fitted)" if n else ""
-
-
-def _hyperbola_claim(fit: pd.Series | None, model: str) -> list[str]:
+def _hyperbola_claim(fits: pd.DataFrame, model: str) -> list[str]:
     claim = "steps fall ~1/B below B_crit and level off above it (S = S_min + E_min/B)"
     paper = "yes, with B_crit near B_simple (McCandlish et al.)"
-    if fit is None:
+    judged = _judged(fits)
+    if judged is None:
         return [claim, paper, f"model {model}: {NO_FIT}", "undetermined"]
-    verdict, why = _hyperbola_verdict(fit)
-    interval = describe_interval((fit["B_crit lo"], fit["B_crit hi"]), 10 * fit["largest batch"])
-    measured = (
-        f"model {model}, target {fit['target']}: B_crit {fit['B_crit']:.3g} (90% CI {interval}) "
-        f"over batches {fit['smallest batch']}-{fit['largest batch']}{_censored(fit)}; "
-        f"{_b_simple(fit)}; "
-        f"max |log residual| {fit['max |log residual|']:.2f} ({fit['max log miss']:.2f} beyond "
-        f"evaluation resolution){why}"
+    target, rows, intervals = judged
+    q = {name: interval_of(intervals, name) for name in FITTED}
+    verdict, why = _hyperbola_verdict(rows, q)
+    smallest, largest = _batches(rows)
+    censored = int(rows["left-censored"].sum())
+    left_out = (
+        f" ({censored} points reached it at a first evaluation: not fitted)" if censored else ""
     )
-    return [claim, paper, measured, verdict]
+    measured = "; ".join(
+        [
+            f"model {model}, target {target}: {describe('B_crit', q['B_crit'], RATIO)} over "
+            f"batches {smallest:g}-{largest:g}{left_out}",
+            describe("B_simple", q["B_simple"], RATIO),
+            describe("B_simple / B_crit", q["B_simple / B_crit"], RATIO),
+            describe("max log miss beyond evaluation resolution", q["max log miss"], ".2f"),
+        ]
+    )
+    return [claim, paper, f"{measured} (90% intervals over pools){why}", verdict]
 
 
-def _data_scaling_claim(scaling: pd.DataFrame, law: dict, model: str) -> list[str]:
-    """Agrees when the 90% interval of B*'s exponent lies inside ZHANG_BAND (around 0.47);
-    disagrees when it excludes 0.47; undetermined when it is wider than the band, without a fit,
-    or when B* lies beyond the largest batch that reaches a pool's target (an extrapolation)."""
+def _data_scaling_verdict(scaling: pd.DataFrame, alpha: Difference) -> tuple[str, str]:
+    """Undetermined when B* lies beyond the largest batch reaching a pool's target (an
+    extrapolation) or the exponent has no decisive interval over pool seeds; else disagrees when
+    the interval excludes ZHANG_ALPHA, agrees when it lies inside ZHANG_BAND, undetermined when it
+    is wider than the band."""
+    beyond = scaling[scaling["B*"] > scaling["largest batch"]]
+    if len(beyond):
+        pools = ", ".join(f"seed {s}: {t:,}" for s, t in zip(beyond["seed"], beyond["pool tokens"]))
+        return "undetermined", (
+            f" (B* lies beyond the largest batch reaching the target on the pools of {pools} "
+            "tokens: an extrapolation)"
+        )
+    if not alpha.decisive:
+        return "undetermined", f" ({_undecided(alpha, 'the exponent', 'pool seed')[2:]})"
+    if not alpha.low <= ZHANG_ALPHA <= alpha.high:
+        return "disagrees", ""
+    if ZHANG_BAND[0] <= alpha.low and alpha.high <= ZHANG_BAND[1]:
+        return "agrees", ""
+    band = f"{ZHANG_BAND[0]:g} to {ZHANG_BAND[1]:g}"
+    return "undetermined", f" (interval not inside {band}: exponent not pinned down)"
+
+
+def _data_scaling_claim(
+    scaling: pd.DataFrame, laws: dict[str, Difference], model: str
+) -> list[str]:
     claim = "B* (20% over linear scaling) grows with data size as D^0.47 (Zhang et al.)"
     paper = f"alpha = {ZHANG_ALPHA}"
-    pools = ", ".join(f"{t:,}" for t in scaling["pool tokens"])
-    if not law:
-        measured = (
-            f"model {model}: no finite B* on every pool of {pools} tokens (fewer than 3 batch "
-            "sizes reach a pool's target, or steps never level off)"
-        )
-        return [claim, paper, measured, "undetermined"]
-    alpha, lo, hi = (law["B*"][k] for k in ("alpha", "alpha lo", "alpha hi"))
-    beyond = scaling.loc[scaling["B*"] > scaling["largest batch"], "pool tokens"]
-    if len(beyond):
-        pools_beyond = ", ".join(f"{t:,}" for t in beyond)
-        verdict = "undetermined"
-        why = (
-            " (B* lies beyond the largest batch reaching the target on the "
-            f"{pools_beyond}-token pools: an extrapolation)"
-        )
-    elif np.isnan(lo):
-        few = f"a pool with fewer than {MIN_BATCHES} batch sizes"
-        verdict, why = "undetermined", f" (no interval: {few}, or B* infinite in resamples)"
-    elif not lo <= ZHANG_ALPHA <= hi:
-        verdict, why = "disagrees", ""
-    elif ZHANG_BAND[0] <= lo and hi <= ZHANG_BAND[1]:
-        verdict, why = "agrees", ""
-    else:
-        band = f"{ZHANG_BAND[0]:g} to {ZHANG_BAND[1]:g}"
-        verdict, why = "undetermined", f" (interval not inside {band}: exponent not pinned down)"
+    if scaling.empty:
+        return [claim, paper, f"model {model}: no pools of several sizes", "undetermined"]
+    alpha = laws.get("B*", NOT_MEASURED)
+    verdict, why = _data_scaling_verdict(scaling, alpha)
+    tokens, per_seed = scaling["pool tokens"], scaling.groupby("seed").size().max()
     measured = (
-        f"model {model}: alpha {alpha:.2f} (90% CI {_span(lo, hi)}; B_crit: "
-        f"{law['B_crit']['alpha']:.2f}) over {len(scaling)} pools of {pools} tokens{why}"
+        f"model {model}: {describe('alpha', alpha, '.2f')}, fitted per pool seed over its "
+        f"{per_seed} pools of {tokens.min():,} to {tokens.max():,} tokens (90% t interval over "
+        f"{scaling['seed'].nunique()} seeds; B_crit: "
+        f"{describe('alpha', laws.get('B_crit', NOT_MEASURED), '.2f')}){why}"
     )
     return [claim, paper, measured, verdict]
 
 
-def _wsd_verdict(fit: pd.Series, lr_schedule: str) -> tuple[str, str]:
-    """Undetermined unless the runs are WSD. Then agrees when B_opt's interval lies inside the
-    measured batches and B_min's lies above 0; disagrees when B_min's lies below 0 (tokens to
-    target still fall as the batch shrinks to the smallest measured); else undetermined."""
+def _wsd_verdict(
+    rows: pd.DataFrame, b_opt: Difference, b_min: Difference, lr_schedule: str
+) -> tuple[str, str]:
+    """Undetermined unless the runs are WSD. Then, with intervals over pools: agrees when B_opt's
+    lies inside the batches every pool measured and B_min's above 0; disagrees when B_min's lies
+    below 0 (tokens to target still fall as the batch shrinks to the smallest measured); else
+    undetermined."""
     if lr_schedule != "wsd":
         return "undetermined", f" ({lr_schedule} runs here, Zhou et al. fit WSD)"
-    inside = fit["smallest batch"] <= fit["B_opt lo"] and fit["B_opt hi"] <= fit["largest batch"]
-    if inside and fit["B_min lo"] > 0:
-        return "agrees", ""
-    if fit["B_min hi"] < 0:
+    smallest, largest = _batches(rows)
+    if not b_min.decisive:
+        return "undetermined", f" ({_undecided(b_min, 'B_min')[2:]})"
+    if b_min.high < 0:
         return "disagrees", " (tokens to target still fall down to the smallest batch)"
+    located = b_opt.decisive and smallest <= b_opt.low and b_opt.high <= largest
+    if located and b_min.low > 0:
+        return "agrees", ""
     return "undetermined", " (B_opt or B_min not located in the measured batches)"
 
 
-def _wsd_claim(fit: pd.Series | None, lr_schedule: str, model: str) -> list[str]:
+def _wsd_claim(fits: pd.DataFrame, lr_schedule: str, model: str) -> list[str]:
     claim = "a minimum batch B_min and a token-optimal batch B_opt exist (Zhou et al.)"
     paper = "yes (WSD schedule)"
-    if fit is None:
+    judged = _judged(fits)
+    if judged is None:
         return [claim, paper, f"model {model}: {NO_FIT}", "undetermined"]
-    verdict, why = _wsd_verdict(fit, lr_schedule)
-    limit = 10 * fit["largest batch"]
+    target, rows, intervals = judged
+    b_opt, b_min = interval_of(intervals, "B_opt"), interval_of(intervals, "B_min")
+    verdict, why = _wsd_verdict(rows, b_opt, b_min, lr_schedule)
+    fewest = "; ".join(rows["fewest tokens at batch"].dropna())
     measured = (
-        f"model {model}, target {fit['target']}: B_opt {fit['B_opt']:.3g} (90% CI "
-        f"{describe_interval((fit['B_opt lo'], fit['B_opt hi']), limit)}), B_min "
-        f"{fit['B_min']:.3g} (90% CI {_span(fit['B_min lo'], fit['B_min hi'])}); fewest "
-        f"tokens at batch {fit['fewest tokens at batch']}{why}"
+        f"model {model}, target {target}: {describe('B_opt', b_opt, RATIO)}, "
+        f"{describe('B_min', b_min, RATIO)} (90% intervals over pools); fewest tokens at "
+        f"batch {fewest} (per pool){why}"
     )
     return [claim, paper, measured, verdict]
 
 
 def _schedule_claim(schedules: ScheduleComparison, model: str) -> list[str]:
-    """lower_verdict of the best schedule minus the best fixed batch (paired interval)."""
+    """lower_verdict of the best schedule minus the best fixed batch (held-out paired interval)."""
     return [
         "a batch-size schedule beats the best fixed batch (Zhou et al.: ramp-up)",
         "yes",
         f"model {model}: {describe(schedules.label, schedules.difference)} nats/token (90% "
-        "interval over replicates and validation documents; both arms held out; the budget "
-        "and weight decay they meet at are the best fixed batch's on the first pool, chosen "
-        "in-sample)",
+        "interval over pools and validation documents; both arms held out, and each pool's "
+        "slice chosen on the other pools)",
         lower_verdict([schedules.difference]),
     ]
 
 
 def cbs_claims(
-    trajectory: pd.DataFrame,
+    growth: pd.DataFrame,
     fits: pd.DataFrame,
     scaling: pd.DataFrame,
-    law: dict,
+    laws: dict[str, Difference],
     schedules: ScheduleComparison,
     lr_schedule: str,
     model: str,
 ) -> pd.DataFrame:
-    """Claims of the critical-batch section, all measured on one model size (`model`):
-    `trajectory`: noise_trajectory; `fits`: fit_targets (the middle target is judged); `scaling` /
-    `law`: pool_size_scaling / scaling_laws; `schedules`: schedules_vs_fixed; `lr_schedule`: the
-    lr schedule of the batch sweep ("cosine", "wsd"). Each helper's docstring states its rule."""
-    middle = fits.iloc[len(fits) // 2] if len(fits) else None
+    """Claims of the critical-batch section, all measured on one model size (`model`), each read
+    off intervals over pools: `growth`: noise_growth; `fits`: fit_targets (the middle target is
+    judged); `scaling` / `laws`: pool_size_scaling / scaling_laws; `schedules`:
+    schedules_vs_fixed; `lr_schedule`: the lr schedule of the batch sweep ("cosine", "wsd"). Each
+    helper's docstring states its rule."""
     rows = [
-        _noise_scale_claim(trajectory, model),
-        _hyperbola_claim(middle, model),
-        _data_scaling_claim(scaling, law, model),
-        _wsd_claim(middle, lr_schedule, model),
+        _noise_scale_claim(growth, model),
+        _hyperbola_claim(fits, model),
+        _data_scaling_claim(scaling, laws, model),
+        _wsd_claim(fits, lr_schedule, model),
         _schedule_claim(schedules, model),
     ]
     return pd.DataFrame(rows, columns=CLAIM_COLUMNS)

@@ -178,19 +178,21 @@ def lower_verdict(differences: list[Difference]) -> str:
     return "undetermined"
 
 
-def describe(name: str, difference: Difference) -> str:
+def describe(name: str, difference: Difference, fmt: str = "+.3f") -> str:
     """ "repack - shuffle -0.012 [-0.020, -0.004] (replicates -0.010, -0.015, -0.011)" (nats/token,
     LEVEL interval; "no interval" where there is none), and which arm is censored (its loss might
-    still fall: Difference)."""
+    still fall: Difference). `fmt` formats the numbers (".3g" for batch sizes and ratios); a value
+    that some replicate leaves undetermined reads "not determined"."""
     value, low, high, per_replicate, censored = difference
-    if np.isnan(value):
+    if np.isnan(value) and not per_replicate:
         return f"{name}: not measured"
-    interval = "no interval" if np.isinf(low) else f"{low:+.3f}, {high:+.3f}"
-    values = ", ".join(f"{p:+.3f}" for p in per_replicate)
+    shown = "not determined" if np.isnan(value) else f"{value:{fmt}}"
+    interval = "no interval" if np.isinf(low) else f"{low:{fmt}}, {high:{fmt}}"
+    values = ", ".join(f"{p:{fmt}}" for p in per_replicate)
     replicates = f" (replicates {values})" if len(per_replicate) > 1 else ""
     if len(per_replicate) < MIN_REPLICATES:
         replicates += f" ({len(per_replicate)} of {MIN_REPLICATES} replicates: no verdict)"
     arms = {(True, False): "first arm", (False, True): "second arm", (True, True): "both arms"}
     if any(censored):
         replicates += f" (censored: {arms[tuple(censored)]})"
-    return f"{name} {value:+.3f} [{interval}]{replicates}"
+    return f"{name} {shown} [{interval}]{replicates}"

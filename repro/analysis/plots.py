@@ -29,6 +29,7 @@ PALETTE = sns.color_palette("colorblind", 10).as_hex()
 """Categorical colours (series that are not batch sizes or GPU counts)."""
 MEASURED = {"marker": "o", "linestyle": "-"}
 PROJECTED = {"marker": None, "linestyle": "--", "alpha": 0.8}  # never drawn like measurements
+POOL_MARKERS = ("o", "s", "^", "D", "v", "P", "X")  # one per pool (pool_markers)
 NOT_REACHED = {"marker": "x", "linestyle": "none", "markersize": 7, "clip_on": False}
 
 
@@ -82,6 +83,12 @@ def batch_colors(batch_sizes: Iterable[int]) -> dict[int, str]:
 def batch_cmap(batch_sizes: Iterable[int]) -> ListedColormap:
     """A discrete colormap whose i-th colour is batch_colors' colour of the i-th batch size."""
     return ListedColormap(list(batch_colors(batch_sizes).values()))
+
+
+def pool_markers(pools: Iterable) -> dict:
+    """One marker per pool (replicate), in sorted order: a pool keeps its marker across a
+    figure's colours (batch sizes, targets, policies)."""
+    return {p: POOL_MARKERS[i % len(POOL_MARKERS)] for i, p in enumerate(sorted(set(pools)))}
 
 
 # --- axes ---------------------------------------------------------------------------------------

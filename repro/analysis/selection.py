@@ -256,6 +256,31 @@ def tuned(
     return pd.DataFrame(rows).sort_values(group_by, kind="mergesort", ignore_index=True)
 
 
+def held_out_choices(results: Results, tuned_fields: tuple[str, ...]) -> dict[str, dict]:
+    """Per pool: the `tuned_fields` values of the finished run (at its final evaluation) with the
+    lowest mean loss (nats/token) over every validation document of the *other* pools that
+    finished it, as `tuned` holds a replicate's choice out (on the pool's own documents when no
+    other pool shares a candidate); {pool: {field: value}}. A pool's seeds share its choice (the
+    first seed's candidates are searched)."""
+    replicate = results.replicate_fields()
+    groups = _groups(results.runs, replicate)
+    candidates = [
+        (dict(zip(replicate, key))["pool"], _candidates(group, results, tuned_fields))
+        for key, group in groups
+    ]
+    first = next((c for _, c in candidates if c), None)
+    if first is None:
+        return {}
+    tokens = _tokens(results, next(iter(first.values()))[0])
+    everything = np.ones(len(tokens), bool)
+    choices = {}
+    for pool, mine in candidates:
+        if mine and pool not in choices:
+            others = [c for other, c in candidates if other != pool]
+            choices[pool] = dict(zip(tuned_fields, _choose(mine, others, tokens, everything)))
+    return choices
+
+
 def replicate_key(endpoints: pd.DataFrame) -> list[str]:
     """The replicate fields (pool, seed) that endpoint rows carry; the pool is the replicate that
     intervals count, its seeds are averaged (contrast)."""
