@@ -34,6 +34,7 @@ import signal
 import sys
 import threading
 import traceback
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import ExitStack
@@ -65,8 +66,9 @@ FINISHED = ("done", "diverged")
 
 @dataclass(frozen=True)
 class SweepResult:
-    """What run_sweep did: counts of outcomes ("done", "failed", "skipped (failed)", "busy", ...)
-    and the run ids of its grids in plan order (a run that several grids share, once)."""
+    """What run_sweep did: counts of outcomes ("done", "failed", "skipped (done)", ...; a run that
+    another sweep held was waited for, so its outcome is what followed) and the run ids of its
+    grids in plan order (a run that several grids share, once)."""
 
     outcomes: dict[str, int]
     run_ids: list[str]
@@ -413,11 +415,12 @@ def run_sweep(
     max_stacked_batch: int = 0,
 ) -> SweepResult:
     """Run every missing config of `grid` (or of a list of grids, as one sweep) into `store`;
-    returns the outcome counts and the grids' run ids. Several grids may share one store:
-    identical configs are then run once. With stack > 1, up to `stack` runs of one model shape and
-    batch train at once in one process (repro.runtime.stacked, `stacks`); with
-    max_stacked_batch > 0, only runs with batches up to that many sequences. The longest jobs start
-    first (estimated_cost)."""
+    returns the outcome counts and the grids' run ids. A run that another sweep is training is
+    waited for (its lock), then skipped as finished or, if that sweep died, trained here. Several
+    grids may share one store: identical configs are then run once. With stack > 1, up to `stack`
+    runs of one model shape and batch train at once in one process (repro.runtime.stacked,
+    `stacks`); with max_stacked_batch > 0, only runs with batches up to that many sequences. The
+    longest jobs start first (estimated_cost)."""
     if workers < 1:
         raise ReproError(f"--workers must be at least 1, got {workers}")
     if stack < 1:
@@ -434,32 +437,38 @@ def run_sweep(
     planned = list(
         {p.run_id: p for runs in plans for p in runs}.values()
     )  # a run in several grids once (same id, same config)
-    outcomes: dict[str, int] = {}
-    failed: list[str] = []
+    by_run: dict[str, str] = {}
+    run = _executor(executor, workers, slurm, store)
     trunks = [p for p in planned if p.after is None]
     branches = [p for p in planned if p.after is not None]
     with tqdm(total=len(planned), desc="runs", unit="run", disable=not progress) as bar:
-        for phase in (trunks, branches):
+        for phase in (trunks, branches):  # a branch starts from its trunk's checkpoint
             todo = [p for p in phase if run_status(store / p.run_id) not in FINISHED]
             bar.update(len(phase) - len(todo))
-            waiting = [
-                p for p in todo if p.after and not Path(p.config.init_from).is_file()
-            ]  # trunk held by another sweep
-            for _ in waiting:
-                outcomes["waiting for trunk"] = outcomes.get("waiting for trunk", 0) + 1
-            todo = [p for p in todo if p not in waiting]
-            run = _executor(executor, workers, slurm, store)
-            jobs = [
-                (str(store), [(p.run_id, config_record(p.config)) for p in members], retry_failed)
-                for members in longest_first(stacks(todo, stack, max_stacked_batch, workers))
-            ]
-            for job_outcomes in run(jobs):
-                for rid, outcome in job_outcomes.items():
-                    outcomes[outcome] = outcomes.get(outcome, 0) + 1
-                    failed += [rid] if outcome in ("failed", "skipped (failed)") else []
-                bar.update(len(job_outcomes))
+            while todo:
+                jobs = [
+                    (str(store), [(p.run_id, config_record(p.config)) for p in part], retry_failed)
+                    for part in longest_first(stacks(todo, stack, max_stacked_batch, workers))
+                ]
+                for job_outcomes in run(jobs):
+                    by_run |= job_outcomes
+                    bar.update(sum(o != "busy" for o in job_outcomes.values()))
+                todo = [p for p in todo if by_run.get(p.run_id) == "busy"]
+                _wait_for_holders(store, [p.run_id for p in todo], bar)
+    outcomes = dict(Counter(by_run.values()))
+    failed = [rid for rid, o in by_run.items() if o in ("failed", "skipped (failed)")]
     pools = {p.run_id: p.config.pool for p in planned}
     return SweepResult(outcomes, [p.run_id for p in planned], failed, pools)
+
+
+def _wait_for_holders(store: Path, run_ids: list[str], bar: tqdm) -> None:
+    """Block until no other process holds the runs `run_ids` (another sweep training them, in
+    this store); they are then finished, or claimable again if their holder died."""
+    if run_ids:
+        bar.write(f"waiting for {len(run_ids)} run(s) that another sweep is training")
+    for rid in run_ids:
+        with open(store / rid / ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
 
 
 def _local_workers(workers: int) -> int:
