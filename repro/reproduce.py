@@ -32,6 +32,7 @@ from repro.errors import ReproError
 from repro.paths import project_root
 from repro.plan import plan_text
 from repro.presets import get_preset
+from repro.runtime.files import process_alive
 from repro.study import FIGURES_ENV, Study, open_study
 from repro.sweep import reset_failed
 
@@ -168,19 +169,8 @@ def remove_leftovers(results_dir: Path) -> None:
         shutil.rmtree(staging, ignore_errors=True)
     for sockets in Path(tempfile.gettempdir()).glob(f"{KERNEL_PREFIX}*-*"):
         pid = sockets.name.removeprefix(KERNEL_PREFIX).split("-")[0]
-        if pid.isdigit() and sockets.stat().st_uid == os.getuid() and not _running(int(pid)):
+        if pid.isdigit() and sockets.stat().st_uid == os.getuid() and not process_alive(int(pid)):
             shutil.rmtree(sockets, ignore_errors=True)
-
-
-def _running(pid: int) -> bool:
-    """Whether process `pid` exists (maybe another user's)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _execute(nb: Path, executed: Path, parameters: dict, study: Study) -> None:

@@ -245,3 +245,12 @@ def test_a_full_disk_is_one_line_and_the_next_build_completes(tmp_path, uninterr
     assert proc.stderr.startswith(f"repro: error: writing {tmp_path}/.pool.tmp-")
     assert "size limit (ulimit -f)" in proc.stderr and _temps(tmp_path) == [] and not out.exists()
     _rebuild_repairs(out, uninterrupted["spec"])
+
+
+def test_two_builds_of_one_pool_at_once_both_succeed(tmp_path, uninterrupted):
+    """Two reproductions (or notebooks run in parallel) building the same pool: the second waits
+    for the first and finds its pool; nothing is left beside it."""
+    out = tmp_path / "pool"
+    results = _run_all([[*CLI_BUILD, str(out)]] * 2)
+    assert all(r.returncode == 0 for r in results), [r.stderr[-500:] for r in results]
+    assert _snapshot(out) == uninterrupted["spec"] and sorted(os.listdir(tmp_path)) == ["pool"]

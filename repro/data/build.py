@@ -29,12 +29,14 @@ rename after it.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import heapq
 import json
 import os
 import re
 import shutil
+import tempfile
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -63,7 +65,7 @@ from repro.data.tokenizer import (
     train_bpe,
 )
 from repro.errors import ReproError
-from repro.runtime.files import check_out, fsync, fsync_tree, space_checked
+from repro.runtime.files import check_out, fsync, fsync_tree, process_alive, space_checked
 
 DTYPES = ("auto", "uint16", "uint32")
 INITIAL_BYTES_PER_TOKEN = 4.5  # first guess for gathering candidates; corrected by measurement
@@ -205,19 +207,8 @@ def _remove_stale_temps(out: Path) -> None:
     pattern = re.compile(rf"\.{re.escape(out.name)}\.(?:tmp|old)-(\d+)")
     for entry in out.parent.iterdir():
         match = pattern.fullmatch(entry.name)
-        if match and not _process_alive(int(match[1])):
+        if match and not process_alive(int(match[1])):
             shutil.rmtree(entry, ignore_errors=True)
-
-
-def _process_alive(pid: int) -> bool:
-    """Whether process `pid` runs on this machine (signal 0 probes without signalling)."""
-    try:
-        os.kill(pid, 0)
-    except (ProcessLookupError, OverflowError):
-        return False
-    except PermissionError:  # someone else's process
-        return True
-    return True
 
 
 def _check_existing(out: Path, build_args: dict, force: bool) -> bool:
@@ -468,6 +459,21 @@ def build_pool(spec: PoolSpec, out: str | Path, force: bool = False, progress: b
     check_spec(spec)
     check_out(out, "pool", POOL_ENTRIES, "meta.json")
     _check_space(spec, out, progress)
+    with open(_lock_path(out), "w") as lock:  # one build of `out` at a time on this machine
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _build_locked(spec, out, force, progress)
+
+
+def _lock_path(out: Path) -> Path:
+    """The lock file of builds of `out`: in the temporary folder, named by out's absolute path,
+    so that nothing is added beside the user's folders."""
+    key = hashlib.sha256(str(out.resolve()).encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"repro-pool-{key}.lock"
+
+
+def _build_locked(spec: PoolSpec, out: Path, force: bool, progress: bool) -> Path:
+    """build_pool's work, under the lock that keeps two builds of `out` apart (the second then
+    finds the first's pool and returns)."""
     _remove_stale_temps(out)
     source = open_source(spec.source, spec.text_field, spec.text_unit, spec.skip_bad_records)
     build_args = spec.build_args() | {"source_info": source.info}

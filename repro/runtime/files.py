@@ -113,6 +113,18 @@ def write_json(path: Path, obj: dict) -> None:
         f.write(json.dumps(obj, indent=2) + "\n")
 
 
+def process_alive(pid: int) -> bool:
+    """Whether process `pid` runs on this machine (signal 0 probes without signalling); what a
+    killed process left (named by its pid) may go once it does not."""
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, OverflowError):
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
 def read_json(path: Path, fix: str) -> dict:
     """The JSON object in file `path`; a one-line ReproError naming the file, what is wrong with it
     (unreadable, not UTF-8, empty, not JSON, not an object) and `fix`: what to do about it."""
