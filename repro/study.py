@@ -123,6 +123,16 @@ class Study:
         recipe."""
         return self.preset.batch_sweep_grid(self.pools(), **ORIGINAL_RECIPE)
 
+    def beta2_ablation_grid(self) -> dict:
+        """02's AdamW beta2 ablation: the preset's beta2 ablation batches with the other beta2
+        setting than the batch sweep's (Preset.beta2_ablation), every lr x weight decay x epoch
+        budget, on every pool, at the first model, Kim et al.'s one-pass recipe. The sweep's own
+        setting at those batches is the sweep's runs."""
+        P = self.preset
+        batches = list(P.beta2_ablation_batches())
+        other = P.beta2_ablation()
+        return other.batch_sweep_grid(self.pools(), batches, P.models[:1], **ORIGINAL_RECIPE)
+
     def loader_grid(self) -> dict:
         """03's epoch orderings at the ablation batch sizes, on every pool, at the first model;
         every arm tuned over 02's grid (lr, weight decay, epoch budget)."""
@@ -171,6 +181,7 @@ class Study:
         P = self.preset
         return [
             self.batch_sweep_grid(),
+            self.beta2_ablation_grid(),
             self.loader_grid(),
             self.combined_grid(),
             *([self.noise_scale_grid()] if P.noise_scale_batches else []),

@@ -68,6 +68,12 @@ def beta2_for_batch(beta2: float, reference_batch_tokens: int, batch_tokens: int
     return beta2 ** (batch_tokens / reference_batch_tokens)
 
 
+def beta2_half_life_tokens(beta2: float, batch_tokens: int) -> float:
+    """The half-life of AdamW's second-moment average in tokens: ln 0.5 / ln beta2 steps of
+    `batch_tokens` tokens each, for beta2 in [0, 1) (0 at beta2 0: no average)."""
+    return math.log(0.5) / math.log(beta2) * batch_tokens if beta2 > 0 else 0.0
+
+
 ScheduleName = Literal["cosine", "wsd", "constant"]
 DecayShape = Literal["linear", "1-sqrt"]
 
