@@ -198,8 +198,14 @@ class Study:
         """Run what is missing of `grid` and of its growth (the preset's grid_growth rounds), then
         return the Results of exactly those runs, every one finished and consistent (a run held by
         another sweep, or damaged, is a one-line error naming it: results.check_finished)."""
-        results = self._results(self._grow([grid])[0])
-        check_finished(results)
+        return self.sweeps([grid])[0]
+
+    def sweeps(self, grids: list[dict]) -> list[Results]:
+        """sweep of several grids at once: each round of their runs trains as one sweep (no worker
+        idles between them); the Results of each grid's runs, in order."""
+        results = [self._results(grown) for grown in self._grow(grids)]
+        for each in results:
+            check_finished(each)
         return results
 
     def _grow(self, grids: list[dict]) -> list[list[dict]]:
