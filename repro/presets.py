@@ -308,7 +308,7 @@ class Preset:
         if not self.beta2_half_life_batch:
             return f"reference betas ({beta1}, {beta2}) at every batch"
         b = self.beta2_half_life_batch
-        return f"half-life rule, beta2 {beta2} ** (B / {b}) at batch B (beta1 {beta1})"
+        return f"half-life rule, beta2 {beta2} ** (B / {b}) at batch B, beta1 {beta1}"
 
     def beta2_ablation(self) -> Preset:
         """This preset with the other AdamW beta2 setting than its batch sweep's (notebook 02's

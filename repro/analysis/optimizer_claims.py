@@ -30,16 +30,18 @@ def beta2_reason(preset: Preset) -> str:
     """Which AdamW betas the batch sweep uses and why, and what the ablation runs instead."""
     if preset.beta2_half_life_batch:
         why = (
-            f"the preset sets beta2_half_life_batch {preset.beta2_half_life_batch}: every batch "
-            "keeps the token half-life of the preset's beta2 there (Marek et al. 2025)"
+            f"the preset sets beta2_half_life_batch {preset.beta2_half_life_batch}, so that every "
+            "batch keeps the token half-life its beta2 has there (Marek et al. 2025)"
         )
+        anchor = ""
     else:
         why = "Kim et al.'s recipe, which the preset keeps (beta2_half_life_batch 0)"
+        anchor = f"\n  from schedule_batch {preset.schedule_batch}, the preset's reference batch"
     batches = ", ".join(map(str, preset.beta2_ablation_batches()))
     return (
-        f"batch sweep: {preset.beta2_setting()} ({why})\n"
+        f"batch sweep: {preset.beta2_setting()}\n  why: {why}\n"
         f"ablation at batches {batches} (sequences), first model {preset.models[0]}: "
-        f"{preset.beta2_ablation().beta2_setting()}"
+        f"{preset.beta2_ablation().beta2_setting()}{anchor}"
     )
 
 
@@ -57,7 +59,8 @@ def beta2_settings(preset: Preset) -> pd.DataFrame:
             half_life = beta2_half_life_tokens(row["ablation beta2"], tokens)
             row["ablation half-life (tokens)"] = round(half_life)
         rows.append(row)
-    return pd.DataFrame(rows)
+    table = pd.DataFrame(rows)
+    return table.astype({c: "Int64" for c in table if c.endswith("(tokens)")})
 
 
 def beta2_arms(
