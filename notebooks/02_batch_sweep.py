@@ -31,7 +31,7 @@ workers = None  # parallel runs; default: the preset's
 # %%
 from IPython.display import Markdown
 
-from repro.analysis import accuracy, analyses, figures
+from repro.analysis import accuracy, analyses, figures, optimizer_claims
 from repro.analysis.intervals import claim_count
 from repro.study import open_study
 
@@ -41,7 +41,9 @@ print(study.summary())
 
 # %%
 pools = study.pools()
-results = study.sweep(study.batch_sweep_grid())  # model x batch x lr x wd x budget, per pool
+# model x batch x lr x wd x budget, per pool; the beta2 ablation (below) trains in the same sweep
+grids = [study.batch_sweep_grid(), study.beta2_ablation_grid()]
+results, beta2_results = study.sweeps(grids)
 runs, evals = results.runs, results.evals
 counts = {f: runs[f].nunique() for f in ("pool", "model", "batch_size", "epochs")}
 print(f"{len(runs)} runs over {counts}: {runs['status'].value_counts().to_dict()}")
@@ -143,6 +145,58 @@ scored = study.downstream(endpoints) if tasks else None
 if tasks:
     study.save(figures.accuracy_vs_batch(scored, tasks, P.batch_sizes), "02_accuracy_vs_batch")
 print(f"downstream tasks: {', '.join(tasks) or 'none in this preset'}")
+
+# %% [markdown]
+# ## The small-batch end: AdamW beta2
+#
+# AdamW's second-moment average has a half-life of ln 0.5 / ln beta2 optimizer steps, so with the
+# same beta2 at every batch a small batch averages over few tokens. Marek et al. 2025 (arXiv
+# 2507.07101) keep the half-life constant in tokens instead (the *half-life rule*: beta2 ** (B' / B)
+# at batch B' for beta2 at batch B). Here the preset's smallest batches run again with the *other*
+# setting than the sweep above, at the first model with the same recipe, tuned like the sweep (lr x
+# weight decay x epoch budget, the preset's grid growth, held-out choices); the sweep's own setting
+# at those batches is the sweep's runs. Which betas the sweep uses and why, and each batch's beta2
+# with its half-life in tokens (batch x `seq_len` tokens per step):
+
+# %%
+print(optimizer_claims.beta2_reason(P))
+optimizer_claims.beta2_settings(P)
+
+# %% [markdown]
+# Tuned validation loss per batch under each setting: mean over pools with its 90% interval over
+# pools and validation documents; the ablation's batches as points.
+
+# %%
+ablated = analyses.pool_names(analyses.batch_endpoints(beta2_results))
+arms = optimizer_claims.beta2_arms(endpoints, ablated, P)
+study.save(figures.beta2_vs_batch(arms, P.batch_sizes), "02_beta2_vs_batch")
+analyses.across_replicates(ablated).round(4)
+
+# %% [markdown]
+# The claims, each a difference in nats/token with its interval over pools (the replicates) and
+# validation documents, then each pool's value; a verdict needs 3 pools.
+#
+# - *The half-life rule lowers the tuned val loss at batch B*, per ablated batch: rule minus
+#   reference at B; agrees when the 90% interval lies below 0, disagrees when above.
+# - *Batch S's deficit is the optimizer's* (S the smallest ablated batch): with the rule, S's loss
+#   minus that of the best of the sweep's other batches (the batch chosen held-out among them,
+#   with the sweep's betas). Agrees when the whole 90% interval lies below +`analyses.LITTLE`
+#   (0.01 nats/token: the deficit is gone, or reversed), disagrees when it lies above it (a
+#   deficit remains); the reference betas' S minus the same arm is shown beside it.
+# - *With the rule, S overfits*: the same two arms, the paper's signature (a worse validation loss
+#   with a lower final training loss agrees; a better validation loss, or a worse one with a
+#   higher training loss, disagrees; 95% intervals).
+#
+# An arm whose chosen budget is the largest tried, or whose lr or weight decay is not bracketed, is
+# censored (its loss might still fall) and is never the arm a verdict finds worse.
+
+# %%
+beta2_claims = optimizer_claims.beta2_claims(
+    results, beta2_results, P.models[0], P.beta2_half_life_batch > 0
+)
+beta2_table = study.save_table(beta2_claims, "02_beta2_claims")
+print(claim_count(beta2_claims))
+Markdown(beta2_table.read_text())  # as committed in figures/<preset>/02_beta2_claims.md
 
 # %% [markdown]
 # ## Claims vs measurement

@@ -81,7 +81,7 @@ def notebook_grids(preset: Preset) -> dict[str, list[dict]]:
     also unknown: they are planned at the largest (an upper bound)."""
     study = _Unbuilt(preset, Path("."), Path("data/pools"), Path("runs") / preset.name, 1)
     return {
-        "02": [study.batch_sweep_grid()],
+        "02": [study.batch_sweep_grid(), study.beta2_ablation_grid()],
         "03": [
             study.loader_grid(),
             study.embedding_grid(preset.ablation_batch_sizes[0]),

@@ -88,6 +88,9 @@ class Preset:
     # BETA2_DIGITS significant digits of 1 - beta2 (a batch schedule: schedule_batch's beta2);
     # 0: the same betas at every batch
     beta2_half_life_batch: int = 0
+    # notebook 02: batches (sequences, of batch_sizes) that also run with the other beta2 setting
+    # than the batch sweep's (beta2_ablation); (): the two smallest batch sizes
+    beta2_ablation_batch_sizes: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         """One-line errors for a preset that could not run, before anything is built or trained."""
@@ -137,6 +140,14 @@ class Preset:
             raise ReproError(
                 f"{where}: noise_scale_epochs must be >= 0 (epochs; 0: the largest of epochs)"
             )
+        ablated = self.beta2_ablation_batch_sizes
+        outside = sorted(set(ablated) - set(self.batch_sizes))
+        if outside:
+            raise ReproError(
+                f"{where}: beta2 ablation batch size {outside[0]} is not one of batch_sizes"
+            )
+        if len(set(ablated)) < len(ablated):
+            raise ReproError(f"{where}: beta2_ablation_batch_sizes repeats a batch size")
         try:
             check_spec(self.pool)
             self._check_runs()
@@ -298,6 +309,35 @@ class Preset:
         scaled = beta2_for_batch(beta2, *tokens)
         digits = BETA2_DIGITS - 1 - math.floor(math.log10(1 - scaled))
         return {"adam_beta2": round(scaled, digits)}
+
+    def beta2_at(self, batch_size: int) -> float:
+        """The AdamW beta2 of this preset's runs at `batch_size` sequences per step."""
+        return self.beta2_fields(batch_size).get("adam_beta2", self.base_beta2())
+
+    def beta2_setting(self) -> str:
+        """This preset's AdamW betas in words: the reference betas at every batch, or the
+        half-life rule (beta2_half_life_batch)."""
+        from repro.runtime.config import make_run_config
+
+        beta1, beta2 = make_run_config(self.extra).adam_beta1, self.base_beta2()
+        if not self.beta2_half_life_batch:
+            return f"reference betas ({beta1}, {beta2}) at every batch"
+        b = self.beta2_half_life_batch
+        return f"half-life rule, beta2 {beta2} ** (B / {b}) at batch B, beta1 {beta1}"
+
+    def beta2_ablation(self) -> Preset:
+        """This preset with the other AdamW beta2 setting than its batch sweep's (notebook 02's
+        ablation): the reference betas where beta2_half_life_batch is set, else beta2 scaled to
+        the token half-life it has at schedule_batch (the preset's reference batch)."""
+        other = 0 if self.beta2_half_life_batch else self.schedule_batch
+        return replace(self, beta2_half_life_batch=other)
+
+    def beta2_ablation_batches(self) -> tuple[int, ...]:
+        """The batch sizes (sequences) of the beta2 ablation: beta2_ablation_batch_sizes, or the
+        two smallest batch sizes."""
+        if self.beta2_ablation_batch_sizes:
+            return tuple(sorted(self.beta2_ablation_batch_sizes))
+        return tuple(sorted(self.batch_sizes)[:2])
 
     def base_beta2(self) -> float:
         """The AdamW beta2 of this preset's runs (at beta2_half_life_batch, if set)."""
@@ -498,6 +538,7 @@ PRESETS: dict[str, Preset] = {
         epochs=(1, 2),
         eval_every=0.5,
         ablation_batch_sizes=(2, 8),
+        beta2_ablation_batch_sizes=(2,),  # one batch keeps CI's notebook 02 short
         embedding_weight_decays=(0.0, 0.1),
         frontier_micro_batch=2,
         gpu_counts=(1, 2, 4),
@@ -674,6 +715,7 @@ def dry_run(preset: Preset) -> Preset:
         lrs={batch[b]: lrs for b, lrs in preset.lrs.items()},
         epochs=tuple(epochs[e] for e in preset.epochs),
         ablation_batch_sizes=tuple(batch[b] for b in preset.ablation_batch_sizes),
+        beta2_ablation_batch_sizes=tuple(batch[b] for b in preset.beta2_ablation_batch_sizes),
         micro_batch=min(preset.micro_batch, 1),
         frontier_micro_batch=1,
         noise_micro_batch=1,

@@ -122,6 +122,16 @@ class Study:
         recipe."""
         return self.preset.batch_sweep_grid(self.pools(), **ORIGINAL_RECIPE)
 
+    def beta2_ablation_grid(self) -> dict:
+        """02's AdamW beta2 ablation: the preset's beta2 ablation batches with the other beta2
+        setting than the batch sweep's (Preset.beta2_ablation), every lr x weight decay x epoch
+        budget, on every pool, at the first model, Kim et al.'s one-pass recipe. The sweep's own
+        setting at those batches is the sweep's runs."""
+        P = self.preset
+        batches = list(P.beta2_ablation_batches())
+        other = P.beta2_ablation()
+        return other.batch_sweep_grid(self.pools(), batches, P.models[:1], **ORIGINAL_RECIPE)
+
     def loader_grid(self) -> dict:
         """03's epoch orderings at the ablation batch sizes, on every pool, at the first model;
         every arm tuned over 02's grid (lr, weight decay, epoch budget)."""
@@ -175,6 +185,7 @@ class Study:
         P = self.preset
         return [
             self.batch_sweep_grid(),
+            self.beta2_ablation_grid(),
             self.loader_grid(),
             self.combined_grid(),
             *([self.noise_scale_grid()] if P.noise_scale_batches else []),
@@ -188,13 +199,21 @@ class Study:
         self._grow(self.preset_grids())
 
     def sweep(self, grid: dict | list[dict]) -> Results:
-        """Run what is missing of `grid` (or of several grids, as one sweep) and of its growth (the
-        preset's grid_growth rounds), then return the Results of exactly those runs, every one
-        finished and consistent (a run held by another sweep, or damaged, is a one-line error
+        """Run what is missing of `grid` (or of several grids one analysis reads together, such as
+        one per pool) and of its growth (the preset's grid_growth rounds), then return the Results
+        of exactly those runs, every one finished and consistent (a damaged run is a one-line error
         naming it: results.check_finished)."""
         grids = [grid] if isinstance(grid, dict) else grid
         results = self._results([part for grown in self._grow(grids) for part in grown])
         check_finished(results)
+        return results
+
+    def sweeps(self, grids: list[dict]) -> list[Results]:
+        """Several grids that separate analyses read, trained as one sweep per round (no worker
+        idles between them); each grid's Results, in order."""
+        results = [self._results(grown) for grown in self._grow(grids)]
+        for each in results:
+            check_finished(each)
         return results
 
     def _grow(self, grids: list[dict]) -> list[list[dict]]:

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from repro.analysis.analyses import _arm, batch_sweep_claims, recipe_claims
+from repro.analysis.analyses import arm, batch_sweep_claims, recipe_claims
 from repro.analysis.intervals import paired_difference, replicate_difference
 from repro.analysis.results import Results, memory_documents
 from repro.analysis.selection import compare
@@ -130,7 +130,7 @@ def test_a_known_effect_is_covered_and_found():
     for seed in range(40):
         study = simulate_study(1000 + seed, effect.get)
         batch = study.runs["batch_size"]
-        diff = compare(_arm(study, batch == 1), _arm(study, batch == 4))
+        diff = compare(arm(study, batch == 1), arm(study, batch == 4))
         covered += diff.low <= 0.3 <= diff.high
         claims = batch_sweep_claims(study, ["m"], USUAL, "set")
         found += claims["agrees?"].iloc[0] == "agrees"

@@ -109,6 +109,9 @@ def _all_figures():
             BATCHES,
         ),
         "02_curves": figures.curves(evals, picks, "Tuned runs"),
+        "02_beta2": figures.beta2_vs_batch(
+            {"sweep": ends, "ablation": ends[ends["batch_size"] <= 2]}, BATCHES
+        ),
         "02_optimal_batch": figures.optimal_batch_vs_size(
             pd.DataFrame(
                 {

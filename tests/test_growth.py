@@ -110,15 +110,14 @@ def growing_study(tmp_path):
 
 
 def test_grown_grids_train_their_extensions_once_and_reuse_them(growing_study):
-    """Real runs: two grids grown together (as prefetch does), each past its chosen lr edge until
-    the choice is bracketed or the rounds run out; the extensions are WSD trunks with branches,
-    and sweeping a grid again trains nothing."""
+    """Real runs: two grids grown together (Study.sweeps, as prefetch does), each past its chosen
+    lr edge until the choice is bracketed or the rounds run out; the extensions are WSD trunks
+    with branches, and sweeping a grid again trains nothing."""
     study = growing_study
     pools = study.pools()
     grid = study.preset.batch_sweep_grid(pools, [8], ["tiny"])
     repeat = study.preset.batch_sweep_grid(pools, [8], ["tiny"], {"loader": ["repeat"]})
-    study._grow([grid, repeat])
-    runs = study.sweep(grid).runs
+    runs, repeated = (results.runs for results in study.sweeps([grid, repeat]))
     lrs = sorted(runs["lr"].unique())
     assert len(lrs) in (3, 4) and set(grid["when"][0]["axes"]["lr"]) < set(lrs)
     assert (runs.groupby("lr")["epochs"].nunique() == 2).all()  # every budget at every point
@@ -127,4 +126,5 @@ def test_grown_grids_train_their_extensions_once_and_reuse_them(growing_study):
     again = study.sweep(grid).runs
     assert sorted(again["run_id"]) == sorted(stamps)
     assert all((study.store / r / "status.json").stat().st_mtime == t for r, t in stamps.items())
-    assert len(study.sweep(repeat).runs) >= 6  # its own growth, done by _grow
+    assert len(repeated) >= 6 and set(repeated["loader"]) == {"repeat"}  # its own growth
+    assert sorted(study.sweep(repeat).runs["run_id"]) == sorted(repeated["run_id"])

@@ -13,6 +13,7 @@ from repro.plan import (
     ASSUMED_PEAK_FLOPS,
     GPU_BENCHMARK,
     GpuSpeed,
+    _Unbuilt,
     describe_plan,
     gpu_speed,
     notebook_grids,
@@ -24,7 +25,7 @@ from repro.plan import (
 )
 from repro.presets import PRESETS
 from repro.runtime.shapes import flops_per_token, model_config
-from repro.sweep import expand
+from repro.sweep import expand, run_id
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = PRESETS["smoke"]
@@ -60,10 +61,34 @@ def test_a_run_two_notebooks_share_counts_once_where_first_needed():
     loader, embedding, combined = (len(expand(g)) for g in grids["03"])
     shuffle_in_02 = loader // 3  # the original recipe's loader is 02's
     tied_off_in_02 = embedding // 4  # untied, no embedding decay
-    assert table.loc["02", "runs"] == len(expand(grids["02"][0]))
+    assert table.loc["02", "runs"] == sum(len(expand(g)) for g in grids["02"])
     assert table.loc["03", "runs"] == loader - shuffle_in_02 + embedding - tied_off_in_02 + combined
     assert table.loc["all", "runs"] == table.drop(index="all")["runs"].sum()
     assert table.loc["all", "GPU-h"] == pytest.approx(table.loc["all", "FLOPs"] / 1e12 / 3600)
+
+
+def test_02_prices_and_prefetches_the_beta2_ablation_without_training_the_sweeps_runs_twice():
+    """cpu: the ablation is the first model at batches 1 and 2 with beta2 scaled, every lr x
+    weight decay x budget on each pool; with the rule's reference batch among the ablated ones
+    (batch 8 of a preset scaling from 8), those runs are the sweep's and count once."""
+    cpu = PRESETS["cpu"]
+    sweep, ablation = (expand(g) for g in notebook_grids(cpu)["02"])
+    assert {(c.model, c.batch_size, c.adam_beta2) for c in ablation} == {
+        ("cpu-xs", 1, 0.99361),
+        ("cpu-xs", 2, 0.9873),
+    }
+    per_batch = len(cpu.pool_seeds) * 3 * len(cpu.weight_decays) * len(cpu.epochs)
+    assert len(ablation) == 2 * per_batch
+    assert plan(cpu, 512, SPEED).set_index("notebook").loc["02", "runs"] == len(sweep) + len(
+        ablation
+    )
+    ruled = replace(cpu, beta2_half_life_batch=8, beta2_ablation_batch_sizes=(1, 8))
+    grids = notebook_grids(ruled)["02"]
+    shared = {run_id(c) for c in expand(grids[0])} & {run_id(c) for c in expand(grids[1])}
+    assert len(shared) == per_batch  # batch 8: 0.95 under both settings
+    assert plan(ruled, 512, SPEED).set_index("notebook").loc["02", "runs"] == len(sweep) + per_batch
+    study = _Unbuilt(cpu, Path("."), Path("data/pools"), Path("runs/cpu"), 1)
+    assert study.beta2_ablation_grid() in study.preset_grids()
 
 
 def test_the_gpu_speed_is_the_latest_benchmark_when_there_is_one(tmp_path):

@@ -64,6 +64,11 @@ def test_yaml_preset_overrides_a_base_and_types_its_fields(tmp_path):
         ("grid_growth: -1", "grid_growth must be >= 0"),
         ("grow_epochs: true", "grow_epochs needs grid_growth rounds"),
         ("beta2_half_life_batch: -1", "beta2_half_life_batch must be >= 0"),
+        (
+            "beta2_ablation_batch_sizes: [4]",
+            "beta2 ablation batch size 4 is not one of batch_sizes",
+        ),
+        ("beta2_ablation_batch_sizes: [2, 2]", "beta2_ablation_batch_sizes repeats a batch size"),
         ("extra: {adam_beta2: 1.0}", "adam_beta2=1.0 is outside [0, 1)"),
         ("beta2_half_life_batch: 2\nextra: {adam_beta2: 1.5}", "adam_beta2=1.5 is outside [0, 1)"),
         ("beta2_half_life_batch: 2\nextra: {adam_beta2: x}", "adam_beta2='x' is not a valid float"),
@@ -264,6 +269,26 @@ def test_beta2_half_life_batch_scales_beta2_with_the_batch_in_every_grid(tmp_pat
     runs = expand(other.batch_sweep_grid(["p0"]))
     assert {(c.batch_size, c.adam_beta2) for c in runs} == {(2, 0.99749), (8, 0.99)}
     assert dry_run(replace(PRESETS["gpu"], beta2_half_life_batch=64)).beta2_half_life_batch == 3
+
+
+def test_the_beta2_ablation_runs_the_other_setting_at_the_smallest_batches():
+    """cpu keeps the reference betas: its ablation scales 0.95 from schedule_batch 8 at batches 1
+    and 2 (0.95 ** (1 / 8) = 0.99361); a preset with the rule ablates the reference betas."""
+    cpu = PRESETS["cpu"]
+    assert cpu.beta2_ablation_batches() == (1, 2) and PRESETS["smoke"].beta2_ablation_batches() == (
+        2,
+    )
+    ablation = cpu.beta2_ablation()
+    assert ablation.beta2_half_life_batch == cpu.schedule_batch == 8
+    assert [ablation.beta2_at(b) for b in (1, 2, 8)] == [0.99361, 0.9873, 0.95]
+    assert [cpu.beta2_at(b) for b in (1, 2)] == [0.95, 0.95]
+    ruled = replace(cpu, beta2_half_life_batch=4, beta2_ablation_batch_sizes=(8, 1, 4))
+    assert ruled.beta2_ablation_batches() == (1, 4, 8)
+    assert ruled.beta2_ablation().beta2_half_life_batch == 0
+    assert [ruled.beta2_ablation().beta2_at(b) for b in (1, 8)] == [0.95, 0.95]
+    assert ruled.beta2_at(1) == 0.9873  # 0.95 ** (1 / 4) = 0.987259
+    gpu = replace(PRESETS["gpu"], beta2_ablation_batch_sizes=(32, 16))
+    assert dry_run(gpu).beta2_ablation_batch_sizes == (2, 1)
 
 
 @pytest.mark.parametrize("name", ["gpu-small", "gpu"])

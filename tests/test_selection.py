@@ -154,3 +154,20 @@ def test_runs_that_share_every_tuned_value_are_an_error(hand_made):
     hand_made.add(3.1, schedule="wsd")
     with pytest.raises(ReproError, match="share every tuned value"):
         tuned(hand_made.results(), ["pool"])
+
+
+def test_an_arm_whose_every_run_diverged_has_the_endpoint_columns_and_compares_as_unmeasured(
+    hand_made,
+):
+    for pool in ("p0", "p1", "p2"):
+        hand_made.add(3.0, pool=pool, batch_size=1, status="diverged")
+        hand_made.add(3.0, pool=pool, batch_size=4)
+    results = hand_made.results()
+    fields = ["pool", "seed", "batch_size"]
+    ends = tuned(results, fields)
+    diverged = ends[ends["batch_size"] == 1]
+    assert diverged[["val_loss", "train_loss", "run_id", "epochs"]].isna().all().all()
+    alone = tuned(results.subset(results.runs["batch_size"] == 1), fields)
+    assert {"train_loss", "censored", "bracketed", "lr", "epochs"} <= set(alone)
+    done = tuned(results.subset(results.runs["batch_size"] == 4), fields)
+    assert np.isnan(compare(alone, done).value)

@@ -207,7 +207,7 @@ def models_by_size(models: list[str], vocab_size: int) -> list[str]:
     return sorted(models, key=lambda m: -params[m])
 
 
-def _arm(
+def arm(
     results: Results, mask: pd.Series | None = None, also_tuned: tuple[str, ...] = ("batch_size",)
 ) -> pd.DataFrame:
     """Held-out endpoints per replicate of the runs in `mask` (default all), tuned over lr, weight
@@ -287,8 +287,8 @@ def _u_shape_diffs(results: Results, batches: list[int], level: float) -> list[D
     if len(batches) < 3:
         return []
     in_ = results.runs["batch_size"]
-    interior = _arm(results, (in_ > batches[0]) & (in_ < batches[-1]))
-    edges = [_arm(results, in_ == b) for b in (batches[0], batches[-1])]
+    interior = arm(results, (in_ > batches[0]) & (in_ < batches[-1]))
+    edges = [arm(results, in_ == b) for b in (batches[0], batches[-1])]
     return [compare(interior, edge, level) for edge in edges]
 
 
@@ -343,7 +343,7 @@ def _smaller_batch_claim(results: Results, batches: list[int], usual: dict[str, 
         measured = f"usual batch {usual} ({source}); {missing} in the grid"
         return [claim, paper, measured, "undetermined"]
     batch = results.runs["batch_size"]
-    diff = compare(_arm(results, batch < usual), _arm(results, batch == usual))
+    diff = compare(arm(results, batch < usual), arm(results, batch == usual))
     measured = f"usual batch {usual} ({source}); " + describe(f"batches < {usual} - {usual}", diff)
     return [claim, paper, measured, lower_verdict([diff])]
 
@@ -367,25 +367,31 @@ def signature_verdict(val: Difference, train: Difference) -> str:
     return "undetermined"
 
 
-def _signature_claim(results: Results, batches: list[int], edge: int, claim: str) -> list[str]:
-    """`edge` (the smallest or largest batch) against the best of the others (signature_verdict);
-    the train losses are the final ones of each replicate's chosen runs (t interval over
-    replicates: training losses have no documents)."""
-    if len(batches) < 2:
-        return [claim, "yes", "a single batch size", "undetermined"]
-    batch = results.runs["batch_size"]
-    mine, rest = _arm(results, batch == edge), _arm(results, batch != edge)
+def signature(mine: pd.DataFrame, rest: pd.DataFrame, name: str) -> tuple[str, str]:
+    """(measured, verdict) of the over-fitting signature of endpoints `mine` against `rest`
+    (rows of selection.tuned per replicate; signature_verdict, PAIR_LEVEL), the val difference
+    labelled `name`; the train losses are the final ones of each replicate's chosen runs (t
+    interval over replicates: training losses have no documents)."""
     val = compare(mine, rest, PAIR_LEVEL)
     key = list(REPLICATE_FIELDS)
     gaps = (mine.set_index(key)["train_loss"] - rest.set_index(key)["train_loss"]).dropna()
     train = t_interval(gaps.tolist(), PAIR_LEVEL)
     measured = (
-        describe(f"val: batch {edge} - best other", val)
+        describe(f"val: {name}", val)
         + "; "
         + describe("train", train)
         + f" ({PAIR_LEVEL:.0%} intervals: two ways to disagree)"
     )
-    return [claim, "yes", measured, signature_verdict(val, train)]
+    return measured, signature_verdict(val, train)
+
+
+def _signature_claim(results: Results, batches: list[int], edge: int, claim: str) -> list[str]:
+    """`edge` (the smallest or largest batch) against the best of the others (signature)."""
+    if len(batches) < 2:
+        return [claim, "yes", "a single batch size", "undetermined"]
+    batch = results.runs["batch_size"]
+    mine, rest = arm(results, batch == edge), arm(results, batch != edge)
+    return [claim, "yes", *signature(mine, rest, f"batch {edge} - best other")]
 
 
 def batch_sweep_claims(
@@ -420,12 +426,12 @@ def _loader_claims(results: Results) -> list[list[str]]:
     rows = []
     runs = results.runs
     for batch in sorted(runs["batch_size"].unique()):
-        arm = {
-            k: _arm(results, (runs["batch_size"] == batch) & (runs["loader"] == k), ())
+        arms = {
+            k: arm(results, (runs["batch_size"] == batch) & (runs["loader"] == k), ())
             for k in ("repack", "shuffle", "repeat")
         }
         pairs = [("repack", "shuffle"), ("shuffle", "repeat")]
-        diffs = [compare(arm[a], arm[b], PAIR_LEVEL) for a, b in pairs]
+        diffs = [compare(arms[a], arms[b], PAIR_LEVEL) for a, b in pairs]
         measured = "; ".join(describe(f"{a} - {b}", d) for (a, b), d in zip(pairs, diffs))
         measured += f" ({PAIR_LEVEL:.0%} intervals: two comparisons)"
         rows.append(
@@ -459,8 +465,8 @@ def _embedding_claims(results: Results) -> list[list[str]]:
     the arm): decay helps, tying alone does little, both together are best."""
     runs = results.runs
     decay_on = runs["embedding_weight_decay"] > 0
-    arm = {
-        (tie, on): _arm(
+    arms = {
+        (tie, on): arm(
             results,
             (runs["tie_embeddings"] == tie) & (decay_on == on),
             ("embedding_weight_decay",),
@@ -468,11 +474,11 @@ def _embedding_claims(results: Results) -> list[list[str]]:
         for tie in (False, True)
         for on in (False, True)
     }
-    helps = compare(arm[(False, True)], arm[(False, False)])
-    tying = compare(arm[(True, False)], arm[(False, False)])
-    others = [k for k in arm if k != (True, True)]
+    helps = compare(arms[(False, True)], arms[(False, False)])
+    tying = compare(arms[(True, False)], arms[(False, False)])
+    others = [k for k in arms if k != (True, True)]
     level = 1 - (1 - LEVEL) / len(others)  # three comparisons, any of which can disagree
-    together = [compare(arm[(True, True)], arm[k], level) for k in others]
+    together = [compare(arms[(True, True)], arms[k], level) for k in others]
     names = ["- untied", "- tied alone", "- decay alone"]
     return [
         [
@@ -521,8 +527,8 @@ def _stop_later_claim(original: Results, combined: Results) -> list[str]:
     late, early = {}, {}
     for name, recipe, also in (("combined", combined, e_tuned), ("original", original, None)):
         later = recipe.runs["epochs"] > split
-        late[name] = _arm(recipe, later, also or ("batch_size",))
-        early[name] = _arm(recipe, ~later, also or ("batch_size",))
+        late[name] = arm(recipe, later, also or ("batch_size",))
+        early[name] = arm(recipe, ~later, also or ("batch_size",))
     terms = [(1.0, late["combined"]), (-1.0, early["combined"])]
     diff = contrast([*terms, (-1.0, late["original"]), (1.0, early["original"])])
     censored = tuple(bool(late[n]["censored"].any()) for n in ("combined", "original"))
@@ -544,7 +550,7 @@ def recipe_claims(
     batches = sorted(combined.runs["batch_size"].unique())
     original = original.subset(original.runs["batch_size"].isin(batches))
     batch_list = ", ".join(f"{b:g}" for b in batches)
-    lower = compare(_arm(combined, None, e_tuned), _arm(original))
+    lower = compare(arm(combined, None, e_tuned), arm(original))
     rows = [
         *_loader_claims(loader),
         *_embedding_claims(embedding),

@@ -210,6 +210,38 @@ def curves(evals: pd.DataFrame, picks: pd.DataFrame, title: str) -> plt.Figure:
     return fig
 
 
+def arms_vs_batch(
+    arms: dict[str, pd.DataFrame], batch_sizes, title: str, legend: str
+) -> plt.Figure:
+    """Best val loss per batch size (sequences) for each arm ({label: batch_endpoints}), mean and
+    90% interval over replicates and validation documents; an arm measured at only some of
+    `batch_sizes` as points."""
+    fig, ax = plt.subplots()
+    for color, (label, endpoints) in zip(plots.PALETTE, arms.items()):
+        agg = across_replicates(endpoints, by=["batch_size"])
+        every = set(agg["batch_size"]) == set(batch_sizes)
+        ax.errorbar(
+            agg["batch_size"],
+            agg["mean"],
+            capsize=3,
+            color=color,
+            label=label,
+            yerr=_interval(agg["mean"], agg["low"], agg["high"]),
+            **(plots.MEASURED | ({} if every else {"linestyle": "none"})),
+        )
+    plots.batch_axis(ax, batch_sizes)
+    ax.set_ylabel(LOSS)
+    ax.set_title(f"{title} ({_replicates(agg['count'])}, 90% interval)")
+    plots.legend_outside(ax, title=legend)
+    return fig
+
+
+def beta2_vs_batch(arms: dict[str, pd.DataFrame], batch_sizes) -> plt.Figure:
+    """Tuned val loss per batch size under each AdamW beta2 setting ({label: batch_endpoints}):
+    the batch sweep's at every batch, the ablation's at its batches (arms_vs_batch)."""
+    return arms_vs_batch(arms, batch_sizes, "AdamW beta2 at the small-batch end", "AdamW betas")
+
+
 # --- 03 -----------------------------------------------------------------------------------------
 
 
@@ -267,26 +299,8 @@ def tying_embedding_decay(endpoints: pd.DataFrame, batch: int) -> plt.Figure:
 
 
 def combined_vs_original(recipes: dict[str, pd.DataFrame], batch_sizes) -> plt.Figure:
-    """Best val loss per batch size for each recipe ({label: batch_endpoints}), mean and 90%
-    interval over replicates; a recipe measured at only some of `batch_sizes` as points."""
-    fig, ax = plt.subplots()
-    for color, (label, endpoints) in zip(plots.PALETTE, recipes.items()):
-        agg = across_replicates(endpoints, by=["batch_size"])
-        every = set(agg["batch_size"]) == set(batch_sizes)
-        ax.errorbar(
-            agg["batch_size"],
-            agg["mean"],
-            capsize=3,
-            color=color,
-            label=label,
-            yerr=_interval(agg["mean"], agg["low"], agg["high"]),
-            **(plots.MEASURED | ({} if every else {"linestyle": "none"})),
-        )
-    plots.batch_axis(ax, batch_sizes)
-    ax.set_ylabel(LOSS)
-    ax.set_title(f"Combined recipe vs original ({_replicates(agg['count'])}, 90% interval)")
-    plots.legend_outside(ax, title="recipe")
-    return fig
+    """Best val loss per batch size for each recipe ({label: batch_endpoints}): arms_vs_batch."""
+    return arms_vs_batch(recipes, batch_sizes, "Combined recipe vs original", "recipe")
 
 
 # --- 04 -----------------------------------------------------------------------------------------

@@ -216,7 +216,7 @@ def _groups(frame: pd.DataFrame, by: list[str]) -> list[tuple[tuple, pd.DataFram
 
 
 EMPTY_COLUMNS = ["val_loss", "train_loss", "run_id", "censored", "bracketed", "edge"]
-"""Columns of `tuned` that an empty arm still has."""
+"""Columns of `tuned` that an arm without a finished run still has (with its tuned fields)."""
 
 
 def tuned(
@@ -235,8 +235,9 @@ def tuned(
     missing = [g for g in [*group_by, *tuned_fields] if g not in runs]
     if missing:
         raise ReproError(f"cannot group or tune by {missing[0]!r}: no such run field")
+    columns = [*group_by, *EMPTY_COLUMNS, *tuned_fields]
     if runs.empty:  # an arm with no run: no endpoint, and comparisons with it not measured
-        return pd.DataFrame(columns=[*group_by, *EMPTY_COLUMNS])
+        return pd.DataFrame(columns=columns)
     replicate = [f for f in results.replicate_fields() if f in group_by]
     cell_by = [g for g in group_by if g not in replicate]
     rows = []
@@ -253,7 +254,9 @@ def tuned(
             ]
             fields = dict(zip(cell_by, cell_key)) | dict(zip(replicate, key))
             rows.append(fields | _endpoint(group, results, tuned_fields, candidates[i], others))
-    return pd.DataFrame(rows).sort_values(group_by, kind="mergesort", ignore_index=True)
+    frame = pd.DataFrame(rows)  # every run diverged: no endpoint's columns, so add them
+    frame = frame.reindex(columns=[*frame, *(c for c in columns if c not in frame)])
+    return frame.sort_values(group_by, kind="mergesort", ignore_index=True)
 
 
 def held_out_choices(results: Results, tuned_fields: tuple[str, ...]) -> dict[str, dict]:

@@ -1,0 +1,134 @@
+"""Notebook 02's AdamW beta2 ablation: is the smallest batch's deficit the optimizer's?
+
+Kim et al. keep AdamW's betas at (0.9, 0.95) at every batch. The second-moment average then has
+a half-life of ln 0.5 / ln beta2 optimizer steps, so at a small batch it spans few tokens. Marek et
+al. 2025 (arXiv 2507.07101) keep that half-life constant in tokens instead: the *half-life rule*,
+beta2' = beta2 ** (B' / B) at batch B' for beta2 at batch B (Preset.beta2_half_life_batch). The
+ablation runs the preset's smallest batches with the other setting than the batch sweep's
+(Preset.beta2_ablation); the sweep's own setting there is the sweep's runs. Every loss compared is a
+held-out tuned endpoint (repro.analysis.selection: lr, weight decay and epoch budget, and where an
+arm spans several batches the batch, chosen on the other replicates and the other half of the
+validation documents); differences are in nats/token with intervals over replicates (pools) and
+documents (repro.analysis.intervals), each replicate's value shown.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from repro.analysis.analyses import LITTLE, arm, signature
+from repro.analysis.intervals import CLAIM_COLUMNS, Difference, describe, lower_verdict
+from repro.analysis.results import Results
+from repro.analysis.selection import compare
+from repro.presets import Preset
+from repro.runtime.optim import beta2_half_life_tokens
+
+MAREK = "not tested (betas fixed); Marek et al. 2025: yes"
+
+
+def beta2_reason(preset: Preset) -> str:
+    """Which AdamW betas the batch sweep uses and why, and what the ablation runs instead."""
+    if preset.beta2_half_life_batch:
+        why = (
+            f"the preset sets beta2_half_life_batch {preset.beta2_half_life_batch}, so that every "
+            "batch keeps the token half-life its beta2 has there (Marek et al. 2025)"
+        )
+        anchor = ""
+    else:
+        why = "Kim et al.'s recipe, which the preset keeps (beta2_half_life_batch 0)"
+        anchor = f"\n  from schedule_batch {preset.schedule_batch}, the preset's reference batch"
+    batches = ", ".join(map(str, preset.beta2_ablation_batches()))
+    return (
+        f"batch sweep: {preset.beta2_setting()}\n  why: {why}\n"
+        f"ablation at batches {batches} (sequences), first model {preset.models[0]}: "
+        f"{preset.beta2_ablation().beta2_setting()}{anchor}"
+    )
+
+
+def beta2_settings(preset: Preset) -> pd.DataFrame:
+    """Per batch size (sequences): the batch sweep's beta2 and the half-life of its second-moment
+    average in tokens, and the ablation's at its batches (empty elsewhere)."""
+    other = preset.beta2_ablation()
+    rows = []
+    for batch in preset.batch_sizes:
+        tokens = batch * preset.seq_len
+        row = {"batch (sequences)": batch, "sweep beta2": preset.beta2_at(batch)}
+        row["sweep half-life (tokens)"] = round(beta2_half_life_tokens(row["sweep beta2"], tokens))
+        if batch in preset.beta2_ablation_batches():
+            row["ablation beta2"] = other.beta2_at(batch)
+            half_life = beta2_half_life_tokens(row["ablation beta2"], tokens)
+            row["ablation half-life (tokens)"] = round(half_life)
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    return table.astype({c: "Int64" for c in table if c.endswith("(tokens)")})
+
+
+def beta2_arms(
+    sweep: pd.DataFrame, ablation: pd.DataFrame, preset: Preset
+) -> dict[str, pd.DataFrame]:
+    """{setting in words: endpoints} for the figure: the batch sweep's endpoints (rows of
+    analyses.batch_endpoints) at the ablation's model, and the ablation's."""
+    model = preset.models[0]
+    return {
+        f"{preset.beta2_setting()} (sweep)": sweep[sweep["model"] == model],
+        f"{preset.beta2_ablation().beta2_setting()} (ablation)": ablation,
+    }
+
+
+def deficit_verdict(deficit: Difference) -> str:
+    """The claim that a batch's deficit is gone: "agrees" when the whole interval of `deficit`
+    (the batch minus the best other, nats/token) lies below +LITTLE (gone, or reversed),
+    "disagrees" when it lies above +LITTLE (a deficit remains), else "undetermined"; never
+    definite on fewer than MIN_REPLICATES replicates, and a censored arm is never the one found
+    worse (intervals.lower_verdict of the deficit minus LITTLE)."""
+    shifted = deficit._replace(
+        value=deficit.value - LITTLE, low=deficit.low - LITTLE, high=deficit.high - LITTLE
+    )
+    return lower_verdict([shifted])
+
+
+def _at(results: Results, batch: int) -> pd.DataFrame:
+    """Held-out endpoints per replicate of `results`' runs at one batch size."""
+    return arm(results, results.runs["batch_size"] == batch, ())
+
+
+def beta2_claims(
+    sweep: Results, ablation: Results, model: str, sweep_uses_rule: bool
+) -> pd.DataFrame:
+    """Claims of the beta2 ablation at `model` (the ablation's): `sweep` is the batch sweep's
+    results (every batch), `ablation` the ablation's (its batches, the other beta2 setting),
+    `sweep_uses_rule` whether the sweep scales beta2 (Preset.beta2_half_life_batch > 0).
+
+    - per ablated batch B, "the half-life rule lowers the tuned val loss": rule minus reference
+      at B (lower_verdict, 90%);
+    - "the smallest batch's deficit is the optimizer's": with the rule, the smallest ablated
+      batch S minus the best of the sweep's other batches (batch tuned among them, the sweep's
+      betas) at 90% (deficit_verdict: agrees below +LITTLE, disagrees above); the reference
+      betas' S minus the same arm is shown beside it;
+    - "with the rule, S overfits": the same two arms' val and final train losses
+      (analyses.signature_verdict, 95% each)."""
+    sweep = sweep.subset(sweep.runs["model"] == model)
+    batches = sorted(ablation.runs["batch_size"].unique().tolist())
+    rule, reference = (sweep, ablation) if sweep_uses_rule else (ablation, sweep)
+    rows = []
+    for batch in batches:
+        diff = compare(_at(rule, batch), _at(reference, batch))
+        claim = f"the half-life rule lowers the tuned val loss at batch {batch}"
+        rows.append([claim, MAREK, describe("rule - reference", diff), lower_verdict([diff])])
+    smallest = batches[0]
+    best = arm(sweep, sweep.runs["batch_size"] != smallest)
+    deficit = compare(_at(rule, smallest), best)
+    before = compare(_at(reference, smallest), best)
+    name = f"batch {smallest} - best other (the sweep's betas)"
+    rows.append(
+        [
+            f"batch {smallest}'s deficit is the optimizer's: with the half-life rule it is at most "
+            f"{LITTLE} nats/token",
+            "no (read as over-fitting); Marek et al. 2025: yes",
+            f"{describe(f'rule: {name}', deficit)}; {describe('reference betas', before)}",
+            deficit_verdict(deficit),
+        ]
+    )
+    overfits = f"with the half-life rule, batch {smallest} overfits: lower train, worse val loss"
+    rows.append([overfits, "yes (at fixed betas)", *signature(_at(rule, smallest), best, name)])
+    return pd.DataFrame(rows, columns=CLAIM_COLUMNS)
