@@ -252,14 +252,13 @@ class Preset:
         return notes
 
     def pool_dir(self, data_dir: str | Path, seed: int) -> Path:
-        """data_dir/<name>-<source>-seed<seed>; a local source by its file name only, so the folder
-        does not depend on where the checkout lives."""
+        """data_dir/<name>-<source>-seed<seed>, the source's characters other than letters, digits,
+        '.', '_' and '-' as '_'; a local source by its file name only, so the folder does not
+        depend on where the checkout lives."""
         source = self.pool.source
         if not source.startswith("hf:") and os.path.isabs(source):
-            source = re.sub(r"[^A-Za-z0-9._-]", "_", Path(source).name)
-        return (
-            Path(data_dir) / f"{self.name}-{source.replace(':', '_').replace('/', '_')}-seed{seed}"
-        )
+            source = Path(source).name
+        return Path(data_dir) / f"{self.name}-{re.sub(r'[^A-Za-z0-9._-]', '_', source)}-seed{seed}"
 
     def pool_spec(self, seed: int, tokenizer: str | None) -> PoolSpec:
         """Pool `seed`: training documents drawn with `seed`, validation documents and tokenizer
