@@ -89,6 +89,29 @@ display(analyses.pool_names(growth).round(3))
 cbs.growth_intervals(growth).round(3)
 
 # %% [markdown]
+# ## The batch grid against the noise scale
+#
+# The regime's fourth ratio (README, `Study.summary`): the preset's batches over its gradient
+# noise scale, both in tokens. The preset's noise scale is B_simple at the loss its tuned endpoint
+# reaches: the target is the best tuned val loss of the first model's batch sweep (the lowest mean
+# over pools, among its batch sizes, of the held-out endpoints: `analyses.batch_endpoints`); per
+# pool, B_simple is the median over its noise-scale runs of each run's evaluation nearest that
+# loss, not interpolated ("loss gap": how far those evaluations lie from it), in sequences and in
+# tokens (x `seq_len`), with the batch grid over it (`cbs.noise_scale_regime`). The range over
+# pools against the paper's estimate (`presets.PAPER_NOISE_SCALE`: Zhang et al.'s B* at 200M
+# tokens) follows; the table is saved for `Study.summary`.
+
+# %%
+from repro.presets import NOISE_RATIO, describe_regime
+
+endpoints = analyses.batch_endpoints(model_results)
+noise_regime = cbs.noise_scale_regime(trajectory, endpoints, P.batch_sizes, P.seq_len)
+study.save_table(noise_regime.round(4), cbs.NOISE_SCALE_TABLE)
+regime = P.regime(analyses.pool_vocab_size(pools[0]), cbs.noise_scale_range(noise_regime))
+print(describe_regime({NOISE_RATIO: regime[NOISE_RATIO]}))
+noise_regime.round(4)
+
+# %% [markdown]
 # ## Steps and tokens to a target loss, and the three fits per pool
 #
 # Three targets, the same on every pool: the lowest validation loss that two thirds of the batch

@@ -201,19 +201,26 @@ class Preset:
         for run in runs:
             check_fields(make_run_config(run))
 
-    def regime(self, vocab_size: int) -> dict[str, tuple[float, float]]:
+    def regime(
+        self, vocab_size: int, noise_scale: tuple[float, float] | None = None
+    ) -> dict[str, tuple[float, float]]:
         """Where this preset sits against the paper's ratios (PAPER_REGIME), as (min, max) over
         its batch sizes and models: a batch's tokens as a fraction of the pool's training tokens,
-        the pool's training tokens per model parameter (untied, at `vocab_size`), and epochs."""
+        the pool's training tokens per model parameter (untied, at `vocab_size`), epochs, and a
+        batch's tokens over the gradient noise scale, from `noise_scale`: the (lowest, highest)
+        B_simple in tokens that notebook 05 measured over pools (NaN when not measured)."""
         from repro.runtime.shapes import param_count_table
 
         params = {row["name"]: row["params"] for row in param_count_table(vocab_size)}
         batch = [b * self.seq_len / self.pool.tokens for b in self.batch_sizes]
         per_param = [self.pool.tokens / params[m] for m in self.models]
+        lowest, highest = noise_scale or (math.nan, math.nan)
+        tokens = (min(self.batch_sizes) * self.seq_len, max(self.batch_sizes) * self.seq_len)
         return {
             "batch / pool (tokens)": (min(batch), max(batch)),
             "pool tokens per parameter": (min(per_param), max(per_param)),
             "epochs": (float(min(self.epochs)), float(max(self.epochs))),
+            NOISE_RATIO: (tokens[0] / highest, tokens[1] / lowest),
         }
 
     def deviations(self) -> list[str]:
@@ -465,22 +472,50 @@ class Preset:
         }
 
 
+def zhang_critical_batch(pool_tokens: float) -> tuple[float, float]:
+    """Zhang et al.'s critical batch B* = 22.9 D^0.47 at a pool of `pool_tokens`, in tokens, under
+    both readings of its units, lowest first: D in millions of tokens and B* in sequences of their
+    512-token context; D and B* in tokens."""
+    millions = 22.9 * (pool_tokens / 1e6) ** 0.47 * 512
+    tokens = 22.9 * pool_tokens**0.47
+    return min(millions, tokens), max(millions, tokens)
+
+
+PAPER_NOISE_SCALE = zhang_critical_batch(200e6)
+"""The paper's gradient noise scale (lowest, highest; tokens), an estimate, not a measurement:
+Kim et al. report none, so this is Zhang et al.'s critical batch B* = 22.9 D^0.47 at the paper's
+D = 200M tokens under either reading of its units (zhang_critical_batch), taking the critical
+batch for B_simple as McCandlish et al. predict (B_crit ~ B_simple)."""
+
+NOISE_RATIO = "batch / noise scale (tokens)"
+"""The ratio of a batch to the gradient noise scale B_simple (both in tokens): notebook 05
+measures B_simple; the paper's is PAPER_NOISE_SCALE."""
+
 PAPER_REGIME = {
     "batch / pool (tokens)": (3.3e-4, 1e-2),
     "pool tokens per parameter": (0.13, 1.3),
     "epochs": (1.0, 32.0),
+    NOISE_RATIO: (16 * 4096 / PAPER_NOISE_SCALE[1], 512 * 4096 / PAPER_NOISE_SCALE[0]),
 }
 """The paper's ratios (Kim et al.'s setup: batches of 16-512 sequences of 4,096 tokens from a
-200M-token pool, 150M-1.5B-parameter models, up to 32 epochs)."""
+200M-token pool, 150M-1.5B-parameter models, up to 32 epochs; batch / noise scale against the
+estimate PAPER_NOISE_SCALE: the smallest batch over the larger estimate, the largest over the
+smaller)."""
 
 
 def describe_regime(regime: dict[str, tuple[float, float]]) -> str:
     """One line per ratio: this study's range, the paper's, and whether it lies inside, covers the
     paper's, overlaps it (and on which part) or lies outside, at two significant digits (the
-    precision of the paper's figures)."""
+    precision of the paper's figures). Batch / noise scale says that notebook 05 measured it (NaN:
+    not measured yet) and that the paper's is an estimate."""
     lines = []
     for name, (low, high) in regime.items():
-        paper_low, paper_high = PAPER_REGIME[name]
+        paper_low, paper_high = (float(f"{end:.2g}") for end in PAPER_REGIME[name])
+        paper = "paper's estimate" if name == NOISE_RATIO else "paper"
+        paper += f" {paper_low:.2g} to {paper_high:.2g}"
+        if math.isnan(low):
+            lines.append(f"  {name}: not measured yet, notebook 05 measures it ({paper})")
+            continue
         low2, high2 = float(f"{low:.2g}"), float(f"{high:.2g}")
         shared = (max(low2, paper_low), min(high2, paper_high))
         if paper_low <= low2 and high2 <= paper_high:
@@ -492,7 +527,9 @@ def describe_regime(regime: dict[str, tuple[float, float]]) -> str:
         else:
             where = "outside"
         ours = f"{low:.2g}" if low == high else f"{low:.2g} to {high:.2g}"
-        lines.append(f"  {name}: {ours} (paper {paper_low:.2g} to {paper_high:.2g}: {where})")
+        if name == NOISE_RATIO:
+            ours += ", notebook 05's measurement"
+        lines.append(f"  {name}: {ours} ({paper}: {where})")
     return "\n".join(lines)
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from repro.analysis import plots
+from repro.analysis import cbs, plots
 from repro.analysis.intervals import MIN_REPLICATES, effective_documents
 from repro.analysis.results import Results, check_finished, open_results
 from repro.data.build import build_pool
@@ -58,7 +58,7 @@ class Study:
         meta = built_meta(P.pool_dir(self.data_dir, P.pool_seeds[0]))
         vocab = meta["vocab_size"] if meta else (None if P.pool.tokenizer else P.pool.vocab_size)
         regime = (
-            f"\nregime (vocab {vocab:,}):\n" + describe_regime(P.regime(vocab))
+            f"\nregime (vocab {vocab:,}):\n" + describe_regime(P.regime(vocab, self._noise_scale()))
             if vocab
             else "\nregime: build the pools to know the tokenizer's vocab"
         )
@@ -77,6 +77,16 @@ class Study:
             + "\nrecipe as Kim et al. (docs/REFERENCE_RECIPE.md), except:\n"
             + deviations
         )
+
+    def _noise_scale(self) -> tuple[float, float] | None:
+        """The lowest and highest B_simple (tokens) over pools that notebook 05 saved
+        (cbs.NOISE_SCALE_TABLE) in this study's figures folder, else in figures/<preset>/ (a
+        reproduction saves into a fresh folder); None before it is measured."""
+        for folder in (self.figures, self.root / "figures" / self.preset.name):
+            path = folder / f"{cbs.NOISE_SCALE_TABLE}.csv"
+            if path.is_file():
+                return cbs.noise_scale_range(pd.read_csv(path))
+        return None
 
     def _validation_summary(self) -> str:
         """The validation documents every verdict averages over, and their effective number under

@@ -13,6 +13,7 @@ import pytest
 
 from repro.analysis.cbs import (
     B_SIMPLE_FACTOR,
+    NOISE_SCALE_TABLE,
     RESIDUAL_TOLERANCE,
     ScheduleComparison,
     b_simple_near,
@@ -23,6 +24,8 @@ from repro.analysis.cbs import (
     fit_wsd,
     fit_zhang,
     interval_of,
+    noise_scale_range,
+    noise_scale_regime,
     pool_interval,
     pool_size_scaling,
     power_law,
@@ -224,6 +227,61 @@ def test_b_simple_near_takes_each_runs_evaluation_nearest_the_target():
     )
     assert b_simple_near(trajectory, 2.45) == pytest.approx((4.0, 0.05))  # median of 2 and 6
     assert all(math.isnan(v) for v in b_simple_near(EMPTY_TRAJECTORY, 2.0))
+
+
+def test_the_presets_noise_scale_is_b_simple_nearest_the_best_tuned_loss_on_each_pool():
+    """Best tuned loss: batch 4's mean over pools, (2.0 + 2.2) / 2 = 2.1 (batch 1's is 2.3). Pool
+    a's runs are nearest it at 2.12 (B_simple 5) and 2.09 (7): median 6 sequences, 96 tokens at
+    seq_len 16, loss gap 0.02; pool b's at 2.15 (12 sequences, 192 tokens), gap 0.05. The grid
+    1..32 over them: 1/6 to 32/6 and 1/12 to 32/12; the range over pools 96 to 192 tokens."""
+    endpoints = pd.DataFrame(
+        {"pool": ["a", "b", "a", "b"], "batch_size": [1, 1, 4, 4]}
+        | {"val_loss": [2.2, 2.4, 2.0, 2.2]}
+    )
+    trajectory = pd.DataFrame(
+        {
+            "pool": ["runs/a"] * 7 + ["runs/b"] * 2,
+            "batch_size": [8, 8, 8, 8, 32, 32, 32, 8, 8],
+            "tokens": [1, 2, 3, 4, 1, 2, 3, 1, 2],
+            "val_loss": [3.0, 2.5, 2.12, 2.0, 3.0, 2.3, 2.09, 2.5, 2.15],
+            "b_simple": [1.0, 2.0, 5.0, 9.0, 2.0, 4.0, 7.0, 3.0, 12.0],
+        }
+    )
+    table = noise_scale_regime(trajectory, endpoints, [1, 2, 4, 8, 16, 32], seq_len=16)
+    assert table["pool"].tolist() == ["a", "b"]
+    assert table["target"].tolist() == pytest.approx([2.1, 2.1])
+    assert table["loss gap"].tolist() == pytest.approx([0.02, 0.05])
+    assert table["B_simple (sequences)"].tolist() == pytest.approx([6.0, 12.0])
+    assert table["B_simple (tokens)"].tolist() == pytest.approx([96.0, 192.0])
+    assert table["smallest batch / B_simple"].tolist() == pytest.approx([1 / 6, 1 / 12])
+    assert table["largest batch / B_simple"].tolist() == pytest.approx([32 / 6, 32 / 12])
+    assert noise_scale_range(table) == pytest.approx((96.0, 192.0))
+    unmeasured = table.assign(**{"B_simple (tokens)": [np.nan, -5.0]})
+    assert noise_scale_range(unmeasured) is None
+
+
+def _summary_study(tmp_path, figures_dir=None) -> Study:
+    """A smoke study (batches 2 and 8 of 32 tokens, pools not built: vocab 300) in tmp_path."""
+    pools, runs = tmp_path / "pools", tmp_path / "runs"
+    return Study(
+        PRESETS["smoke"], tmp_path, pools, runs, 1, progress=False, figures_dir=figures_dir
+    )
+
+
+def test_summary_states_batch_over_noise_scale_once_notebook_05_saved_it(tmp_path):
+    """Before notebook 05: not measured yet. With its table (B_simple 128 and 32 tokens): batches
+    of 64 and 256 tokens give 64 / 128 to 256 / 32 = 0.5 to 8, inside the paper's 0.36 to 15; a
+    reproduction's fresh figures folder still finds the committed figures/<preset>/ table."""
+    line = "  batch / noise scale (tokens): "
+    paper = "(paper's estimate 0.36 to 15"
+    study = _summary_study(tmp_path)
+    assert f"{line}not measured yet, notebook 05 measures it {paper})" in study.summary()
+    study.save_table(
+        pd.DataFrame({"pool": ["a", "b"], "B_simple (tokens)": [128.0, 32.0]}), NOISE_SCALE_TABLE
+    )
+    measured = f"{line}0.5 to 8, notebook 05's measurement {paper}: inside)"
+    assert measured in study.summary()
+    assert measured in _summary_study(tmp_path, tmp_path / "staged").summary()
 
 
 def test_fit_targets_fits_each_pool_and_keeps_pools_without_a_fit():

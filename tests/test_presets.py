@@ -1,15 +1,27 @@
 """Presets: built-in names and preset YAML files (a base plus overrides), validated where defined;
 the example preset reads a local corpus split into paragraphs; `repro preset show`."""
 
+import math
 from dataclasses import replace
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
 from repro.cli import main
 from repro.errors import ReproError
-from repro.presets import PRESETS, dry_run, get_preset, load_preset, preset_yaml
+from repro.presets import (
+    NOISE_RATIO,
+    PAPER_NOISE_SCALE,
+    PAPER_REGIME,
+    PRESETS,
+    dry_run,
+    get_preset,
+    load_preset,
+    preset_yaml,
+    zhang_critical_batch,
+)
 from repro.sweep import expand, run_id
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -159,6 +171,39 @@ def test_regime_states_the_presets_ratios_against_the_papers():
     )
     assert regime["pool tokens per parameter"] == (tokens / params, tokens / params)
     assert regime["epochs"] == (1.0, 32.0)
+    assert all(math.isnan(end) for end in regime[NOISE_RATIO])  # not measured
+    # a noise scale of 1,024 to 4,096 tokens: batch 1 (128 tokens) over 4,096, 32 over 1,024
+    assert preset.regime(512, (1024.0, 4096.0))[NOISE_RATIO] == (128 / 4096, 4096 / 1024)
+
+
+def test_the_papers_noise_scale_is_zhangs_critical_batch_under_both_readings_of_its_units():
+    """At D = 1M tokens, D in millions is 1: B* = 22.9 sequences of 512 = 11,724.8 tokens; D in
+    tokens: 22.9 * 1e6^0.47 = 22.9 * 10^2.82."""
+    assert zhang_critical_batch(1e6) == pytest.approx((22.9 * 512, 22.9 * 10**2.82))
+    low, high = PAPER_NOISE_SCALE  # at 200M tokens: 35 and 45 sequences of 4,096
+    assert (round(low / 4096), round(high / 4096)) == (35, 45)
+    assert PAPER_REGIME[NOISE_RATIO] == pytest.approx((16 * 4096 / high, 512 * 4096 / low))
+    assert PAPER_REGIME[NOISE_RATIO] == pytest.approx((0.36, 14.8), abs=0.03)  # 0.36 to 15
+
+
+@pytest.mark.parametrize(
+    "ratio,verdict",
+    [
+        ((1.0, 10.0), "inside"),
+        ((0.1, 20.0), "covers it"),
+        ((0.04, 1.4), "overlaps it from 0.36 to 1.4"),
+        ((0.005, 0.16), "outside"),
+    ],
+)
+def test_describe_regime_compares_batch_over_noise_scale_with_the_papers_estimate(ratio, verdict):
+    from repro.presets import describe_regime
+
+    line = describe_regime({NOISE_RATIO: ratio})
+    assert line.endswith(f", notebook 05's measurement (paper's estimate 0.36 to 15: {verdict})")
+    not_measured = describe_regime({NOISE_RATIO: (math.nan, math.nan)})
+    assert not_measured == (
+        f"  {NOISE_RATIO}: not measured yet, notebook 05 measures it (paper's estimate 0.36 to 15)"
+    )
 
 
 @pytest.mark.parametrize(
@@ -180,9 +225,18 @@ def test_describe_regime_says_inside_only_when_the_whole_range_is(ratio, verdict
 
 
 def test_readme_states_every_built_in_presets_regime():
+    """The block, with each preset's batch / noise scale from its committed notebook 05 table
+    (else "not measured yet"; smoke's figures are git-ignored), and the prose's numbers for the
+    paper's estimated noise scale."""
+    from repro.analysis.cbs import NOISE_SCALE_TABLE, noise_scale_range
     from repro.presets import describe_regime
 
     readme = (EXAMPLES.parent / "README.md").read_text()
+    prose = " ".join(readme.split())
+    (low, high), (ratio_low, ratio_high) = PAPER_NOISE_SCALE, PAPER_REGIME[NOISE_RATIO]
+    assert f"{low / 1e3:.0f}k to {high / 1e3:.0f}k tokens" in prose
+    assert f"({low / 4096:.0f} to {high / 4096:.0f} sequences of 4,096)" in prose
+    assert prose.count(f"{ratio_low:.2g} to {ratio_high:.2g} times") == 2
     vocab = {
         "smoke": 300,
         "cpu": 512,
@@ -193,7 +247,12 @@ def test_readme_states_every_built_in_presets_regime():
     assert set(vocab) == set(PRESETS)
     for name, preset in PRESETS.items():
         assert preset.pool.tokenizer or preset.pool.vocab_size == vocab[name]
-        block = f"{name} (vocab {vocab[name]:,}):\n" + describe_regime(preset.regime(vocab[name]))
+        table = EXAMPLES.parent / "figures" / name / f"{NOISE_SCALE_TABLE}.csv"
+        committed = table.is_file() and name != "smoke"  # figures/smoke/: CI's, never committed
+        noise = noise_scale_range(pd.read_csv(table)) if committed else None
+        regime = preset.regime(vocab[name], noise)
+        block = f"{name} (vocab {vocab[name]:,}):\n" + describe_regime(regime)
+        assert NOISE_RATIO in regime
         assert block in readme, f"README's regime block is stale for {name}:\n{block}"
 
 

@@ -450,6 +450,50 @@ def growth_intervals(growth: pd.DataFrame) -> pd.DataFrame:
     return pool_intervals(growth, ["batch_size"], {"ratio": True})
 
 
+NOISE_SCALE_TABLE = "05_noise_scale_regime"
+"""The name of notebook 05's table of the preset's noise scale (noise_scale_regime), saved as
+figures/<preset>/<name>.csv and read by Study.summary."""
+
+
+def noise_scale_regime(
+    trajectory: pd.DataFrame, endpoints: pd.DataFrame, batch_sizes: Iterable[int], seq_len: int
+) -> pd.DataFrame:
+    """The preset's gradient noise scale per pool: B_simple at the loss its tuned endpoint reaches.
+    That loss ("target", nats/token) is the best tuned val loss of `endpoints` (one model's
+    held-out endpoints per pool and batch size, analyses.batch_endpoints): the lowest mean over
+    pools among its batch sizes, the same on every pool (they share the validation documents).
+    Per pool of `trajectory` (noise_trajectory), b_simple_near the target: the median over the
+    pool's noise-scale runs of B_simple at each run's evaluation nearest the target (nearest, not
+    interpolated: the logged EMA estimate itself), with the largest |val loss - target| of those
+    evaluations ("loss gap"). B_simple in sequences and in tokens (sequences x `seq_len`), and
+    the smallest and largest of `batch_sizes` (sequences) over it."""
+    target = float(endpoints.groupby("batch_size")["val_loss"].mean().min())
+    smallest, largest = min(batch_sizes), max(batch_sizes)
+    rows = []
+    for pool, noise in trajectory.groupby("pool"):
+        b_simple, gap = b_simple_near(noise, target)
+        rows.append(
+            {
+                "pool": Path(pool).name,
+                "target": target,
+                "loss gap": gap,
+                "B_simple (sequences)": b_simple,
+                "B_simple (tokens)": b_simple * seq_len,
+                "smallest batch / B_simple": smallest / b_simple,
+                "largest batch / B_simple": largest / b_simple,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def noise_scale_range(table: pd.DataFrame) -> tuple[float, float] | None:
+    """The lowest and highest B_simple (tokens) over the pools of `table` (noise_scale_regime, or
+    its saved CSV), None where no pool has a positive one."""
+    tokens = table["B_simple (tokens)"].astype(float)
+    tokens = tokens[np.isfinite(tokens) & (tokens > 0)]
+    return (float(tokens.min()), float(tokens.max())) if len(tokens) else None
+
+
 # --- critical batch size vs pool size -----------------------------------------------------------
 
 
