@@ -5,7 +5,7 @@
 # ways to locate the batch size beyond which more data per step stops paying: McCandlish et al. 2018
 # (gradient noise scale B_simple = tr(Σ)/|G|², and the steps/examples hyperbola (S/S_min −
 # 1)(E/E_min − 1) = 1 with B_crit = E_min/S_min); Zhang et al. 2025 (S(B) = a + b/B, critical where
-# steps exceed linear scaling from the smallest batch by 20%; B* grows with data, ≈ 22.7·D^0.47, D
+# steps exceed linear scaling from the smallest batch by 20%; B* grows with data, ≈ 22.9·D^0.47, D
 # in millions of tokens); Zhou et al. 2026 (under WSD, E(S) is piecewise, giving B_min — below it a
 # target is not reached — and B_opt, the fewest tokens). And should the batch change during
 # training?

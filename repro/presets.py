@@ -472,12 +472,18 @@ class Preset:
         }
 
 
+ZHANG_LAW = (22.9, 0.47)
+"""Zhang et al.'s fit of the critical batch to data size, B* = 22.9 D^0.47 (coefficient,
+exponent); its units are not stated with it (zhang_critical_batch reads it both ways)."""
+
+
 def zhang_critical_batch(pool_tokens: float) -> tuple[float, float]:
-    """Zhang et al.'s critical batch B* = 22.9 D^0.47 at a pool of `pool_tokens`, in tokens, under
-    both readings of its units, lowest first: D in millions of tokens and B* in sequences of their
-    512-token context; D and B* in tokens."""
-    millions = 22.9 * (pool_tokens / 1e6) ** 0.47 * 512
-    tokens = 22.9 * pool_tokens**0.47
+    """Zhang et al.'s critical batch B* = 22.9 D^0.47 (ZHANG_LAW) at a pool of `pool_tokens`, in
+    tokens, under both readings of its units, lowest first: D in millions of tokens and B* in
+    sequences of their 512-token context; D and B* in tokens."""
+    coefficient, exponent = ZHANG_LAW
+    millions = coefficient * (pool_tokens / 1e6) ** exponent * 512
+    tokens = coefficient * pool_tokens**exponent
     return min(millions, tokens), max(millions, tokens)
 
 

@@ -18,6 +18,7 @@ from repro.analysis import plots
 from repro.analysis.analyses import across_replicates, endpoint_curve
 from repro.analysis.intervals import Difference
 from repro.data.pool import load_pool
+from repro.presets import ZHANG_LAW
 from repro.runtime.shapes import SIZES
 
 LOSS = "tuned validation loss (nats/token)"
@@ -691,8 +692,8 @@ def _per_seed(ax: plt.Axes, scaling: pd.DataFrame, name: str, color, limit: floa
 def cbs_vs_pool_size(scaling: pd.DataFrame, laws: dict, limit: float) -> plt.Figure:
     """B_crit and B* (sequences) against pool size, each pool seed's fits on its own pools
     (_per_seed: the seeds' pools differ in size, so the interval is on the exponent, in the
-    legend: mean and 90% interval over seeds, cbs.scaling_laws), and Zhang et al.'s 22.7 D^0.47
-    (their scale: compare slopes only)."""
+    legend: mean and 90% interval over seeds, cbs.scaling_laws), and Zhang et al.'s law
+    (presets.ZHANG_LAW, D in millions of tokens: compare slopes only)."""
     fig, ax = plt.subplots()
     for i, name in enumerate(("B_crit", "B*")):
         _per_seed(ax, scaling, name, plots.PALETTE[i], limit)
@@ -702,8 +703,11 @@ def cbs_vs_pool_size(scaling: pd.DataFrame, laws: dict, limit: float) -> plt.Fig
         no_fit = "no fit: fewer than 3 batch sizes reach any pool's target"
         ax.text(0.02, 0.95, no_fit, transform=ax.transAxes, va="top", fontsize="small")
     D = np.geomspace(scaling["pool tokens"].min(), scaling["pool tokens"].max(), 20) / 1e6
-    zhang = "Zhang et al.: 22.7 D^0.47 (their scale; compare slopes)"
-    ax.plot(D * 1e6, 22.7 * D**0.47, color=plots.PALETTE[2], label=zhang, **plots.PROJECTED)
+    coefficient, exponent = ZHANG_LAW
+    zhang = f"Zhang et al.: {coefficient} D^{exponent} (their scale; compare slopes)"
+    ax.plot(
+        D * 1e6, coefficient * D**exponent, color=plots.PALETTE[2], label=zhang, **plots.PROJECTED
+    )
     plots.log_axis(ax, "x", scaling["pool tokens"].min() * 0.9, scaling["pool tokens"].max() * 1.1)
     low, high = ax.get_ylim()
     plots.log_axis(ax, "y", max(low, 1e-3), high)
