@@ -21,7 +21,7 @@
 # %% tags=["parameters"]
 import os
 
-preset = os.environ.get("REPRO_PRESET", "cpu")  # smoke | cpu | gpu-small | gpu | FILE.yaml
+preset = os.environ.get("REPRO_PRESET", "cpu")  # `repro preset list`, or FILE.yaml
 workers = None  # parallel runs; default: the preset's
 
 # %%

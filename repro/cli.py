@@ -192,6 +192,21 @@ def _plan(args: argparse.Namespace) -> None:
     print(plan_text(get_preset(args.preset), project_root(), _integers(args.gpus), args.vocab))
 
 
+PRESET_HELP = "a built-in preset (repro preset list) or a preset FILE.yaml"
+
+
+def _preset_list(args: argparse.Namespace) -> None:
+    """One line per built-in preset: its pools, models, batch sizes and epoch budgets."""
+    from repro.presets import PRESETS
+
+    for name, p in PRESETS.items():
+        print(
+            f"{name:<11} {len(p.pool_seeds)} pools x {p.pool.tokens:,} tokens ({p.pool.source}); "
+            f"models {', '.join(p.models)}; batches {', '.join(map(str, p.batch_sizes))} x "
+            f"{p.seq_len} tokens; epochs {', '.join(map(str, p.epochs))}"
+        )
+
+
 def _preset_show(args: argparse.Namespace) -> None:
     from repro.presets import get_preset, preset_yaml
 
@@ -678,9 +693,7 @@ def _add_sweep_run(sweep) -> None:
 def _add_reproduce_command(commands) -> None:
     """`repro reproduce`: the notebook series of one preset."""
     reproduce = _add_command(commands, "reproduce", "run the notebook series with papermill")
-    reproduce.add_argument(
-        "--preset", required=True, help="smoke | cpu | gpu-small | gpu | a preset FILE.yaml"
-    )
+    reproduce.add_argument("--preset", required=True, help=PRESET_HELP)
     reproduce.add_argument(
         "--only", default=None, help="comma-separated notebook numbers, e.g. 02,03"
     )
@@ -720,9 +733,7 @@ def _add_reproduce_command(commands) -> None:
     plan = _add_command(
         commands, "plan", "what a preset costs: runs, tokens, FLOPs, GPU-hours per notebook"
     )
-    plan.add_argument(
-        "--preset", required=True, help="smoke | cpu | gpu-small | gpu | a preset FILE.yaml"
-    )
+    plan.add_argument("--preset", required=True, help=PRESET_HELP)
     plan.add_argument("--gpus", default="1,8", help="GPU counts to show the wall time on")
     plan.add_argument(
         "--vocab", type=int, default=None, help="vocab size (default: the built pool's)"
@@ -733,8 +744,10 @@ def _add_reproduce_command(commands) -> None:
 def _add_preset_commands(commands) -> None:
     """`repro preset show`."""
     preset = _add_group(commands, "preset", "inspect presets", "preset_command")
+    listing = _add_command(preset, "list", "the built-in presets, one line each")
+    listing.set_defaults(func=_preset_list)
     show = _add_command(preset, "show", "every field of a preset, as YAML")
-    show.add_argument("preset", help="smoke | cpu | gpu-small | gpu | a preset FILE.yaml")
+    show.add_argument("preset", help=PRESET_HELP)
     show.set_defaults(func=_preset_show)
 
 

@@ -1,8 +1,10 @@
-"""Scales of the study: smoke (CI), cpu (a laptop), gpu-small (one GPU), gpu (paper scale).
+"""Scales of the study (PRESETS; `repro preset list`): smoke (CI), cpu (a laptop), cpu-regime (the
+paper's ratios on a laptop), gpu-small (one GPU), gpu (paper scale), and users' preset files.
 
 A preset fixes the pools, model sizes, sequence length, batch sizes, the lr / weight-decay grids
-(lr grids move with sqrt(batch size)), the epoch budget and the recipe ablations. The notebooks turn
-a preset into sweeps with the grid builders below; nothing here trains.
+(each preset's lr grid moves with a power of the batch: _lr_ladder), the epoch budgets and the
+recipe ablations. The notebooks turn a preset into sweeps with the grid builders below; nothing
+here trains.
 """
 
 from __future__ import annotations

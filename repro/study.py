@@ -63,6 +63,7 @@ class Study:
             else "\nregime: build the pools to know the tokenizer's vocab"
         )
         deviations = "\n".join(f"  {note}" for note in P.deviations())
+        budget_runs = "WSD cool-downs of one run" if P.wsd_branches else "each its own run"
         few = f" (a verdict needs {MIN_REPLICATES})" if len(P.pool_seeds) < MIN_REPLICATES else ""
         replicates = f"\nreplicates: {len(P.pool_seeds)} pools{few}" + (
             self._validation_summary() if meta else ""
@@ -70,7 +71,7 @@ class Study:
         return (
             f"preset {P.name}: source {P.pool.source}, {P.pool.tokens:,} training tokens per pool, "
             f"models {list(P.models)}, seq_len {P.seq_len}, batch sizes {list(P.batch_sizes)}, "
-            f"epoch budgets {list(P.epochs)} (each its own run)"
+            f"epoch budgets {list(P.epochs)} ({budget_runs})"
             + f"\nusual (one-pass) batch: {P.usual_batch_source()}"
             + regime
             + replicates

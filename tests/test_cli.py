@@ -57,3 +57,13 @@ def test_an_os_error_of_permission_or_space_is_one_line(code, says, monkeypatch,
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and err.count("\n") == 1
     assert err.startswith(f"repro: error: /data/pool/meta.json: {says}")
+
+
+def test_preset_list_names_every_built_in_preset(capsys):
+    """`repro preset list` comes from the registry: one line per preset, in its order."""
+    from repro.presets import PRESETS
+
+    main(["preset", "list"])
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == list(PRESETS)
+    assert all(f"{len(p.pool_seeds)} pools" in line for line, p in zip(lines, PRESETS.values()))
