@@ -631,10 +631,11 @@ PRESETS: dict[str, Preset] = {
     # | pools                      | 2 (DCLM samples)         | 3 (synthetic samples)           |
     # Not matched: the smallest batch, 1 sequence, is 5.3e-4 of a pool small enough for the smallest
     # model to see 1.3 tokens per parameter (not 3.3e-4); batch 32 goes past the paper's largest
-    # to show the large-batch arm. lrs move with batch ** 0.25: scouting in this regime
-    # (../shared/CALIBRATION.md) found sqrt(batch) too steep. The lr and weight-decay grids are a
-    # start: 3 rounds of grid growth bracket every choice (a first pass without them left choices
-    # on an edge in all 36 of 02's groups). From scratch: 2 h 36 min on 2 cores with 2 pools of
+    # to show the large-batch arm. lrs move with batch ** 0.25: in a scouting sweep in this regime
+    # (batches 1-64 at seq_len 32) batch 1's best lr was the top of its sqrt(batch) grid and every
+    # larger batch's the bottom, so sqrt(batch) is too steep here. The lr and weight-decay grids
+    # are a start: 3 rounds of grid growth bracket every choice (a first pass without them left
+    # choices on an edge in all 36 of 02's groups). From scratch: 2 h 36 min on 2 cores with 2 pools of
     # longer documents (docs/RESULTS.md); not yet timed with 3 pools.
     "cpu-regime": Preset(
         name="cpu-regime",
