@@ -635,8 +635,8 @@ PRESETS: dict[str, Preset] = {
     # (batches 1-64 at seq_len 32) batch 1's best lr was the top of its sqrt(batch) grid and every
     # larger batch's the bottom, so sqrt(batch) is too steep here. The lr and weight-decay grids
     # are a start: 3 rounds of grid growth bracket every choice (a first pass without them left
-    # choices on an edge in all 36 of 02's groups). From scratch: 2 h 36 min on 2 cores with 2 pools of
-    # longer documents (docs/RESULTS.md); not yet timed with 3 pools.
+    # choices on an edge in all 36 of 02's groups). From scratch: 2 h 36 min on 2 cores with 2
+    # pools of longer documents (docs/RESULTS.md); not yet timed with 3 pools.
     "cpu-regime": Preset(
         name="cpu-regime",
         pool=PoolSpec(source=SHORT_DOCUMENTS, tokens=30_000, val_tokens=16_000, vocab_size=512),
