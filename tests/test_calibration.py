@@ -4,38 +4,69 @@ A simulated study has replicates (independent pools) and validation documents of
 each run's per-document loss is the document's difficulty + the configuration's true effect + a
 replicate-level effect per batch size (pool-specific batch effects) + run-level noise + document x
 run noise, at the sizes the committed cpu tables show (pool-to-pool differences of 0.03-0.15 nats,
-document difficulty +-0.5 nats). With no true batch effect, a claim may say "agrees" or
-"disagrees" in at most 10% of studies each; with a known effect, 90% intervals cover it in at
-least 87%.
+document difficulty +-0.5 nats). A Scenario makes the study harder: a flat optimum, seeds within
+pools, few effective documents (with document x arm effects that every pool shares), or more pool
+noise. With no true batch effect, a claim may say "agrees" or "disagrees" in at most 10% of
+studies each; with a known effect, 90% intervals cover it in at least 87%.
 """
+
+from dataclasses import dataclass
+from itertools import product
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from repro.analysis.analyses import arm, batch_sweep_claims, recipe_claims
-from repro.analysis.intervals import paired_difference, replicate_difference
+from repro.analysis.analyses import arm, batch_sweep_claims, recipe_claims, train_difference
+from repro.analysis.intervals import effective_documents, paired_difference, replicate_difference
 from repro.analysis.results import Results, memory_documents
 from repro.analysis.selection import compare
 
 BATCHES = (1, 2, 4, 8, 16)
 LRS = (1e-3, 3e-3, 1e-2)
 BUDGETS = (2, 4)
-N_DOCS = 120
-REPLICATE_SD = 0.03  # replicate (pool) x batch effect, nats/token
 RUN_SD = 0.01  # run-level noise (seed, lr), nats/token
 DOC_SD = 0.15  # document x run noise per token at 100 tokens, nats/token
 USUAL = {"p0": 8, "p1": 8, "p2": 8}  # the one-pass batch, set by design
 
 
-def _tokens(rng: np.random.Generator) -> np.ndarray:
-    return np.maximum(5, rng.lognormal(np.log(80), 0.8, N_DOCS)).astype(int)
+@dataclass(frozen=True)
+class Scenario:
+    """The design and noise of a simulated study (nats/token)."""
+
+    name: str
+    n_docs: int = 120  # validation documents
+    length_sd: float = 0.8  # log-SD of document lengths (lognormal around 80 tokens)
+    replicate_sd: float = 0.03  # replicate (pool) x arm effect
+    seeds: int = 1  # seeds per pool, each with its own seed x arm effect
+    seed_sd: float = 0.0
+    doc_arm_sd: float = 0.0  # document x arm effect, the same on every pool
+    effect: tuple[float, ...] = (0.0,) * len(BATCHES)  # true effect per batch in BATCHES
 
 
-def simulate_study(seed: int, batch_effect=lambda b: 0.0, replicates: int = 3) -> Results:
+TODAY = Scenario("today")
+SCENARIOS = [
+    # within 0.02 nats, an edge at the optimum: no claim is true, the tuned interior pays to choose
+    Scenario("flat optimum", effect=(0.0, 0.02, 0.01, 0.0, 0.0)),
+    Scenario("pool x seed", seeds=2, seed_sd=0.02),
+    # ~20 documents, Kish effective number ~8 (median), as the old presets had
+    Scenario("few documents", n_docs=20, length_sd=1.25, doc_arm_sd=0.05),
+    Scenario("pool noise 0.06", replicate_sd=0.06),
+]
+N_STUDIES = 40  # per scenario: a 10% rate has SE ~4.7%, a 90% coverage ~4.7%
+
+
+def _tokens(rng: np.random.Generator, scenario: Scenario = TODAY) -> np.ndarray:
+    lengths = rng.lognormal(np.log(80), scenario.length_sd, scenario.n_docs)
+    return np.maximum(5, lengths).astype(int)
+
+
+def simulate_study(
+    seed: int, batch_effect=lambda b: 0.0, replicates: int = 3, scenario: Scenario = TODAY
+) -> Results:
     """One simulated batch sweep (module docstring)."""
     arms = [({"batch_size": b}, batch_effect(b)) for b in BATCHES]
-    return simulate_arms(seed, arms, replicates)
+    return simulate_arms(seed, arms, replicates, scenario=scenario)
 
 
 def simulate_arms(
@@ -44,27 +75,32 @@ def simulate_arms(
     replicates: int = 3,
     budgets=BUDGETS,
     documents_seed: int | None = None,
+    scenario: Scenario = TODAY,
 ) -> Results:
-    """Simulated runs of each arm (run fields, true effect in nats/token) on every replicate, over
-    LRS x `budgets` (module docstring): lr 3e-3 is best by 0.1 nats and the first budget by 0.05
-    (so that no choice sits at the largest budget, which would censor it). The validation
-    documents come from `documents_seed` (default `seed`): studies that share it share them."""
+    """Simulated runs of each arm (run fields, true effect in nats/token) on every replicate and
+    seed, over LRS x `budgets` (module docstring, `scenario`): lr 3e-3 is best by 0.1 nats and the
+    first budget by 0.05 (so that no choice sits at the largest budget, which would censor it).
+    The validation documents come from `documents_seed` (default `seed`): studies that share it
+    share them. The scenario's seed and document x arm effects come from a stream of their own."""
     rng = np.random.default_rng(seed if documents_seed is None else documents_seed)
-    tokens = _tokens(rng)
-    difficulty = 3.0 + 0.5 * rng.standard_normal(N_DOCS)
+    tokens = _tokens(rng, scenario)
+    difficulty = 3.0 + 0.5 * rng.standard_normal(scenario.n_docs)
     rng = rng if documents_seed is None else np.random.default_rng(seed)
+    extra = np.random.default_rng([seed, 1])
+    doc_arm = scenario.doc_arm_sd * extra.standard_normal((len(arms), scenario.n_docs))
     base = {"model": "m", "batch_size": 4, "loader": "shuffle", "tie_embeddings": False}
-    base |= {"embedding_weight_decay": 0.0, "weight_decay": 0.1, "status": "done", "seed": 0}
+    base |= {"embedding_weight_decay": 0.0, "weight_decay": 0.1, "status": "done"}
     runs, evals, documents = [], [], {}
     for pool in range(replicates):
-        for fields, effect in arms:
-            shift = effect + REPLICATE_SD * rng.standard_normal()
-            for lr in LRS:
-                for epochs in budgets:
+        for (fields, effect), arm_docs in zip(arms, doc_arm):
+            pool_shift = effect + scenario.replicate_sd * rng.standard_normal()
+            for seed_ in range(scenario.seeds):
+                shift = pool_shift + scenario.seed_sd * extra.standard_normal()
+                for lr, epochs in product(LRS, budgets):
                     tuning = (0.0 if lr == 3e-3 else 0.1) + (0.0 if epochs == budgets[0] else 0.05)
                     mean = shift + tuning + RUN_SD * rng.standard_normal()
-                    noise = DOC_SD * np.sqrt(100 / tokens) * rng.standard_normal(N_DOCS)
-                    per_token = difficulty + mean + noise
+                    noise = DOC_SD * np.sqrt(100 / tokens) * rng.standard_normal(len(tokens))
+                    per_token = difficulty + arm_docs + mean + noise
                     rid = f"r{len(runs)}"
                     documents[(rid, 10)] = (per_token * tokens, tokens)
                     val = float((per_token * tokens).sum() / tokens.sum())
@@ -72,7 +108,8 @@ def simulate_arms(
                     runs.append(
                         base
                         | fields
-                        | {"run_id": rid, "pool": f"p{pool}", "lr": lr, "epochs": epochs}
+                        | {"run_id": rid, "pool": f"p{pool}", "seed": seed_}
+                        | {"lr": lr, "epochs": epochs}
                     )
                     evals.append(
                         {"run_id": rid, "step": 10, "epoch": epochs}
@@ -89,14 +126,14 @@ def test_the_interval_covers_with_replicate_and_document_noise():
     for _ in range(2000):
         tokens = _tokens(rng)
         per_token = (
-            REPLICATE_SD * rng.standard_normal((3, 1))
-            + 0.05 * rng.standard_normal(N_DOCS)  # documents the arms treat differently
-            + DOC_SD * np.sqrt(100 / tokens) * rng.standard_normal((3, N_DOCS))
+            TODAY.replicate_sd * rng.standard_normal((3, 1))
+            + 0.05 * rng.standard_normal(TODAY.n_docs)  # documents the arms treat differently
+            + DOC_SD * np.sqrt(100 / tokens) * rng.standard_normal((3, TODAY.n_docs))
         )
         gaps = per_token * tokens
         diff = replicate_difference(gaps, tokens)
         covered += diff.low <= 0 <= diff.high
-        pooled = paired_difference(gaps.mean(0), np.zeros(N_DOCS), tokens)
+        pooled = paired_difference(gaps.mean(0), np.zeros(TODAY.n_docs), tokens)
         document_only += pooled.low <= 0 <= pooled.high
     assert 0.87 <= covered / 2000 <= 0.96
     assert document_only / 2000 < 0.8  # the rule before: documents only
@@ -112,11 +149,64 @@ def null_claims() -> pd.DataFrame:
     return pd.concat(tables, ignore_index=True)
 
 
+def definite_rates(claims: pd.DataFrame) -> pd.DataFrame:
+    """Per claim (rows): the share of studies that say "agrees" and "disagrees" (columns)."""
+    rates = claims.groupby("claim")["agrees?"].value_counts(normalize=True).unstack(1)
+    return rates.reindex(columns=["agrees", "disagrees"], fill_value=0).fillna(0)
+
+
 def test_no_batch_effect_gives_few_definite_verdicts(null_claims):
-    rates = null_claims.groupby("claim")["agrees?"].value_counts(normalize=True).unstack(1)
-    rates = rates.reindex(columns=["agrees", "disagrees"], fill_value=0).fillna(0)
+    rates = definite_rates(null_claims)
     assert len(rates) == 4  # U-shape, smaller batches win, smallest and largest batch signatures
     assert (rates <= 0.10).all().all(), rates.to_dict()
+
+
+@pytest.fixture(scope="module", params=SCENARIOS, ids=lambda s: s.name)
+def scenario_studies(request) -> tuple[Scenario, pd.DataFrame, list[bool]]:
+    """N_STUDIES simulated batch sweeps of a scenario in which no batch claim is true: their
+    claims, and whether the 90% interval of tuned batch 1 minus tuned batch 4 covers the true
+    difference in each."""
+    scenario = request.param
+    effect = dict(zip(BATCHES, scenario.effect))
+    tables, covered = [], []
+    for seed in range(N_STUDIES):
+        study = simulate_study(2000 + seed, effect.get, scenario=scenario)
+        tables.append(batch_sweep_claims(study, ["m"], USUAL, "set"))
+        batch = study.runs["batch_size"]
+        diff = compare(arm(study, batch == 1), arm(study, batch == 4))
+        covered.append(diff.low <= effect[1] - effect[4] <= diff.high)
+    return scenario, pd.concat(tables, ignore_index=True), covered
+
+
+def test_harder_studies_give_few_false_verdicts(scenario_studies):
+    """Each of 02's batch claims says "agrees" or "disagrees" in at most 10% of the studies."""
+    scenario, claims, _ = scenario_studies
+    rates = definite_rates(claims)
+    assert len(rates) == 4
+    assert (rates <= 0.10).all().all(), (scenario.name, rates.to_dict())
+
+
+def test_harder_studies_are_covered(scenario_studies):
+    """The 90% interval of a single-batch contrast covers its true value in at least 87%."""
+    scenario, _, covered = scenario_studies
+    assert np.mean(covered) >= 0.87, (scenario.name, np.mean(covered))
+
+
+def test_seeds_on_a_pool_are_one_replicate_of_the_train_gap():
+    """The signatures' train-loss gap counts pools, not pool x seed runs, as replicates."""
+    study = simulate_study(0, scenario=SCENARIOS[1])
+    batch = study.runs["batch_size"]
+    mine, rest = arm(study, batch == 1), arm(study, batch != 1)
+    diff = train_difference(mine, rest, 0.9)
+    per_run = mine["train_loss"].to_numpy() - rest["train_loss"].to_numpy()
+    assert np.allclose(diff.per_replicate, per_run.reshape(3, 2).mean(1))
+
+
+def test_few_documents_are_few():
+    """The few-documents scenario's validation sets count ~8 effective documents (median)."""
+    rng = np.random.default_rng(0)
+    kish = [effective_documents(_tokens(rng, SCENARIOS[2])) for _ in range(200)]
+    assert 6 <= np.median(kish) <= 10
 
 
 def test_a_known_effect_is_covered_and_found():
@@ -161,8 +251,7 @@ def test_no_recipe_effect_gives_few_definite_verdicts():
     10% of them, the stopping point's difference-in-differences included ("tying alone does
     little" may agree: there the null is its claim)."""
     tables = pd.concat([_null_recipe(100 * seed) for seed in range(40)], ignore_index=True)
-    rates = tables.groupby("claim")["agrees?"].value_counts(normalize=True).unstack(1)
-    rates = rates.reindex(columns=["agrees", "disagrees"], fill_value=0).fillna(0)
+    rates = definite_rates(tables)
     assert len(rates) == 6
     others = rates.drop(index="tying alone does little")
     assert (others <= 0.10).all().all(), others.to_dict()

@@ -367,15 +367,22 @@ def signature_verdict(val: Difference, train: Difference) -> str:
     return "undetermined"
 
 
+def train_difference(mine: pd.DataFrame, rest: pd.DataFrame, level: float) -> Difference:
+    """Final training loss of endpoints `mine` minus `rest` (rows of selection.tuned per
+    replicate), averaged over each pool's seeds (they share the pool's draw: the pool is the
+    replicate, as in selection.contrast), with its `level` t interval over pools."""
+    key = list(REPLICATE_FIELDS)
+    gaps = (mine.set_index(key)["train_loss"] - rest.set_index(key)["train_loss"]).dropna()
+    return t_interval(gaps.groupby(level="pool", sort=False).mean().tolist(), level)
+
+
 def signature(mine: pd.DataFrame, rest: pd.DataFrame, name: str) -> tuple[str, str]:
     """(measured, verdict) of the over-fitting signature of endpoints `mine` against `rest`
     (rows of selection.tuned per replicate; signature_verdict, PAIR_LEVEL), the val difference
-    labelled `name`; the train losses are the final ones of each replicate's chosen runs (t
-    interval over replicates: training losses have no documents)."""
+    labelled `name`; the train losses are the final ones of each replicate's chosen runs
+    (train_difference: training losses have no documents)."""
     val = compare(mine, rest, PAIR_LEVEL)
-    key = list(REPLICATE_FIELDS)
-    gaps = (mine.set_index(key)["train_loss"] - rest.set_index(key)["train_loss"]).dropna()
-    train = t_interval(gaps.tolist(), PAIR_LEVEL)
+    train = train_difference(mine, rest, PAIR_LEVEL)
     measured = (
         describe(f"val: {name}", val)
         + "; "
