@@ -111,12 +111,13 @@ def _sweep_status(args: argparse.Namespace) -> None:
 def _sweep_table(args: argparse.Namespace) -> None:
     import pandas as pd
 
-    from repro.analysis.results import default_group_by, open_results
+    from repro.analysis.results import check_consistent, default_group_by, open_results
     from repro.analysis.selection import tuned
     from repro.sweep import failed_runs
 
     failed = failed_runs(args.dir)  # first: a damaged status.json is a one-line error
     results = open_results(args.dir)
+    check_consistent(results)  # a damaged finished run is an error, never a different table
     runs, evals = results.runs, results.evals
     errors = (
         f"{len(failed)} run(s) failed; their errors: "

@@ -823,7 +823,9 @@ def load_preset(path: str | Path) -> Preset:
     path is read relative to the file."""
     path = Path(path).resolve()
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ReproError(f"{path}: not UTF-8 text; save the preset file as UTF-8") from None
     except yaml.YAMLError as exc:
         raise ReproError(f"{path}: not valid YAML ({' '.join(str(exc).split())})") from None
     if not isinstance(data, dict):

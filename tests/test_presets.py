@@ -377,3 +377,10 @@ def test_a_dry_run_takes_a_built_in_preset_and_keeps_the_notebooks_outputs(capsy
             main(["reproduce", *args])
     errors = capsys.readouterr().err.splitlines()
     assert "--dry-run takes a built-in preset" in errors[0] and "--store-outputs" in errors[1]
+
+
+def test_a_preset_file_that_is_not_utf8_is_one_line(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_bytes(b"name: x\nbase: smoke\n# \xff\n")
+    with pytest.raises(ReproError, match="bad.yaml: not UTF-8 text; save the preset file as UTF-8"):
+        get_preset(str(path))

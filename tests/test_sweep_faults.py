@@ -5,14 +5,18 @@ no temporary files left."""
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
+from repro.analysis.results import check_finished, open_results
 from repro.cli import main
+from repro.errors import ReproError
 from repro.sweep import load_grid, plan_grid, sweep_status
 
 GRID = {
@@ -155,3 +159,66 @@ def test_a_damaged_metrics_line_is_one_line_naming_it(synthetic_pool, tmp_path, 
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and err.count("\n") == 1, err
     assert err.startswith(f"repro: error: {run / 'metrics.jsonl'} line 2 is not a JSON object")
+
+
+def _last_line_lost(run):
+    lines = (run / "metrics.jsonl").read_text().splitlines(keepends=True)
+    (run / "metrics.jsonl").write_text("".join(lines[:-1]))
+
+
+def _scaled(run, factor):
+    step = json.loads((run / "status.json").read_text())["step"]
+    path = run / "val_docs" / f"step-{step}.npy"
+    np.save(path, np.load(path) * factor) if factor else path.write_bytes(b"")
+
+
+def _bare_status(run):
+    shutil.rmtree(run)
+    run.mkdir()
+    (run / "status.json").write_text('{"status": "done"}')
+
+
+RUN_DAMAGES = {
+    "last metrics line lost": (_last_line_lost, "its last evaluation in metrics.jsonl"),
+    "metrics.jsonl missing": (lambda r: (r / "metrics.jsonl").unlink(), "(step none)"),
+    "metrics.jsonl empty": (lambda r: (r / "metrics.jsonl").write_text(""), "(step none)"),
+    "documents' losses halved": (lambda r: _scaled(r, 0.5), "per-document losses at step"),
+    "documents' losses empty": (lambda r: _scaled(r, 0), "val_docs is damaged (No data left"),
+    "bare status": (_bare_status, "has no config.json"),
+    "config.json missing": (lambda r: (r / "config.json").unlink(), "has no config.json"),
+    "status not a word": (
+        lambda r: (r / "status.json").write_text('{"status": 5}'),
+        "holds a status that is not a word",
+    ),
+    "downstream not objects": (
+        lambda r: (r / "downstream.json").write_text('{"arc_easy": 5}'),
+        "holds a task whose result is not an object",
+    ),
+}
+
+
+@pytest.mark.parametrize("damage", list(RUN_DAMAGES))
+def test_sweep_table_refuses_a_damaged_finished_run(straight, tmp_path, damage, capsys):
+    """A finished run damaged after the fact: `repro sweep table` names it in one line (rc 2)
+    instead of printing a silently different table (what the analyses' check_finished does for
+    `repro reproduce`)."""
+    store = tmp_path / "store"
+    shutil.copytree(straight, store)
+    run = sorted(p for p in store.iterdir() if p.is_dir())[0]
+    apply, says = RUN_DAMAGES[damage]
+    apply(run)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["sweep", "table", str(store)])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1, err
+    assert run.name in err and says in err, err
+
+
+def test_a_run_asked_for_but_never_started_is_not_dropped(straight):
+    """open_results of a grid's run ids: one never started is a pending row, so check_finished
+    names it instead of tuning over the others."""
+    ids = sorted(p.name for p in straight.iterdir() if p.is_dir())
+    results = open_results(straight, [*ids, "0123456789ab"])
+    assert len(results.runs) == len(ids) + 1
+    with pytest.raises(ReproError, match=r"run 0123456789ab is pending \(1 of"):
+        check_finished(results)

@@ -50,11 +50,17 @@ def load_results(
         raise ReproError(f"{store} is not a directory of runs")
     run_rows, eval_rows = [], []
     dirs = [store / rid for rid in run_ids] if run_ids is not None else sorted(store.iterdir())
-    for run_dir in (p for p in dirs if (p / "config.json").is_file()):
+    for run_dir in dirs:
         rid = run_dir.name
         fix = f"remove {run_dir} and rerun the sweep to retrain it"
-        config = DEFAULTS | read_json(run_dir / "config.json", fix)
         status = read_status(run_dir) or {"status": "pending"}
+        if not (run_dir / "config.json").is_file():
+            if status["status"] != "pending":  # a started run without its config is damaged
+                raise ReproError(f"run {rid} has no config.json; {fix}")
+            if run_ids is not None:  # asked for but never started: the analysis must know
+                run_rows.append(DEFAULTS | {"run_id": rid, "status": "pending"})
+            continue
+        config = DEFAULTS | read_json(run_dir / "config.json", fix)
         run_rows.append(
             {
                 "run_id": rid,
@@ -121,10 +127,10 @@ def store_documents(store: str | Path) -> DocumentLosses:
             )
         try:
             pair = np.load(losses), np.load(tokens)
-        except (OSError, ValueError) as error:
+        except (OSError, ValueError, EOFError) as error:
             raise ReproError(
-                f"{folder} is damaged ({error}): remove {folder.parent} and rerun "
-                "the sweep to retrain it"
+                f"{folder} is damaged ({error or type(error).__name__}): remove "
+                f"{folder.parent} and rerun the sweep to retrain it"
             ) from None
         if pair[0].shape != pair[1].shape or pair[0].ndim != 1:
             raise ReproError(
@@ -153,6 +159,12 @@ def check_finished(results: Results) -> None:
             f"run {rid} is {status} ({len(open_)} of {len(results.runs)} runs not finished): "
             "wait for the sweep that holds it, or rerun this one (repro reproduce resumes it)"
         )
+    check_consistent(results)
+
+
+def check_consistent(results: Results) -> None:
+    """check_finished's rules for the runs that are done (`repro sweep table` reads unfinished
+    runs too, as a provisional table): each consistent, or a one-line error naming it."""
     finals = results.evals.sort_values("step").groupby("run_id").last()
     for run in results.runs[results.runs["status"] == "done"].itertuples():
         _check_run(results, run.run_id, run.final_step, finals)
@@ -202,7 +214,10 @@ def _downstream(run_dir: Path) -> dict:
     path = run_dir / "downstream.json"
     if not path.is_file():
         return {}
-    results = read_json(path, f"remove it and rerun `repro eval {run_dir}`")
+    fix = f"remove it and rerun `repro eval {run_dir}`"
+    results = read_json(path, fix)
+    if not all(isinstance(result, dict) for result in results.values()):
+        raise ReproError(f"{path} holds a task whose result is not an object; {fix}")
     return {
         f"{task} {key}": value for task, result in results.items() for key, value in result.items()
     }

@@ -167,12 +167,17 @@ def read_metrics(path: Path, fix: str) -> list[dict]:
 
 
 def read_status(run: Path) -> dict:
-    """RUN/status.json, {} while there is none; a damaged one is a one-line error saying to remove
-    it (the run then resumes from its checkpoint, or starts over)."""
+    """RUN/status.json, {} while there is none; a damaged one (not a JSON object, or a status that
+    is not a string) is a one-line error saying to remove it (the run then resumes from its
+    checkpoint, or starts over)."""
     path = run / "status.json"
     if not path.exists():
         return {}
-    return read_json(path, "remove it: the run then resumes from its checkpoint or starts over")
+    fix = "remove it: the run then resumes from its checkpoint or starts over"
+    status = read_json(path, fix)
+    if not isinstance(status.get("status", ""), str):
+        raise ReproError(f"{path} holds a status that is not a word; {fix}")
+    return status
 
 
 def check_out(
