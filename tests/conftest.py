@@ -1,5 +1,8 @@
 """Shared fixtures (the offline environment is set by the conftest.py at the project root)."""
 
+import re
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -8,6 +11,14 @@ from repro.analysis.results import Results, memory_documents
 from repro.data.build import PoolSpec, build_pool
 
 SMALL_SYNTHETIC = PoolSpec(source="synthetic", tokens=30_000, val_tokens=5_000, vocab_size=300)
+
+
+@pytest.fixture(scope="session")
+def claim_tables() -> int:
+    """How many claim tables (NN_..._claims) a full series writes, read off the notebooks."""
+    notebooks = Path(__file__).resolve().parents[1] / "notebooks"
+    text = "".join(path.read_text() for path in notebooks.glob("[0-9][0-9]_*.py"))
+    return len(set(re.findall(r'save_table\([^)]*"(\d\d_\w*claims)"\)', text)))
 
 
 @pytest.fixture(scope="session")

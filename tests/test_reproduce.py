@@ -291,9 +291,9 @@ def test_preset_file_runs_under_its_own_name_and_outputs_can_be_stored(tmp_path,
 
 
 def test_a_smoke_reproduction_writes_every_table_and_refuses_damaged_runs(
-    tmp_path, monkeypatch, capsys
+    tmp_path, monkeypatch, capsys, claim_tables
 ):
-    """From scratch (pools, runs, notebooks) with 2 workers: the ten claim tables; then damaged
+    """From scratch (pools, runs, notebooks) with 2 workers: every claim table; then damaged
     runs (below). That the tables do not depend on the worker count follows from a run's bits not
     depending on its stack or thread count (tests/test_stacked.py) nor on being killed and
     resumed (tests/test_sweep_faults.py)."""
@@ -304,7 +304,7 @@ def test_a_smoke_reproduction_writes_every_table_and_refuses_damaged_runs(
     monkeypatch.chdir(tmp_path)
     main(["reproduce", "--preset", "smoke", "--workers", "2"])
     tables = {p.name: p.read_bytes() for p in (tmp_path / "figures" / "smoke").glob("*_claims.*")}
-    assert len(tables) == 10
+    assert len(tables) == 2 * claim_tables  # .md and .csv
     _damaged_runs_fail_naming_them_or_give_the_same_tables(tmp_path, tables, capsys)
 
 
@@ -342,20 +342,3 @@ def _halved(npy: bytes) -> bytes:
     out = io.BytesIO()
     np.save(out, values / 2)
     return out.getvalue()
-
-
-def test_the_gpu_small_preset_dry_runs_every_notebook_on_a_cpu(tmp_path, monkeypatch):
-    """Every run of gpu-small (776), shrunk to CPU-seconds, and every notebook end to end, with
-    downstream accuracy (the local pool task in place of the hub's)."""
-    notebooks = Path(__file__).resolve().parents[1] / "notebooks"
-    (tmp_path / "repro").mkdir()
-    (tmp_path / "pyproject.toml").write_text("")
-    shutil.copytree(notebooks, tmp_path / "notebooks")
-    monkeypatch.chdir(tmp_path)
-    main(["reproduce", "--preset", "gpu-small", "--dry-run"])
-    figures = tmp_path / "figures" / "gpu-small-dry-run"
-    assert len(list(figures.glob("0*_claims.md"))) == 5
-    assert (figures / "02_accuracy_vs_batch.png").is_file()  # downstream: the pool task
-    for table in ("02_claims.md", "03_claims.md"):
-        assert "downstream accuracy follows validation loss" in (figures / table).read_text()
-    assert len(list((tmp_path / "runs" / "gpu-small-dry-run" / "notebooks").glob("*.ipynb"))) == 5
