@@ -55,10 +55,10 @@ def load_results(
         fix = f"remove {run_dir} and rerun the sweep to retrain it"
         status = read_status(run_dir) or {"status": "pending"}
         if not (run_dir / "config.json").is_file():
-            if status["status"] != "pending":  # a started run without its config is damaged
+            if status["status"] in ("done", "diverged", "running"):  # trained without a config
                 raise ReproError(f"run {rid} has no config.json; {fix}")
-            if run_ids is not None:  # asked for but never started: the analysis must know
-                run_rows.append(DEFAULTS | {"run_id": rid, "status": "pending"})
+            if run_ids is not None:  # asked for, but never started or failed before its config
+                run_rows.append(DEFAULTS | {"run_id": rid, "status": status["status"]})
             continue
         config = DEFAULTS | read_json(run_dir / "config.json", fix)
         run_rows.append(
