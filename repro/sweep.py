@@ -178,12 +178,12 @@ def plan_grid(grid: dict, store: Path) -> list[PlannedRun]:
     planned: list[PlannedRun] = []
     for members in families.values():
         members.sort(key=lambda c: c.epochs)
-        steps_per_epoch = _steps_per_epoch(members[-1])
+        sequences = _sequences_per_epoch(members[-1])
         if not members[-1].warmup_steps:  # the family's warmup: `warmup` of its longest run
-            warmup = math.ceil(members[-1].warmup * members[-1].epochs * steps_per_epoch)
+            warmup = math.ceil(members[-1].warmup * _total_steps(members[-1], sequences))
             members = [replace(c, warmup_steps=warmup) for c in members]
         longest = members[-1]
-        starts = {c.epochs: _decay_start(c, steps_per_epoch) for c in members[:-1]}
+        starts = {c.epochs: _decay_start(c, _total_steps(c, sequences)) for c in members[:-1]}
         trunk = replace(longest, save_steps=tuple(sorted(set(starts.values()))))
         trunk_id = run_id(trunk)
         planned.append(PlannedRun(trunk, trunk_id))
@@ -195,19 +195,19 @@ def plan_grid(grid: dict, store: Path) -> list[PlannedRun]:
     return planned
 
 
-def _steps_per_epoch(config: RunConfig) -> int:
+def _sequences_per_epoch(config: RunConfig) -> int:
     from repro.data.pool import load_pool
-    from repro.runtime.loaders import EpochLoader
 
     pool = load_pool(config.pool)
-    return EpochLoader(
-        pool.train, pool.eos_id, config.seq_len, config.batch_size, config.loader, config.seed
-    ).steps_per_epoch
+    return packed_sequences(pool.train.n_tokens, pool.train.n_docs, config.seq_len)
 
 
-def _decay_start(config: RunConfig, steps_per_epoch: int) -> int:
-    total = config.epochs * steps_per_epoch
-    return decay_start_step(config.schedule_for(total), total)
+def _total_steps(config: RunConfig, sequences_per_epoch: int) -> int:
+    return epoch_steps(sequences_per_epoch, config.epochs, config.batch_size).total_steps
+
+
+def _decay_start(config: RunConfig, total_steps: int) -> int:
+    return decay_start_step(config.schedule_for(total_steps), total_steps)
 
 
 # --- the store ----------------------------------------------------------------------------------
@@ -342,8 +342,8 @@ def estimated_cost(config: RunConfig) -> float:
         config.batch_schedule,
     )
     passes = sum(
-        steps * math.ceil(batch / (min(config.micro_batch, batch) or batch))
-        for batch, steps in zip(run_steps.batch_by_epoch, run_steps.steps_by_epoch)
+        phase.steps * math.ceil(phase.batch / (min(config.micro_batch, phase.batch) or phase.batch))
+        for phase in run_steps.phases
     )
     return run_steps.sequences_done(run_steps.total_steps) + passes
 

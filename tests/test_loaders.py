@@ -1,5 +1,7 @@
 """Epoch loaders: packing, determinism, per-epoch orderings, at-most-once per epoch."""
 
+from fractions import Fraction
+
 import numpy as np
 import pytest
 
@@ -122,14 +124,37 @@ def test_real_pool_batches_are_slices_of_the_packed_stream(synthetic_pool):
 
 def test_epoch_steps_with_a_batch_schedule():
     steps = epoch_steps(100, 4, 8, ((0.0, 4), (0.5, 16)))
-    assert steps.batch_by_epoch == (4, 4, 16, 16) and steps.steps_by_epoch == (25, 25, 6, 6)
-    assert steps.locate(50) == (2, 0, 16) and steps.epochs_done(53) == pytest.approx(2.5)
+    assert steps.batch_by_epoch == (4, 4, 16, 16)
+    # a phase takes every whole batch of its epochs: 200 // 4 and 200 // 16 steps
+    assert [(p.batch, p.steps, p.first_step) for p in steps.phases] == [(4, 50, 0), (16, 12, 50)]
+    assert steps.locate(50) == (200, 16) and steps.locate(51) == (216, 16)
+    assert steps.epochs_done(53) == pytest.approx(2 + 3 * 16 / 100)
+    assert steps.epochs_done(62) == 4.0  # a phase's last step completes it
     assert steps.sequences_done(52) == 50 * 4 + 2 * 16
     # a phase from epoch floor(0.5 + 1/2) = 1: none in a one-epoch run
     assert epoch_steps(100, 1, 8, ((0.0, 2), (0.5, 8))).batch_by_epoch == (2,)
     assert epoch_steps(100, 3, 8, ((0.0, 2), (0.5, 8))).batch_by_epoch == (2, 2, 8)
-    # one batch size: steps / steps per epoch, exactly
-    assert epoch_steps(100, 3, 8).epochs_done(37) == 37 / 12
+
+
+def test_one_batch_size_reads_the_epochs_as_one_stream():
+    """100 sequences an epoch, batch 8: 37 steps in 3 epochs (not 3 x 12); step 12 spans the end of
+    epoch 0 (sequences 96-99) and the start of epoch 1 (0-3); no sequence of an epoch is dropped."""
+    steps = epoch_steps(100, 3, 8)
+    assert steps.total_steps == 37 and steps.locate(12) == (96, 8)
+    assert steps.epochs_done(12) == 0.96 and steps.epochs_done(37) == 3.0
+    assert [steps.steps_at(Fraction(e)) for e in (1, 2, 3)] == [12, 25, 37]
+
+
+@pytest.mark.parametrize("kind", ["repeat", "shuffle", "repack"])
+def test_a_step_across_an_epochs_end_takes_both_epochs_sequences(split, kind):
+    loader = EpochLoader(split, 0, SEQ, BATCH, kind, seed=2)
+    end = loader.sequences_per_epoch
+    batch = loader.stream(end - 3, 8)
+    assert np.array_equal(batch[:3], loader.sequences(0, end - 3, 3))
+    assert np.array_equal(batch[3:], loader.sequences(1, 0, 5))
+    steps = epoch_steps(end, 4, BATCH)
+    seen = np.concatenate([loader.stream(*steps.locate(i)) for i in range(steps.total_steps)])
+    assert len(seen) == 4 * end - (4 * end) % BATCH  # every epoch whole; the run's tail < 1 batch
 
 
 def test_validation_documents_name_each_target_tokens_document():

@@ -245,11 +245,10 @@ def test_longest_jobs_first(synthetic_pool, tmp_path):
     planned = plan_grid(grid, tmp_path)
     small = next(p for p in planned if p.config.batch_size == 2).config
     loader = check_config(small, load_pool(small.pool))
-    assert estimated_cost(small) == 2 * (
-        loader.steps_per_epoch * 2 + loader.steps_per_epoch
-    )  # sequences + passes
+    steps = 2 * loader.sequences_per_epoch // 2  # whole batches of 2 in the 2-epoch stream
+    assert estimated_cost(small) == steps * 2 + steps  # sequences + passes
     split = make_run_config(asdict(small) | {"micro_batch": 1})  # two passes per step
-    assert estimated_cost(split) == 2 * (loader.steps_per_epoch * 2 + 2 * loader.steps_per_epoch)
+    assert estimated_cost(split) == steps * 2 + 2 * steps
     jobs = longest_first(stacks(planned, 2))
     assert [(len(j), j[0].config.batch_size) for j in jobs] == [(2, 2), (2, 8), (1, 2), (1, 8)]
     assert estimated_cost(make_run_config(BASE | {"pool": str(tmp_path / "not-built")})) == 0.0

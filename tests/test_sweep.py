@@ -245,11 +245,10 @@ def test_wsd_branches_equal_standalone_runs(synthetic_pool, tmp_path):
     from repro.runtime.loaders import EpochLoader
 
     pool = load_pool(synthetic_pool)
-    spe = EpochLoader(pool.train, pool.eos_id, 32, 16, "repack", 0).steps_per_epoch
+    sequences = EpochLoader(pool.train, pool.eos_id, 32, 16, "repack", 0).sequences_per_epoch
+    totals = [e * sequences // 16 for e in (1, 2)]  # whole batches of the stream of e epochs
     starts = list(trunk[0].config.save_steps)
-    assert starts == [
-        e * spe - -(-2 * e * spe // 10) for e in (1, 2)
-    ]  # total steps minus ceil(20% of them)
+    assert starts == [total - -(-2 * total // 10) for total in totals]  # minus ceil(20%)
     assert all(
         b.config.init_from.endswith(f"step-{s}.pt") and trunk[0].run_id in b.config.init_from
         for b, s in zip(branches, starts)
@@ -280,7 +279,8 @@ def test_a_branch_without_cool_down_steps_keeps_the_trunks_document_losses(
     from repro.runtime.loaders import EpochLoader
 
     pool = load_pool(synthetic_pool)
-    spe = EpochLoader(pool.train, pool.eos_id, 32, 64, "repack", 0).steps_per_epoch
+    sequences = EpochLoader(pool.train, pool.eos_id, 32, 64, "repack", 0).sequences_per_epoch
+    spe, two_epochs = sequences // 64, 2 * sequences // 64
     fixed = TINY | {"pool": str(synthetic_pool), "schedule": "wsd", "batch_size": 64}
     grid = {
         "fixed": fixed | {"warmup_steps": spe, "eval_every": 1.0},
@@ -292,7 +292,7 @@ def test_a_branch_without_cool_down_steps_keeps_the_trunks_document_losses(
     run_sweep(grid, tmp_path, progress=False)
     losses = [tmp_path / p.run_id / "val_docs" / f"step-{spe}.npy" for p in (trunk, branch)]
     np.testing.assert_array_equal(np.load(losses[1]), np.load(losses[0]))
-    assert not (tmp_path / branch.run_id / "val_docs" / f"step-{2 * spe}.npy").exists()
+    assert not (tmp_path / branch.run_id / "val_docs" / f"step-{two_epochs}.npy").exists()
 
 
 def test_a_wsd_family_warms_up_over_one_percent_of_its_longest_run(synthetic_pool, tmp_path):
@@ -302,9 +302,10 @@ def test_a_wsd_family_warms_up_over_one_percent_of_its_longest_run(synthetic_poo
     from repro.runtime.loaders import EpochLoader
 
     pool = load_pool(synthetic_pool)
-    spe = EpochLoader(pool.train, pool.eos_id, 32, 4, "repack", 0).steps_per_epoch
+    sequences = EpochLoader(pool.train, pool.eos_id, 32, 4, "repack", 0).sequences_per_epoch
     planned = plan_grid(grid, tmp_path)
-    assert {p.config.warmup_steps for p in planned} == {-(-4 * spe // 100)}  # ceil(1% of 4 epochs)
+    # ceil(1% of the 4-epoch run's steps)
+    assert {p.config.warmup_steps for p in planned} == {-(-(4 * sequences // 4) // 100)}
     assert sum(p.after is None for p in planned) == 2  # a trunk per lr
     with pytest.raises(ReproError, match="wsd_branches needs schedule: wsd in every run"):
         plan_grid(grid | {"fixed": fixed | {"schedule": "cosine"}}, tmp_path)

@@ -53,7 +53,7 @@ from repro.analysis.intervals import (
 from repro.analysis.results import REPLICATE_FIELDS, Results
 from repro.errors import ReproError
 from repro.runtime.config import make_run_config
-from repro.runtime.loaders import epoch_steps
+from repro.runtime.loaders import epoch_batches
 
 # --- steps to a target loss ---------------------------------------------------------------------
 
@@ -548,9 +548,9 @@ def scaling_laws(scaling: pd.DataFrame) -> dict[str, Difference]:
 
 def _every_phase_within(schedule: str, epochs: int) -> bool:
     """Whether every phase of `schedule` ("0:2,0.5:8") starts within `epochs` (phases start at
-    whole epochs, loaders.epoch_steps)."""
+    whole epochs, loaders.epoch_batches)."""
     phases = make_run_config({"batch_schedule": schedule}).batch_schedule
-    batches = epoch_steps(1, epochs, 0, phases).batch_by_epoch
+    batches = epoch_batches(epochs, 0, phases)
     return all(batch in batches for _, batch in phases)
 
 

@@ -3,8 +3,10 @@
 Packing joins documents with EOS (each document followed by one EOS) into one stream and cuts it
 into consecutive, non-overlapping sequences of seq_len + 1 tokens (inputs and targets shifted by
 one); the remainder shorter than one sequence is dropped. The stream's length does not depend on
-the document order, so every epoch has the same number of sequences and optimizer steps; the last
-partial batch of an epoch is dropped too, so each training token appears at most once per epoch.
+the document order, so every epoch has the same number of sequences. Training reads the epochs'
+orders one after another as one stream of sequences (EpochSteps): a batch may span an epoch's end,
+so an epoch drops no sequence whatever the batch size, and each training token appears once per
+epoch.
 
 - REPEAT:  pack once (a seeded document order); the same sequences in the same batches every epoch.
 - SHUFFLE: pack once; every epoch a new seeded permutation of those sequences into batches.
@@ -18,8 +20,11 @@ vectorised search over document start positions, so nothing of the size of the p
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
+from fractions import Fraction
+from functools import cached_property
 from typing import Literal, get_args
 
 import numpy as np
@@ -85,7 +90,7 @@ class EpochLoader:
             seed,
         )
         self.sequences_per_epoch = packed_sequences(split.n_tokens, split.n_docs, seq_len)
-        self.steps_per_epoch = self.sequences_per_epoch // batch_size
+        self.steps_per_epoch = self.sequences_per_epoch // batch_size  # whole batches in an epoch
         self._epoch: int | None = None
         if kind != "repack":  # REPEAT and SHUFFLE pack once
             self._fixed = pack(split, self._rng(-1).permutation(split.n_docs))
@@ -127,6 +132,18 @@ class EpochLoader:
             self.seq_len,
         )
 
+    def stream(self, position: int, count: int) -> np.ndarray:
+        """`count` sequences of the stream of epoch orders from `position` (sequences; epoch e's
+        order at positions [e * S, (e + 1) * S), S = sequences_per_epoch), int64
+        [count, seq_len + 1]: the sequences of a step that spans an epoch's end come from both."""
+        parts = []
+        while count:
+            epoch, offset = divmod(position, self.sequences_per_epoch)
+            taken = min(count, self.sequences_per_epoch - offset)
+            parts.append(self.sequences(epoch, offset, taken))
+            position, count = position + taken, count - taken
+        return np.concatenate(parts)
+
     def epoch_sequence_ids(self, epoch: int) -> np.ndarray:
         """Sequence ids used in `epoch`, in batch order (for tests and analyses)."""
         self._prepare(epoch)
@@ -152,52 +169,91 @@ def validation_documents(split: Split, seq_len: int) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class EpochSteps:
-    """Where each optimizer step takes its batch. The batch size may change at epoch boundaries (a
-    batch-size schedule); within an epoch, step i takes sequences [i * B, (i + 1) * B) of its
-    order."""
+class Phase:
+    """The steps of one batch size: epochs [start, end), `steps` steps after `first_step` earlier
+    ones."""
 
+    start: int  # epochs
+    end: int
+    batch: int  # sequences per step
+    steps: int
+    first_step: int
+
+
+@dataclass(frozen=True)
+class EpochSteps:
+    """Where each optimizer step takes its batch. The epochs' sequence orders follow each other as
+    one stream (epoch e's order at positions [e * S, (e + 1) * S), S = sequences_per_epoch); a phase
+    of one batch size B starts at its first epoch's first sequence and takes every whole batch
+    before its end, so a batch may span an epoch's end and less than one batch is left out per
+    phase, never per epoch. A batch-size schedule changes the batch at epoch boundaries."""
+
+    sequences_per_epoch: int
     batch_by_epoch: tuple[int, ...]  # sequences per step in each epoch
-    steps_by_epoch: tuple[int, ...]
+
+    @cached_property
+    def phases(self) -> tuple[Phase, ...]:
+        phases, start, first = [], 0, 0
+        for batch, epochs in itertools.groupby(self.batch_by_epoch):
+            n = len(list(epochs))
+            steps = n * self.sequences_per_epoch // batch
+            phases.append(Phase(start, start + n, batch, steps, first))
+            start, first = start + n, first + steps
+        return tuple(phases)
 
     @property
     def total_steps(self) -> int:
-        return sum(self.steps_by_epoch)
+        return sum(phase.steps for phase in self.phases)
 
-    def locate(self, step: int) -> tuple[int, int, int]:
-        """(epoch, step within the epoch, batch size) of global step `step` (0-based)."""
-        for epoch, n in enumerate(self.steps_by_epoch):
-            if step < n:
-                return epoch, step, self.batch_by_epoch[epoch]
-            step -= n
+    def locate(self, step: int) -> tuple[int, int]:
+        """(stream position in sequences, batch size) of global step `step` (0-based)."""
+        for phase in self.phases:
+            if step < phase.first_step + phase.steps:
+                position = phase.start * self.sequences_per_epoch
+                return position + (step - phase.first_step) * phase.batch, phase.batch
         raise ValueError("step beyond the last epoch")
 
     def epochs_done(self, steps: int) -> float:
-        """Epochs (fractional) completed after `steps` steps."""
-        if len(set(self.steps_by_epoch)) == 1:  # one batch size: steps / steps per epoch, as always
-            return steps / self.steps_by_epoch[0]
-        for epoch, n in enumerate(self.steps_by_epoch):
-            if steps <= n:
-                return epoch + steps / n
-            steps -= n
-        return float(len(self.steps_by_epoch))
+        """Epochs (fractional) completed after `steps` steps: the stream position over S, a phase's
+        last step completing its epochs (the less than one batch it leaves out is not trained
+        on)."""
+        for phase in self.phases:
+            if steps < phase.first_step + phase.steps:
+                done = (steps - phase.first_step) * phase.batch / self.sequences_per_epoch
+                return phase.start + done
+        return float(len(self.batch_by_epoch))
+
+    def steps_at(self, epochs: Fraction) -> int:
+        """Steps done when `epochs` (exact) epochs are: the whole batches of its phase up to there;
+        at a phase's end, all of the phase's steps."""
+        for phase in self.phases:
+            if epochs < phase.end:
+                batches = (epochs - phase.start) * self.sequences_per_epoch / phase.batch
+                return phase.first_step + math.floor(batches)
+        return self.total_steps
 
     def sequences_done(self, steps: int) -> int:
         """Training sequences consumed by the first `steps` steps."""
-        done = 0
-        for batch, n in zip(self.batch_by_epoch, self.steps_by_epoch):
-            done += min(steps, n) * batch
-            steps -= min(steps, n)
-        return done
+        return sum(
+            min(max(steps - phase.first_step, 0), phase.steps) * phase.batch
+            for phase in self.phases
+        )
 
 
-def epoch_steps(
-    sequences_per_epoch: int, epochs: int, batch_size: int, batch_schedule: BatchPhases = ()
-) -> EpochSteps:
-    """The steps of a run: `batch_size` sequences every epoch, or each phase's batch from epoch
+def epoch_batches(
+    epochs: int, batch_size: int, batch_schedule: BatchPhases = ()
+) -> tuple[int, ...]:
+    """The batch (sequences per step) of each epoch: `batch_size`, or each phase's batch from epoch
     floor(f * epochs + 1/2) on."""
     batches = [batch_size] * epochs
     for fraction, batch in batch_schedule:
         for epoch in range(math.floor(fraction * epochs + 0.5), epochs):
             batches[epoch] = batch
-    return EpochSteps(tuple(batches), tuple(sequences_per_epoch // b for b in batches))
+    return tuple(batches)
+
+
+def epoch_steps(
+    sequences_per_epoch: int, epochs: int, batch_size: int, batch_schedule: BatchPhases = ()
+) -> EpochSteps:
+    """The steps of a run of `epochs` epochs of `sequences_per_epoch` sequences (epoch_batches)."""
+    return EpochSteps(sequences_per_epoch, epoch_batches(epochs, batch_size, batch_schedule))

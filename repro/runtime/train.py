@@ -36,6 +36,7 @@ import warnings
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -135,17 +136,16 @@ def check_config(config: RunConfig, pool: Pool, world_size: int = 1) -> EpochLoa
 # --- the run ----------------------------------------------------------------------------------
 
 
-def _evaluation_steps(steps_by_epoch: tuple[int, ...], eval_every: float) -> list[int]:
-    """Steps (counted from 1) after which validation runs: evenly spaced, always at each epoch
-    end."""
+def _evaluation_steps(steps: EpochSteps, eval_every: float) -> list[int]:
+    """Steps (counted from 1) after which validation runs: evenly spaced in epochs, always at each
+    epoch end (EpochSteps.steps_at)."""
     per_epoch = max(1, round(1 / eval_every))
-    starts = np.concatenate([[0], np.cumsum(steps_by_epoch)])
     points = {
-        int(starts[e]) + max(1, round(i * n / per_epoch))
-        for e, n in enumerate(steps_by_epoch)
+        steps.steps_at(Fraction(epoch * per_epoch + i, per_epoch))
+        for epoch in range(len(steps.batch_by_epoch))
         for i in range(1, per_epoch + 1)
     }
-    return sorted(points)
+    return sorted(points - {0})
 
 
 @torch.no_grad()
@@ -630,7 +630,7 @@ def _timeline(config: RunConfig, pool: Pool, loader: EpochLoader, world_size: in
     return _Timeline(
         steps=steps,
         schedule=config.schedule_for(steps.total_steps),
-        eval_steps=set(_evaluation_steps(steps.steps_by_epoch, config.eval_every)),
+        eval_steps=set(_evaluation_steps(steps, config.eval_every)),
         save_steps=set(config.save_steps),
         val_sequences=validation_sequences(pool.val, pool.eos_id, config.seq_len),
         val_documents=validation_documents(pool.val, config.seq_len),
@@ -815,7 +815,7 @@ def _final_status(member: Member, status: str, n_members: int, rank: int) -> dic
         "status": status,
         "step": member.step,
         "total_steps": steps.total_steps,
-        "steps_per_epoch": steps.steps_by_epoch[0],
+        "steps_per_epoch": steps.sequences_per_epoch / steps.batch_by_epoch[0],
         "wall_s": member.wall_s(),
         "stacked": n_members,
         **member.best,
@@ -845,13 +845,13 @@ def _next_batch(
     rows = []
     for member in active:
         steps, total = member.timeline.steps, member.timeline.steps.total_steps
-        epoch, step_in_epoch, batch_size = steps.locate(member.step)
+        position, batch_size = steps.locate(member.step)
         multiplier = lr_multiplier(member.timeline.schedule, member.step, total)
         multiplier *= math.sqrt(batch_size / member.config.batch_size)
         for group in member.optimizer.param_groups:
             group["lr"] = member.config.lr * multiplier
         per_rank = batch_size // world_size
-        sequences = member.loader.sequences(epoch, step_in_epoch * batch_size, batch_size)
+        sequences = member.loader.stream(position, batch_size)
         rows.append(sequences[rank * per_rank : (rank + 1) * per_rank])
     return torch.from_numpy(np.stack(rows)).to(device), batch_size
 
