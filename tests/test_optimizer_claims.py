@@ -143,10 +143,12 @@ def test_the_deficit_verdict_has_a_margin_of_little_and_respects_censoring(diff,
 
 
 def test_the_settings_table_keeps_the_token_half_life_under_the_rule():
-    """cpu: 0.95 at every batch in the sweep; the ablation's 0.95 ** (B / 8) at batches 1 and 2
-    has the half-life 0.95 has at batch 8: 13.51 steps of 8 x 128 tokens, 13,838 tokens."""
-    cpu = PRESETS["cpu"]
-    table = beta2_settings(cpu).set_index("batch (sequences)")
+    """With fixed betas (0.95 at every batch) the ablation's 0.95 ** (B / 8) at batches 1 and 2 has
+    the half-life 0.95 has at batch 8: 13.51 steps of 8 x 128 tokens, 13,838 tokens. The cpu preset
+    itself anchors 0.95 at batch 32: 55,351 tokens at every batch, the reference betas in its
+    ablation at batch 1."""
+    fixed = replace(PRESETS["cpu"], beta2_half_life_batch=0, beta2_ablation_batch_sizes=())
+    table = beta2_settings(fixed).set_index("batch (sequences)")
     assert (table["sweep beta2"] == 0.95).all()
     assert table.loc[[1, 2], "ablation beta2"].tolist() == [0.99361, 0.9873]
     assert table.loc[[1, 2], "ablation half-life (tokens)"].tolist() == pytest.approx(
@@ -154,19 +156,24 @@ def test_the_settings_table_keeps_the_token_half_life_under_the_rule():
         rel=5e-3,  # beta2 keeps 3 significant digits of 1 - beta2
     )
     assert table.loc[8, "sweep half-life (tokens)"] == 13_838
-    assert table["ablation beta2"].isna().sum() == len(cpu.batch_sizes) - 2
-    ruled = beta2_settings(replace(cpu, beta2_half_life_batch=8)).set_index("batch (sequences)")
-    assert ruled["sweep half-life (tokens)"].to_numpy() == pytest.approx(13_838, rel=5e-3)
-    assert ruled.loc[[1, 2], "ablation beta2"].tolist() == [0.95, 0.95]
-    assert np.isfinite(ruled["sweep beta2"]).all()
+    assert table["ablation beta2"].isna().sum() == len(fixed.batch_sizes) - 2
+    cpu = beta2_settings(PRESETS["cpu"]).set_index("batch (sequences)")
+    assert cpu["sweep half-life (tokens)"].to_numpy() == pytest.approx(55_351, rel=5e-3)
+    assert cpu.loc[32, "sweep beta2"] == 0.95 and cpu.loc[1, "sweep beta2"] == 0.9984
+    assert cpu.loc[[1], "ablation beta2"].tolist() == [0.95]
+    assert cpu["ablation beta2"].isna().sum() == len(fixed.batch_sizes) - 1
+    assert np.isfinite(cpu["sweep beta2"]).all()
 
 
 def test_the_reason_names_the_sweeps_setting_and_the_ablations():
-    cpu = PRESETS["cpu"]
-    text = beta2_reason(cpu)
+    fixed = replace(PRESETS["cpu"], beta2_half_life_batch=0, beta2_ablation_batch_sizes=())
+    text = beta2_reason(fixed)
     assert text.startswith("batch sweep: reference betas (0.9, 0.95) at every batch")
-    assert "ablation at batches 1, 2 (sequences), first model cpu-xs: half-life rule, beta2" in text
+    assert "ablation at batches 1, 2 (sequences), first model tiny: half-life rule, beta2" in text
     assert "0.95 ** (B / 8)" in text
-    ruled = beta2_reason(replace(cpu, beta2_half_life_batch=4))
+    ruled = beta2_reason(replace(fixed, beta2_half_life_batch=4))
     assert ruled.startswith("batch sweep: half-life rule, beta2 0.95 ** (B / 4)")
+    assert "largest batch of the grid" not in ruled
     assert ruled.endswith("reference betas (0.9, 0.95) at every batch")
+    anchored = beta2_reason(PRESETS["cpu"])
+    assert "0.95 ** (B / 32)" in anchored and "that is the largest batch of the grid" in anchored

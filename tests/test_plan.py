@@ -68,14 +68,15 @@ def test_a_run_two_notebooks_share_counts_once_where_first_needed():
 
 
 def test_02_prices_and_prefetches_the_beta2_ablation_without_training_the_sweeps_runs_twice():
-    """cpu: the ablation is the first model at batches 1 and 2 with beta2 scaled, every lr x
-    weight decay x budget on each pool; with the rule's reference batch among the ablated ones
-    (batch 8 of a preset scaling from 8), those runs are the sweep's and count once."""
-    cpu = PRESETS["cpu"]
+    """cpu with fixed betas: the ablation is the first model at batches 1 and 2 with beta2 scaled,
+    every lr x weight decay x budget on each pool; with the rule's reference batch among the
+    ablated ones (batch 8 of a preset scaling from 8), those runs are the sweep's and count
+    once."""
+    cpu = replace(PRESETS["cpu"], beta2_half_life_batch=0, beta2_ablation_batch_sizes=())
     sweep, ablation = (expand(g) for g in notebook_grids(cpu)["02"])
     assert {(c.model, c.batch_size, c.adam_beta2) for c in ablation} == {
-        ("cpu-xs", 1, 0.99361),
-        ("cpu-xs", 2, 0.9873),
+        ("tiny", 1, 0.99361),
+        ("tiny", 2, 0.9873),
     }
     per_batch = len(cpu.pool_seeds) * 3 * len(cpu.weight_decays) * len(cpu.epochs)
     assert len(ablation) == 2 * per_batch

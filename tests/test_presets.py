@@ -39,7 +39,8 @@ def test_yaml_preset_overrides_a_base_and_types_its_fields(tmp_path):
         tmp_path,
         "base: cpu\npool: {source: notes.txt, text_unit: paragraph, tokens: 2.5k}\n"
         "batch_sizes: [4, 8]\nlrs: {4: [1e-3], 8: [2.0e-3, 4.0e-3]}\nepochs: [1, 3]\n"
-        "noise_scale_batches: [8]\nablation_batch_sizes: [4, 8]\nscaling_pool_tokens: [1000]\n",
+        "noise_scale_batches: [8]\nablation_batch_sizes: [4, 8]\nscaling_pool_tokens: [1000]\n"
+        "beta2_ablation_batch_sizes: [4]\n",
     )
     preset = get_preset(str(path))
     assert preset.name == "mine" and preset.epochs == (1, 3) and preset.batch_sizes == (4, 8)
@@ -170,7 +171,7 @@ def test_regime_states_the_presets_ratios_against_the_papers():
         max(preset.batch_sizes) * preset.seq_len / tokens,
     )
     assert regime["pool tokens per parameter"] == (tokens / params, tokens / params)
-    assert regime["epochs"] == (1.0, 32.0)
+    assert regime["epochs"] == (1.0, 16.0)
     assert all(math.isnan(end) for end in regime[NOISE_RATIO])  # not measured
     # a noise scale of 1,024 to 4,096 tokens: batch 1 (128 tokens) over 4,096, 32 over 1,024
     assert preset.regime(512, (1024.0, 4096.0))[NOISE_RATIO] == (128 / 4096, 4096 / 1024)
@@ -258,7 +259,8 @@ def test_readme_states_every_built_in_presets_regime():
 
 def test_deviations_from_the_reference_recipe_are_listed():
     cpu, gpu = PRESETS["cpu"].deviations(), PRESETS["gpu"].deviations()
-    assert any(n.startswith("models cpu-xs: not in the reference ladder") for n in cpu)
+    assert any(n.startswith("models tiny: not in the reference ladder") for n in cpu)
+    assert any(n.startswith("AdamW beta2 scaled with the batch") for n in cpu)
     assert any(n.startswith("seq_len 128") for n in cpu) and any("float32" in n for n in cpu)
     assert gpu == ["epoch budgets 4, 8, 16, 32, each its own run (reference grid: 1 to 64 epochs)"]
 
@@ -331,9 +333,10 @@ def test_beta2_half_life_batch_scales_beta2_with_the_batch_in_every_grid(tmp_pat
 
 
 def test_the_beta2_ablation_runs_the_other_setting_at_the_smallest_batches():
-    """cpu keeps the reference betas: its ablation scales 0.95 from schedule_batch 8 at batches 1
-    and 2 (0.95 ** (1 / 8) = 0.99361); a preset with the rule ablates the reference betas."""
-    cpu = PRESETS["cpu"]
+    """Fixed betas: the ablation scales 0.95 from schedule_batch 8 at the two smallest batches
+    (0.95 ** (1 / 8) = 0.99361); a preset with the rule (cpu: 0.95 at batch 32) ablates the
+    reference betas at its beta2_ablation_batch_sizes."""
+    cpu = replace(PRESETS["cpu"], beta2_half_life_batch=0, beta2_ablation_batch_sizes=())
     assert cpu.beta2_ablation_batches() == (1, 2) and PRESETS["smoke"].beta2_ablation_batches() == (
         2,
     )
@@ -341,6 +344,8 @@ def test_the_beta2_ablation_runs_the_other_setting_at_the_smallest_batches():
     assert ablation.beta2_half_life_batch == cpu.schedule_batch == 8
     assert [ablation.beta2_at(b) for b in (1, 2, 8)] == [0.99361, 0.9873, 0.95]
     assert [cpu.beta2_at(b) for b in (1, 2)] == [0.95, 0.95]
+    assert PRESETS["cpu"].beta2_ablation_batches() == (1,)
+    assert PRESETS["cpu"].beta2_ablation().beta2_at(1) == 0.95
     ruled = replace(cpu, beta2_half_life_batch=4, beta2_ablation_batch_sizes=(8, 1, 4))
     assert ruled.beta2_ablation_batches() == (1, 4, 8)
     assert ruled.beta2_ablation().beta2_half_life_batch == 0

@@ -29,10 +29,16 @@ MAREK = "not tested (betas fixed); Marek et al. 2025: yes"
 def beta2_reason(preset: Preset) -> str:
     """Which AdamW betas the batch sweep uses and why, and what the ablation runs instead."""
     if preset.beta2_half_life_batch:
+        anchor_batch = preset.beta2_half_life_batch
         why = (
-            f"the preset sets beta2_half_life_batch {preset.beta2_half_life_batch}, so that every "
-            "batch keeps the token half-life its beta2 has there (Marek et al. 2025)"
+            f"the preset sets beta2_half_life_batch {anchor_batch}, so that every batch keeps the "
+            "token half-life its beta2 has there (Marek et al. 2025)"
         )
+        if anchor_batch == max(preset.batch_sizes):
+            why += (
+                "; that is the largest batch of the grid, so no batch runs a lower beta2 than the "
+                "reference recipe's and only the smaller batches average over more steps"
+            )
         anchor = ""
     else:
         why = "Kim et al.'s recipe, which the preset keeps (beta2_half_life_batch 0)"
