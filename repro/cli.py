@@ -868,6 +868,18 @@ def _os_problem(exc: OSError) -> str:
     )
 
 
+def _resume_note(words: list[str]) -> str:
+    """What an interrupted command kept and how to go on: a pool build keeps nothing half-written;
+    training keeps finished runs and resumes stopped ones from their checkpoints."""
+    command = shlex.join(["repro", *words])
+    if words[:2] == ["data", "build"]:
+        return f"no pool was half-written; run the same command again to build it: {command}"
+    return (
+        "finished runs are kept and stopped ones resume from their checkpoints: run the same "
+        f"command again to go on: {command}"
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     previous = signal.signal(signal.SIGTERM, _interrupt)
@@ -882,12 +894,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"repro: error: {_os_problem(exc)}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
-        command = shlex.join(["repro", *(sys.argv[1:] if argv is None else argv)])
-        print(
-            "repro: stopped; finished runs are kept and stopped ones resume from their checkpoints:"
-            f" run the same command again to go on: {command}",
-            file=sys.stderr,
-        )
+        words = sys.argv[1:] if argv is None else argv
+        print(f"repro: stopped; {_resume_note(words)}", file=sys.stderr)
         sys.exit(130)
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -21,9 +21,10 @@ import pandas as pd
 from repro.data.pool import built_meta
 from repro.errors import ReproError
 from repro.presets import Preset
+from repro.runtime.config import run_id
 from repro.runtime.shapes import flops_per_token, model_config
 from repro.study import Study
-from repro.sweep import expand, run_id
+from repro.sweep import expand
 
 ASSUMED_PEAK_FLOPS = 989e12  # H100 / H200 SXM, dense bf16 (NVIDIA's datasheets)
 ASSUMED_MFU = 0.40

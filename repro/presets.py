@@ -107,6 +107,15 @@ class Preset:
         for name in ("pool_seeds", "models", "batch_sizes", "weight_decays", "epochs"):
             if not getattr(self, name):
                 raise ReproError(f"{where}: {name} is empty; give at least one value")
+        counts = {
+            "batch_sizes": self.batch_sizes,
+            "epochs": self.epochs,
+            "noise_scale_batches": self.noise_scale_batches,
+            "ablation_batch_sizes": self.ablation_batch_sizes,
+        }
+        for name, values in counts.items():
+            if min(values, default=1) < 1:
+                raise ReproError(f"{where}: {name} must be >= 1, got {min(values)}")
         if not self.one_pass_batch_size and 1 not in self.epochs:
             raise ReproError(
                 f"{where}: one_pass_batch_size 0 measures the usual batch at a budget of 1 epoch; "

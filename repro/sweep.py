@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import ctypes
 import fcntl
-import hashlib
 import itertools
 import json
 import math
@@ -53,7 +52,7 @@ from repro.runtime.config import (
     batch_sizes,
     config_record,
     make_run_config,
-    run_identity,
+    run_id,
     stack_key,
 )
 from repro.runtime.files import NoSpace, read_json, read_status, write_json
@@ -92,16 +91,6 @@ class PlannedRun:
     config: RunConfig
     run_id: str
     after: str | None = None  # run_id of the WSD trunk this branch continues from
-
-
-def run_id(config: RunConfig) -> str:
-    """Stable 12-hex-digit identity of a resolved config: a hash of the fields that differ from
-    their defaults (so adding a new field with a default that keeps old behaviour keeps existing
-    ids) and of the NUMERICS version, with the pool and a branch's checkpoint identified
-    independently of absolute paths (run_identity)."""
-    defaults = config_record(RunConfig())  # has no "numerics": the version always counts
-    changed = {k: v for k, v in run_identity(config).items() if v != defaults.get(k)}
-    return hashlib.sha256(json.dumps(changed, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def load_grid(grid: str | Path | dict) -> dict:

@@ -59,6 +59,26 @@ def test_an_os_error_of_permission_or_space_is_one_line(code, says, monkeypatch,
     assert err.startswith(f"repro: error: /data/pool/meta.json: {says}")
 
 
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["data", "build", "--source", "synthetic", "--tokens", "4k", "--out", "p"], "no pool"),
+        (["sweep", "run", "grid.yaml", "--out", "s"], "finished runs are kept"),
+    ],
+)
+def test_ctrl_c_says_what_the_command_kept(argv, says, monkeypatch, capsys):
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    command = "_data_build" if argv[0] == "data" else "_sweep_run"
+    monkeypatch.setattr(f"repro.cli.{command}", interrupted)
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 130 and err.count("\n") == 1
+    assert err.startswith(f"repro: stopped; {says}") and err.rstrip().endswith(argv[-1])
+
+
 def test_preset_list_names_every_built_in_preset(capsys):
     """`repro preset list` comes from the registry: one line per preset, in its order."""
     from repro.presets import PRESETS

@@ -3,16 +3,15 @@ import json
 import pytest
 
 import repro.runtime.config as config_module
-import repro.sweep
 from repro.errors import ReproError
 from repro.runtime.config import (
     RunConfig,
     check_fields,
     config_record,
     make_run_config,
+    run_id,
     run_identity,
 )
-from repro.sweep import run_id
 
 BETAS = ("adam_beta1", "adam_beta2")
 
@@ -66,8 +65,8 @@ def test_default_betas_leave_run_ids_unchanged(monkeypatch):
     def without_betas(function):
         return lambda c: {k: v for k, v in function(c).items() if k not in BETAS}
 
-    monkeypatch.setattr(repro.sweep, "run_identity", without_betas(config_module.run_identity))
-    monkeypatch.setattr(repro.sweep, "config_record", without_betas(config_module.config_record))
+    monkeypatch.setattr(config_module, "run_identity", without_betas(config_module.run_identity))
+    monkeypatch.setattr(config_module, "config_record", without_betas(config_module.config_record))
     assert run_id(config) == with_betas
 
 

@@ -24,8 +24,9 @@ from repro.plan import (
     wall_hours,
 )
 from repro.presets import PRESETS
+from repro.runtime.config import run_id
 from repro.runtime.shapes import flops_per_token, model_config
-from repro.sweep import expand, run_id
+from repro.sweep import expand
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = PRESETS["smoke"]

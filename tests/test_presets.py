@@ -22,7 +22,8 @@ from repro.presets import (
     preset_yaml,
     zhang_critical_batch,
 )
-from repro.sweep import expand, run_id
+from repro.runtime.config import run_id
+from repro.sweep import expand
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 

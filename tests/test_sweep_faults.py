@@ -172,6 +172,11 @@ def _scaled(run, factor):
     np.save(path, np.load(path) * factor) if factor else path.write_bytes(b"")
 
 
+def _edit_config(run, **changes):
+    config = json.loads((run / "config.json").read_text())
+    (run / "config.json").write_text(json.dumps(config | changes))
+
+
 def _bare_status(run):
     shutil.rmtree(run)
     run.mkdir()
@@ -186,6 +191,8 @@ RUN_DAMAGES = {
     "documents' losses empty": (lambda r: _scaled(r, 0), "val_docs is damaged (No data left"),
     "bare status": (_bare_status, "has no config.json"),
     "config.json missing": (lambda r: (r / "config.json").unlink(), "has no config.json"),
+    "config.json edited": (lambda r: _edit_config(r, lr=0.5), "does not hash to its run id"),
+    "lr not a number": (lambda r: _edit_config(r, lr="abc"), "lr='abc' is not a valid float"),
     "status not a word": (
         lambda r: (r / "status.json").write_text('{"status": 5}'),
         "holds a status that is not a word",

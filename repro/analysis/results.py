@@ -19,8 +19,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from repro.data.pool import built_meta
 from repro.errors import ReproError
-from repro.runtime.config import RunConfig, config_record
+from repro.runtime.config import RunConfig, config_record, make_run_config, run_id
 from repro.runtime.files import read_json, read_metrics, read_status
 
 TUNED = ("lr", "weight_decay", "epochs")
@@ -61,6 +62,7 @@ def load_results(
                 run_rows.append(DEFAULTS | {"run_id": rid, "status": status["status"]})
             continue
         config = DEFAULTS | read_json(run_dir / "config.json", fix)
+        _check_config(rid, config | ({"pool": pools[rid]} if pools and rid in pools else {}), fix)
         run_rows.append(
             {
                 "run_id": rid,
@@ -83,6 +85,22 @@ def load_results(
     runs = pd.DataFrame(run_rows)
     evals = pd.DataFrame(eval_rows) if eval_rows else pd.DataFrame(columns=EVAL_COLUMNS)
     return runs, evals
+
+
+def _check_config(rid: str, config: dict, fix: str) -> None:
+    """A run's config.json holds fields the trainer accepts, and, where its pool is built here,
+    hashes to the run's id (a config edited after training does not, nor one of a store trained
+    under another config.NUMERICS)."""
+    try:
+        resolved = make_run_config(config)
+    except ReproError as exc:
+        raise ReproError(f"run {rid}: config.json: {exc}; {fix}") from None
+    built = resolved.pool and built_meta(resolved.pool) is not None
+    if built and run_id(resolved) != rid:
+        raise ReproError(
+            f"run {rid}: config.json does not hash to its run id (edited after training, or "
+            f"trained by a repro of other numerics, config.NUMERICS); {fix}"
+        )
 
 
 DocumentLosses = Callable[[str, int], tuple[np.ndarray, np.ndarray]]

@@ -6,6 +6,7 @@ not depend on where the checkout lives. The trainer (repro.runtime.train), the s
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -205,10 +206,12 @@ def load_run_config(
     return make_run_config(values)
 
 
-NUMERICS = 2
+NUMERICS = 3
 """Raised whenever the same run fields start to train differently (a default, the decay groups,
-the model): part of every run's identity, so that a run store never mixes runs of different
-numerics. 1: until 2026-11; 2: cosine to 0, Levanter's decay mask, rope theta 10,000."""
+the model, the data order): part of every run's identity, so that a run store never mixes runs of
+different numerics. 1: until 2026-11; 2: cosine to 0, Levanter's decay mask, rope theta 10,000;
+3: the epochs read as one stream of sequences (loaders.EpochSteps: no partial batch dropped at an
+epoch's end)."""
 
 
 def run_identity(config: RunConfig) -> dict:
@@ -222,6 +225,16 @@ def run_identity(config: RunConfig) -> dict:
     if config.init_from:
         fields["init_from"] = "/".join(Path(config.init_from).parts[-3:])
     return fields
+
+
+def run_id(config: RunConfig) -> str:
+    """Stable 12-hex-digit identity of a resolved config: a hash of the fields that differ from
+    their defaults (so adding a new field with a default that keeps old behaviour keeps existing
+    ids) and of the NUMERICS version, with the pool and a branch's checkpoint identified
+    independently of absolute paths (run_identity)."""
+    defaults = config_record(RunConfig())  # has no "numerics": the version always counts
+    changed = {k: v for k, v in run_identity(config).items() if v != defaults.get(k)}
+    return hashlib.sha256(json.dumps(changed, sort_keys=True).encode()).hexdigest()[:12]
 
 
 STACKABLE = (
