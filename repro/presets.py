@@ -23,6 +23,7 @@ import yaml
 from repro.data.build import PoolSpec, check_spec
 from repro.errors import ReproError
 from repro.paths import project_root
+from repro.runtime.schedules import beta2_for_batch
 from repro.units import parse_count
 
 
@@ -320,8 +321,6 @@ class Preset:
         beta2 = self.base_beta2()
         if not 0 <= beta2 < 1:
             return {}
-        from repro.runtime.optim import beta2_for_batch
-
         tokens = (self.beta2_half_life_batch * self.seq_len, batch_size * self.seq_len)
         scaled = beta2_for_batch(beta2, *tokens)
         digits = BETA2_DIGITS - 1 - math.floor(math.log10(1 - scaled))

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from repro.runtime.model import Transformer
-from repro.runtime.optim import beta2_for_batch, build_optimizer, param_groups
-from repro.runtime.schedules import Schedule, lr_multiplier
+from repro.runtime.optim import build_optimizer, param_groups
+from repro.runtime.schedules import Schedule, beta2_for_batch, lr_multiplier
 from repro.runtime.shapes import ModelConfig
 
 

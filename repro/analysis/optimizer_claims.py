@@ -21,7 +21,7 @@ from repro.analysis.intervals import CLAIM_COLUMNS, Difference, describe, lower_
 from repro.analysis.results import Results
 from repro.analysis.selection import compare
 from repro.presets import Preset
-from repro.runtime.optim import beta2_half_life_tokens
+from repro.runtime.schedules import beta2_half_life_tokens
 
 MAREK = "not tested (betas fixed); Marek et al. 2025: yes"
 

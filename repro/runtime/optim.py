@@ -6,8 +6,6 @@ before every optimizer step and clips the global gradient norm to GRAD_CLIP befo
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn as nn
 
@@ -56,17 +54,3 @@ def build_optimizer(
         for name, params in param_groups(model).items()
     ]
     return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, fused=True)
-
-
-def beta2_for_batch(beta2: float, reference_batch_tokens: int, batch_tokens: int) -> float:
-    """The AdamW beta2 at a batch of `batch_tokens` tokens per optimizer step whose second-moment
-    average has the same half-life in tokens as `beta2` at `reference_batch_tokens` per step
-    (Marek et al. 2025, arXiv 2507.07101): beta2 ** (batch_tokens / reference_batch_tokens). The
-    half-life is ln 0.5 / ln beta2 steps, so steps x tokens per step stays constant."""
-    return beta2 ** (batch_tokens / reference_batch_tokens)
-
-
-def beta2_half_life_tokens(beta2: float, batch_tokens: int) -> float:
-    """The half-life of AdamW's second-moment average in tokens: ln 0.5 / ln beta2 steps of
-    `batch_tokens` tokens each, for beta2 in [0, 1) (0 at beta2 0: no average)."""
-    return math.log(0.5) / math.log(beta2) * batch_tokens if beta2 > 0 else 0.0
