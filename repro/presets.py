@@ -167,6 +167,13 @@ class Preset:
             raise ReproError(f"{where}: {exc}") from None
         if min(self.scaling_pool_tokens, default=1) < 1:
             raise ReproError(f"{where}: scaling_pool_tokens must be positive")
+        batch_tokens = max(self.batch_sizes) * (self.seq_len + 1)
+        too_small = [t for t in self.scaling_pool_tokens if t < batch_tokens]
+        if too_small:
+            raise ReproError(
+                f"{where}: scaling pool of {too_small[0]} tokens holds less than one batch of "
+                f"{max(self.batch_sizes)} sequences of {self.seq_len + 1} tokens; make it larger"
+            )
         too_large = [t for t in self.scaling_pool_tokens if t >= self.pool.tokens]
         if too_large:
             raise ReproError(
@@ -629,7 +636,7 @@ PRESETS: dict[str, Preset] = {
         workers=2,
         stack=8,
         max_stacked_batch=4,
-        scaling_pool_tokens=(4_000, 8_000),
+        scaling_pool_tokens=(5_000, 10_000),  # at least one batch of 32 x 129 tokens
         noise_scale_batches=(8, 32),
         noise_scale_epochs=8,  # the budget the tuned endpoints reach their loss at, not 32
         noise_micro_batch=2,

@@ -192,7 +192,14 @@ def _sequences_per_epoch(config: RunConfig) -> int:
 
 
 def _total_steps(config: RunConfig, sequences_per_epoch: int) -> int:
-    return epoch_steps(sequences_per_epoch, config.epochs, config.batch_size).total_steps
+    steps = epoch_steps(sequences_per_epoch, config.epochs, config.batch_size).total_steps
+    if not steps:
+        raise ReproError(
+            f"pool {config.pool} packs into {sequences_per_epoch} sequences of "
+            f"{config.seq_len + 1} tokens, less than one batch of {config.batch_size} in "
+            f"{config.epochs} epoch(s); use a larger pool or a smaller batch"
+        )
+    return steps
 
 
 def _decay_start(config: RunConfig, total_steps: int) -> int:

@@ -96,6 +96,7 @@ def test_yaml_preset_overrides_a_base_and_types_its_fields(tmp_path):
         ("epochs: 4", "add 1 to epochs or give one_pass_batch_size"),
         ("embedding_weight_decays: [0.1]", "needs 0.0 and a positive value"),
         ("epochs: [1, -2]", "epochs must be >= 1, got -2"),
+        ("scaling_pool_tokens: [200]", "scaling pool of 200 tokens holds less than one batch"),
         ("pool: {val_tokens: -100}", "val_tokens must be positive, got -100"),
         ("pool: {tokens: 0}", "tokens must be positive, got 0"),
         ("scaling_pool_tokens: [-5]", "scaling_pool_tokens must be positive"),

@@ -295,6 +295,19 @@ def test_a_branch_without_cool_down_steps_keeps_the_trunks_document_losses(
     assert not (tmp_path / branch.run_id / "val_docs" / f"step-{two_epochs}.npy").exists()
 
 
+def test_a_budget_shorter_than_one_batch_is_refused_before_training(synthetic_pool, tmp_path):
+    from repro.data.pool import load_pool
+    from repro.runtime.loaders import EpochLoader
+
+    pool = load_pool(synthetic_pool)
+    sequences = EpochLoader(pool.train, pool.eos_id, 32, 4, "repack", 0).sequences_per_epoch
+    fixed = TINY | {"pool": str(synthetic_pool), "schedule": "wsd", "batch_size": sequences + 1}
+    grid = {"fixed": fixed, "axes": {"epochs": [1, 4]}, "wsd_branches": True}
+    with pytest.raises(ReproError, match=f"less than one batch of {sequences + 1} in 1 epoch"):
+        plan_grid(grid, tmp_path)
+    assert not list(tmp_path.iterdir())
+
+
 def test_a_wsd_family_warms_up_over_one_percent_of_its_longest_run(synthetic_pool, tmp_path):
     fixed = TINY | {"pool": str(synthetic_pool), "schedule": "wsd", "batch_size": 4}
     grid = {"fixed": fixed, "axes": {"epochs": [1, 4], "lr": [1e-3, 1e-2]}, "wsd_branches": True}
