@@ -161,7 +161,7 @@ if mccandlish:
 
 # %%
 sized = study.sized_pools()
-scaled = study.sweep(study.scaling_grid())
+scaled = study.sweep(study.scaling_grids())
 scale_runs, scale_evals = scaled.runs[scaled.runs["model"] == model], scaled.evals
 tokens = analyses.train_tokens([pool for sizes in sized.values() for pool in sizes])
 by_seed = {seed: {str(p): tokens[str(p)] for p in sizes} for seed, sizes in sized.items()}

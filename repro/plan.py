@@ -97,7 +97,7 @@ def notebook_grids(preset: Preset) -> dict[str, list[dict]]:
         ),
         "05": [
             *([study.noise_scale_grid()] if preset.noise_scale_batches else []),
-            *([study.scaling_grid()] if preset.scaling_pool_tokens else []),
+            *(study.scaling_grids() if preset.scaling_pool_tokens else []),
         ],
     }
 

@@ -167,12 +167,12 @@ class Preset:
             raise ReproError(f"{where}: {exc}") from None
         if min(self.scaling_pool_tokens, default=1) < 1:
             raise ReproError(f"{where}: scaling_pool_tokens must be positive")
-        batch_tokens = max(self.batch_sizes) * (self.seq_len + 1)
-        too_small = [t for t in self.scaling_pool_tokens if t < batch_tokens]
-        if too_small:
+        smallest = min(self.scaling_pool_tokens, default=0)
+        if smallest and len(self.scaling_batch_sizes(smallest)) < 2:
             raise ReproError(
-                f"{where}: scaling pool of {too_small[0]} tokens holds less than one batch of "
-                f"{max(self.batch_sizes)} sequences of {self.seq_len + 1} tokens; make it larger"
+                f"{where}: the smallest scaling pool ({smallest} tokens) holds a batch of fewer "
+                f"than 2 of the batch sizes (sequences of {self.seq_len + 1} tokens); make it "
+                "larger"
             )
         too_large = [t for t in self.scaling_pool_tokens if t >= self.pool.tokens]
         if too_large:
@@ -423,12 +423,23 @@ class Preset:
             "on the other pools"
         )
 
-    def scaling_grid(self, pools: list[str | Path], **recipe) -> dict:
-        """The batch sweep on pools of several sizes, at the first model and the first weight
-        decay only (lr and epoch budget still tuned)."""
-        grid = self.batch_sweep_grid(pools, models=self.models[:1], **recipe)
-        grid["axes"]["weight_decay"] = [self.weight_decays[0]]
-        return grid
+    def scaling_batch_sizes(self, pool_tokens: int) -> tuple[int, ...]:
+        """The batch sizes (sequences) the pool-size runs train on a pool of `pool_tokens` training
+        tokens: those of which it holds at least one batch (sequences of seq_len + 1 tokens), so
+        that every run takes a step each epoch."""
+        return tuple(b for b in self.batch_sizes if b * (self.seq_len + 1) <= pool_tokens)
+
+    def scaling_grids(self, pools: dict[int, list[str | Path]], **recipe) -> list[dict]:
+        """The batch sweep on pools of several sizes (`pools`: training tokens -> the pools of
+        that size), at the first model and the first weight decay only (lr and epoch budget still
+        tuned): one grid per size, at its scaling_batch_sizes."""
+        grids = []
+        for tokens, paths in sorted(pools.items()):
+            batches = list(self.scaling_batch_sizes(tokens))
+            grid = self.batch_sweep_grid(paths, batches, models=self.models[:1], **recipe)
+            grid["axes"]["weight_decay"] = [self.weight_decays[0]]
+            grids.append(grid)
+        return grids
 
     def noise_scale_grid(self, pools: list[str | Path], **recipe) -> dict:
         """Runs that log the gradient noise scale on every one of `pools`: each noise-scale batch
@@ -636,7 +647,7 @@ PRESETS: dict[str, Preset] = {
         workers=2,
         stack=8,
         max_stacked_batch=4,
-        scaling_pool_tokens=(5_000, 10_000),  # at least one batch of 32 x 129 tokens
+        scaling_pool_tokens=(4_000, 8_000),
         noise_scale_batches=(8, 32),
         noise_scale_epochs=8,  # the budget the tuned endpoints reach their loss at, not 32
         noise_micro_batch=2,
@@ -756,8 +767,8 @@ def dry_run(preset: Preset) -> Preset:
     the CPU sizes of the same rank by parameters, batches (beta2_half_life_batch too) and epoch
     budgets their ranks (1, 2, ...; micro-batches of 1 where the preset has micro-batches),
     sequences 16 tokens, pools of exactly two largest batches (the smallest pool-size pool at least
-    one), a Llama-3-sized vocab's uint32 token storage kept, float32 on the CPU without
-    torch.compile, one process per run."""
+    one, so it trains every batch size), a Llama-3-sized vocab's uint32 token storage kept, float32
+    on the CPU without torch.compile, one process per run."""
     from repro.runtime.shapes import model_config, parameter_count
 
     if len(preset.models) > len(CPU_SIZES):

@@ -184,11 +184,15 @@ class Study:
         """05's runs that log the gradient noise scale, on every pool, original recipe."""
         return self.preset.noise_scale_grid(self.pools(), **ORIGINAL_RECIPE)
 
-    def scaling_grid(self) -> dict:
-        """05's batch sweep on the pools of several sizes of every pool seed (sized_pools),
-        original recipe."""
-        pools = [pool for sized in self.sized_pools().values() for pool in sized]
-        return self.preset.scaling_grid(pools, **ORIGINAL_RECIPE)
+    def scaling_grids(self) -> list[dict]:
+        """05's batch sweeps on the pools of several sizes of every pool seed (sized_pools), one
+        per size (Preset.scaling_grids), original recipe."""
+        P = self.preset
+        by_tokens: dict[int, list[Path]] = {}
+        for sized in self.sized_pools().values():
+            for tokens, pool in zip([*sorted(P.scaling_pool_tokens), P.pool.tokens], sized):
+                by_tokens.setdefault(tokens, []).append(pool)
+        return P.scaling_grids(by_tokens, **ORIGINAL_RECIPE)
 
     def preset_grids(self) -> list[dict]:
         """The notebooks' grids that follow from the preset alone (where the preset has noise-scale
@@ -200,7 +204,7 @@ class Study:
             self.loader_grid(),
             self.combined_grid(),
             *([self.noise_scale_grid()] if P.noise_scale_batches else []),
-            *([self.scaling_grid()] if P.scaling_pool_tokens else []),
+            *(self.scaling_grids() if P.scaling_pool_tokens else []),
         ]
 
     def prefetch(self) -> None:

@@ -777,7 +777,7 @@ def test_every_pool_seed_gets_sized_pools_that_share_its_tokenizer_and_the_valid
         ).read_text()
         assert np.array_equal(small.val.tokens, mains[0].val.tokens)
     assert mains[0].meta["seed"] != mains[1].meta["seed"]
-    swept = {c.pool for c in expand(study.scaling_grid())}
+    swept = {c.pool for grid in study.scaling_grids() for c in expand(grid)}
     assert swept == {str(p) for pools in sized.values() for p in pools}
     assert {c.pool for c in expand(study.noise_scale_grid())} == {
         str(p[-1]) for p in sized.values()

@@ -40,7 +40,7 @@ def test_yaml_preset_overrides_a_base_and_types_its_fields(tmp_path):
         tmp_path,
         "base: cpu\npool: {source: notes.txt, text_unit: paragraph, tokens: 2.5k}\n"
         "batch_sizes: [4, 8]\nlrs: {4: [1e-3], 8: [2.0e-3, 4.0e-3]}\nepochs: [1, 3]\n"
-        "noise_scale_batches: [8]\nablation_batch_sizes: [4, 8]\nscaling_pool_tokens: [1000]\n"
+        "noise_scale_batches: [8]\nablation_batch_sizes: [4, 8]\nscaling_pool_tokens: [1100]\n"
         "beta2_ablation_batch_sizes: [4]\n",
     )
     preset = get_preset(str(path))
@@ -96,7 +96,7 @@ def test_yaml_preset_overrides_a_base_and_types_its_fields(tmp_path):
         ("epochs: 4", "add 1 to epochs or give one_pass_batch_size"),
         ("embedding_weight_decays: [0.1]", "needs 0.0 and a positive value"),
         ("epochs: [1, -2]", "epochs must be >= 1, got -2"),
-        ("scaling_pool_tokens: [200]", "scaling pool of 200 tokens holds less than one batch"),
+        ("scaling_pool_tokens: [40]", "smallest scaling pool (40 tokens) holds a batch of"),
         ("pool: {val_tokens: -100}", "val_tokens must be positive, got -100"),
         ("pool: {tokens: 0}", "tokens must be positive, got 0"),
         ("scaling_pool_tokens: [-5]", "scaling_pool_tokens must be positive"),
@@ -293,9 +293,22 @@ def test_the_regime_preset_sits_in_the_papers_ratios():
 
 
 def test_the_pool_size_sweep_trains_only_the_model_notebook_05_reads():
-    grid = PRESETS["smoke"].scaling_grid(["p4k", "p8k"])
-    assert grid["axes"]["model"] == [PRESETS["smoke"].models[0]]
-    assert grid["axes"]["weight_decay"] == [PRESETS["smoke"].weight_decays[0]]
+    small, large = PRESETS["smoke"].scaling_grids({4_000: ["p4k"], 8_000: ["p8k"]})
+    assert small["axes"]["model"] == [PRESETS["smoke"].models[0]]
+    assert small["axes"]["weight_decay"] == [PRESETS["smoke"].weight_decays[0]]
+    assert small["axes"]["pool"] == ["p4k"] and large["axes"]["pool"] == ["p8k"]
+
+
+def test_the_pool_size_sweep_trains_the_batches_a_pool_holds_twice():
+    """cpu, 129-token sequences: 4,000 tokens hold a batch of 1 to 16 sequences, not of 32
+    (4,128 tokens); the 16k-token main pool holds every batch of the grid."""
+    cpu = PRESETS["cpu"]
+    assert cpu.scaling_batch_sizes(4_000) == (1, 2, 4, 8, 16)
+    assert cpu.scaling_batch_sizes(cpu.pool.tokens) == cpu.batch_sizes
+    grids = cpu.scaling_grids({4_000: ["a"], cpu.pool.tokens: ["b"]})
+    assert [g["axes"]["batch_size"] for g in grids] == [[1, 2, 4, 8, 16], list(cpu.batch_sizes)]
+    with pytest.raises(ReproError, match=r"smallest scaling pool \(200 tokens\) holds a batch of"):
+        replace(cpu, scaling_pool_tokens=(200, 8_000))
 
 
 def test_gpus_per_run_gives_each_model_its_gpus_in_every_grid():
