@@ -13,6 +13,7 @@ import pytest
 from repro.analysis import cbs, figures, frontier, plots
 from repro.analysis.cbs import steps_to_target
 from repro.analysis.intervals import t_interval
+from repro.errors import ReproError
 
 BATCHES = (1, 2, 4, 8, 16, 32)
 
@@ -163,6 +164,47 @@ def test_every_figure_labels_its_axes_and_keeps_legends_off_the_data(all_figures
             for legend in filter(None, legends):
                 box = legend.get_window_extent(renderer)
                 assert not _overlaps(box, ax.get_window_extent(renderer)), name
+
+
+def test_every_figure_is_legible_as_saved(all_figures):
+    """No text under 8 pt or showing a NaN, no axes without labels."""
+    for name, fig in all_figures.items():
+        assert plots.legibility_problems(fig) == [], name
+
+
+def _labelled(**changes):
+    fig, ax = matplotlib.pyplot.subplots()
+    ax.plot([1, 2], [3, 4])
+    ax.set_xlabel(changes.get("xlabel", "batch size (sequences)"))
+    ax.set_ylabel(changes.get("ylabel", "val loss (nats/token)"))
+    if "ticks" in changes:
+        ax.tick_params(labelsize=changes["ticks"])
+    if "xticks" in changes:
+        ax.set_xticks([1, 2], changes["xticks"])
+    return fig
+
+
+@pytest.mark.parametrize(
+    ("changes", "says"),
+    [
+        ({}, None),
+        ({"ticks": 6}, "at 6.0 pt"),
+        ({"ylabel": ""}, "an axis without a label"),
+        ({"xticks": ["1", "nan"]}, "shows a NaN"),
+    ],
+)
+def test_legibility_finds_small_text_missing_labels_and_nans(changes, says, tmp_path):
+    plots.set_style()
+    fig = _labelled(**changes)
+    problems = plots.legibility_problems(fig)
+    if says is None:
+        assert problems == [] and plots.save(fig, "test", "ok", tmp_path)
+    else:
+        assert problems and says in problems[0]
+        with pytest.raises(ReproError, match=f"figure bad: .*{says}"):
+            plots.save(fig, "test", "bad", tmp_path)
+        assert not list(tmp_path.iterdir())  # nothing written
+    matplotlib.pyplot.close(fig)
 
 
 def test_pdfs_are_byte_identical_when_saved_twice(all_figures, tmp_path):

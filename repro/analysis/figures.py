@@ -557,7 +557,7 @@ def _mark_unreached(ax: plt.Axes, missing: list[int], row: int, color) -> None:
             textcoords="offset points",
             ha="right",
             va="center",
-            fontsize=7,
+            fontsize=plots.MIN_FONT_PT,
             color=color,
         )
 
@@ -588,7 +588,7 @@ def steps_tokens_to_target(reach: pd.DataFrame, fits: dict, batch_sizes) -> plt.
             ax_e.annotate(
                 str(p["batch_size"]),
                 (p["crossing step"], p["tokens"]),
-                fontsize=7,
+                fontsize=plots.MIN_FONT_PT,
                 xytext=(3, 3),
                 textcoords="offset points",
                 color=colors[target],

@@ -8,6 +8,7 @@ outside the axes (legend_outside) so they never cover data.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import seaborn as sns
 from matplotlib.colors import ListedColormap
+from matplotlib.text import Text
 from matplotlib.ticker import (
     FixedLocator,
     FuncFormatter,
@@ -23,6 +25,7 @@ from matplotlib.ticker import (
     NullLocator,
 )
 
+from repro.errors import ReproError
 from repro.paths import project_root
 
 PALETTE = sns.color_palette("colorblind", 10).as_hex()
@@ -52,10 +55,49 @@ def set_style() -> None:
     )
 
 
+MIN_FONT_PT = 8.0
+"""The smallest text a saved figure may carry (points, at the size it is saved at)."""
+
+
+def legibility_problems(fig: plt.Figure) -> list[str]:
+    """What makes `fig` hard to read as saved: visible text under MIN_FONT_PT points or showing a
+    NaN (a tick, label or annotation), or an axes with data but without an x or y label (a y label
+    may sit on the axes it shares its y axis with, a colour bar's on its one axis)."""
+    fig.canvas.draw()  # tick labels exist only once drawn
+    texts = [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+    problems = [
+        f"text {text.get_text()[:40]!r} at {text.get_fontsize():.1f} pt"
+        for text in texts
+        if text.get_fontsize() < MIN_FONT_PT
+    ]
+    problems += [
+        f"text {text.get_text()[:40]!r} shows a NaN"
+        for text in texts
+        if re.search(r"\bnan\b", text.get_text(), re.IGNORECASE)
+    ]
+    for ax in fig.axes:
+        if not (ax.get_visible() and ax.has_data()):
+            continue
+        where = f"axes {ax.get_title() or fig.axes.index(ax)!r}"
+        ylabels = [a.get_ylabel() for a in ax.get_shared_y_axes().get_siblings(ax)]
+        labelled = [ax.get_xlabel(), " ".join(ylabels)]
+        if ax.get_label() == "<colorbar>":  # its label on its one axis
+            labelled = [" ".join(labelled)]
+        if not all(label.strip() for label in labelled):
+            problems.append(f"{where}: an axis without a label")
+    return problems
+
+
 def save(
     fig: plt.Figure, preset: str, name: str, figures_dir: str | Path | None = None
 ) -> list[Path]:
-    """Write `fig` as figures/<preset>/<name>.png and .pdf; returns the paths."""
+    """Write `fig` as figures/<preset>/<name>.png and .pdf; returns the paths. A figure with a
+    legibility problem (legibility_problems) is a one-line error naming it, and nothing is
+    written."""
+    problems = legibility_problems(fig)
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise ReproError(f"figure {name}: {problems[0]}{more}; fix its plotting function")
     folder = Path(figures_dir) if figures_dir else project_root() / "figures" / preset
     folder.mkdir(parents=True, exist_ok=True)
     paths = [folder / f"{name}.{ext}" for ext in ("png", "pdf")]
