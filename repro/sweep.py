@@ -325,9 +325,10 @@ def _train_claimed(
 
 
 def estimated_cost(config: RunConfig) -> float:
-    """Relative cost of a run for ordering work: sequences it trains on plus one per
-    forward/backward pass (a micro-batch; at the cpu scale a pass's fixed overhead costs about one
-    sequence). 0 for a pool not built yet."""
+    """Relative cost of a run for ordering work and for the progress bar's ETA: sequences it trains
+    on plus one per forward/backward pass (a micro-batch; at the cpu scale a pass's fixed overhead
+    costs about one sequence); a WSD branch only its steps after its trunk's checkpoint. 0 for a
+    pool not built yet."""
     train = (built_meta(config.pool) or {}).get("splits", {}).get("train")
     if not train:
         return 0.0
@@ -341,7 +342,11 @@ def estimated_cost(config: RunConfig) -> float:
         phase.steps * math.ceil(phase.batch / (min(config.micro_batch, phase.batch) or phase.batch))
         for phase in run_steps.phases
     )
-    return run_steps.sequences_done(run_steps.total_steps) + passes
+    cost = run_steps.sequences_done(run_steps.total_steps) + passes
+    if config.init_from:  # checkpoints/step-<N>.pt: steps 1..N are the trunk's
+        start = int(Path(config.init_from).stem.removeprefix("step-"))
+        cost *= 1 - start / run_steps.total_steps
+    return cost
 
 
 def longest_first(jobs: list[list[PlannedRun]]) -> list[list[PlannedRun]]:
@@ -437,10 +442,10 @@ def run_sweep(
     run = _executor(executor, workers, slurm, store)
     trunks = [p for p in planned if p.after is None]
     branches = [p for p in planned if p.after is not None]
-    with tqdm(total=len(planned), desc="runs", unit="run", disable=not progress) as bar:
+    with _WorkBar(planned, progress) as bar:
         for phase in (trunks, branches):  # a branch starts from its trunk's checkpoint
             todo = [p for p in phase if run_status(store / p.run_id) not in FINISHED]
-            bar.update(len(phase) - len(todo))
+            bar.done([p.run_id for p in phase if p not in todo])
             while todo:
                 jobs = [
                     (str(store), [(p.run_id, config_record(p.config)) for p in part], retry_failed)
@@ -448,13 +453,42 @@ def run_sweep(
                 ]
                 for job_outcomes in run(jobs):
                     by_run |= job_outcomes
-                    bar.update(sum(o != "busy" for o in job_outcomes.values()))
+                    bar.done([rid for rid, o in job_outcomes.items() if o != "busy"])
                 todo = [p for p in todo if by_run.get(p.run_id) == "busy"]
-                _wait_for_holders(store, [p.run_id for p in todo], bar)
+                _wait_for_holders(store, [p.run_id for p in todo], bar.bar)
     outcomes = dict(Counter(by_run.values()))
     failed = [rid for rid, o in by_run.items() if o in ("failed", "skipped (failed)")]
     pools = {p.run_id: p.config.pool for p in planned}
     return SweepResult(outcomes, [p.run_id for p in planned], failed, pools)
+
+
+class _WorkBar:
+    """The sweep's progress bar: filled by each finished run's estimated_cost, so its ETA comes
+    from the work done (the longest runs start first), with the runs done beside it."""
+
+    def __init__(self, planned: list[PlannedRun], progress: bool):
+        self.work = {p.run_id: estimated_cost(p.config) for p in planned}
+        if not sum(self.work.values()):  # pools not built: count runs
+            self.work = dict.fromkeys(self.work, 1.0)
+        self.finished = 0
+        self.bar = tqdm(
+            total=sum(self.work.values()),
+            desc="runs",
+            bar_format="{desc}: {percentage:3.0f}%|{bar}| {postfix} [{elapsed}<{remaining}]",
+            postfix=f"0/{len(self.work)}",
+            disable=not progress,
+        )
+
+    def done(self, run_ids: list[str]) -> None:
+        self.finished += len(run_ids)
+        self.bar.set_postfix_str(f"{self.finished}/{len(self.work)}", refresh=False)
+        self.bar.update(sum(self.work[rid] for rid in run_ids))
+
+    def __enter__(self) -> _WorkBar:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.bar.close()
 
 
 def _wait_for_holders(store: Path, run_ids: list[str], bar: tqdm) -> None:

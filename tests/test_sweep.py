@@ -308,6 +308,22 @@ def test_a_budget_shorter_than_one_batch_is_refused_before_training(synthetic_po
     assert not list(tmp_path.iterdir())
 
 
+def test_a_branch_costs_only_its_steps_after_the_trunks_checkpoint(synthetic_pool, tmp_path):
+    """The progress bar's and the job order's estimate: a 2-epoch branch cut from a 4-epoch trunk
+    at step N of its T costs (1 - N / T) of a standalone 2-epoch run."""
+    from dataclasses import replace
+
+    from repro.sweep import estimated_cost
+
+    fixed = TINY | {"pool": str(synthetic_pool), "schedule": "wsd", "batch_size": 4}
+    grid = {"fixed": fixed, "axes": {"epochs": [2, 4]}, "wsd_branches": True}
+    trunk, branch = plan_grid(grid, tmp_path)
+    start = trunk.config.save_steps[0]
+    alone = estimated_cost(replace(branch.config, init_from=""))
+    total = alone / (fixed["batch_size"] + 1)  # sequences + one pass per step
+    assert estimated_cost(branch.config) == pytest.approx(alone * (1 - start / total))
+
+
 def test_a_wsd_family_warms_up_over_one_percent_of_its_longest_run(synthetic_pool, tmp_path):
     fixed = TINY | {"pool": str(synthetic_pool), "schedule": "wsd", "batch_size": 4}
     grid = {"fixed": fixed, "axes": {"epochs": [1, 4], "lr": [1e-3, 1e-2]}, "wsd_branches": True}
