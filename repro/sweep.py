@@ -50,6 +50,7 @@ from repro.launch import job_resources, join_job_processes, train_with_torchrun
 from repro.runtime.config import (
     RunConfig,
     batch_sizes,
+    check_fields,
     config_record,
     make_run_config,
     run_id,
@@ -152,6 +153,8 @@ def plan_grid(grid: dict, store: Path) -> list[PlannedRun]:
     family: runs equal but for epochs), all with the warmup of the longest in steps (warmup_steps,
     or `warmup` of the longest run's steps)."""
     configs = expand(grid)
+    for config in configs:  # the trainer's field checks, before anything is recorded
+        check_fields(config)
     if not grid.get("wsd_branches"):
         return [PlannedRun(c, run_id(c)) for c in configs]
     families: dict[str, list[RunConfig]] = {}

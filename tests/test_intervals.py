@@ -76,7 +76,7 @@ def test_one_contradicting_comparison_disagrees_and_one_open_one_is_undetermined
 def test_unpaired_inputs_and_missing_files_are_one_line_errors(tmp_path):
     with pytest.raises(ReproError, match="same validation documents"):
         paired_difference(TOKENS[:3] * 1.0, TOKENS * 1.0, TOKENS)
-    with pytest.raises(ReproError, match="trained before per-document losses"):
+    with pytest.raises(ReproError, match="missing .deleted, or the run predates per-document"):
         store_documents(tmp_path)("run", 10)
     (tmp_path / "bad" / "val_docs").mkdir(parents=True)
     (tmp_path / "bad" / "val_docs" / "step-10.npy").write_bytes(b"garbage")

@@ -193,6 +193,10 @@ RUN_DAMAGES = {
     "config.json missing": (lambda r: (r / "config.json").unlink(), "has no config.json"),
     "config.json edited": (lambda r: _edit_config(r, lr=0.5), "does not hash to its run id"),
     "lr not a number": (lambda r: _edit_config(r, lr="abc"), "lr='abc' is not a valid float"),
+    "documents' losses not numbers": (
+        lambda r: [np.save(p, np.array(["a", "b"])) for p in (r / "val_docs").glob("step-*.npy")],
+        "val_docs is damaged (not a numeric array)",
+    ),
     "status not a word": (
         lambda r: (r / "status.json").write_text('{"status": 5}'),
         "holds a status that is not a word",
@@ -229,3 +233,28 @@ def test_a_run_asked_for_but_never_started_is_not_dropped(straight):
     assert len(results.runs) == len(ids) + 1
     with pytest.raises(ReproError, match=r"run 0123456789ab is pending \(1 of"):
         check_finished(results)
+
+
+def test_sweep_table_of_a_store_without_a_finished_run_is_one_line(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["sweep", "table", str(tmp_path / "empty")])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1
+    assert "has no evaluated runs yet" in err
+
+
+@pytest.mark.parametrize(
+    ("axes", "says"),
+    [({"batch_size": [0]}, "batch_size must be positive, got 0"), ({"epochs": [-2]}, "epochs")],
+)
+def test_a_grid_a_run_could_not_train_is_refused_before_the_store_changes(
+    synthetic_pool, tmp_path, axes, says, capsys
+):
+    grid = {"fixed": GRID["fixed"] | {"pool": str(synthetic_pool), "batch_size": 4}, "axes": axes}
+    (tmp_path / "grid.yaml").write_text(json.dumps(grid))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["sweep", "run", str(tmp_path / "grid.yaml"), "--out", str(tmp_path / "s")])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1 and says in err, err
+    assert not (tmp_path / "s").exists() or not list((tmp_path / "s").iterdir())

@@ -140,16 +140,24 @@ def store_documents(store: str | Path) -> DocumentLosses:
         losses, tokens = folder / f"step-{int(step)}.npy", folder / "tokens.npy"
         if not losses.is_file():
             raise ReproError(
-                f"{losses} is missing: the run was trained before per-document losses were "
-                "stored; train it again (remove its directory) to get intervals"
+                f"{losses} is missing (deleted, or the run predates per-document losses): remove "
+                f"{folder.parent} and rerun the sweep to retrain it"
             )
+
+        def damaged(why: str) -> ReproError:
+            return ReproError(
+                f"{folder} is damaged ({why}): remove {folder.parent} and rerun the sweep to "
+                "retrain it"
+            )
+
         try:
             pair = np.load(losses), np.load(tokens)
-        except (OSError, ValueError, EOFError) as error:
-            raise ReproError(
-                f"{folder} is damaged ({error or type(error).__name__}): remove "
-                f"{folder.parent} and rerun the sweep to retrain it"
-            ) from None
+        except ValueError:  # numpy's advice (an unsafe pickle load) is not ours to pass on
+            raise damaged("not a numeric array") from None
+        except (OSError, EOFError) as error:
+            raise damaged(str(error) or type(error).__name__) from None
+        if not all(np.issubdtype(a.dtype, np.number) for a in pair):
+            raise damaged("not a numeric array")
         if pair[0].shape != pair[1].shape or pair[0].ndim != 1:
             raise ReproError(
                 f"{losses} does not match {tokens}: remove {folder.parent} and "
@@ -183,6 +191,8 @@ def check_finished(results: Results) -> None:
 def check_consistent(results: Results) -> None:
     """check_finished's rules for the runs that are done (`repro sweep table` reads unfinished
     runs too, as a provisional table): each consistent, or a one-line error naming it."""
+    if results.runs.empty:
+        return
     finals = results.evals.sort_values("step").groupby("run_id").last()
     for run in results.runs[results.runs["status"] == "done"].itertuples():
         _check_run(results, run.run_id, run.final_step, finals)

@@ -64,8 +64,7 @@ def no_space(path: Path, exc: BaseException) -> NoSpace | None:
         return None
     return NoSpace(
         f"writing {path} failed: {NO_SPACE[code]} ({free / 2**20:,.0f} MiB free there); free "
-        "space, then run the same command again: finished work is kept and stopped runs resume "
-        "from their last checkpoint"
+        "space, then run the same command again"
     )
 
 
