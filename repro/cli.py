@@ -113,8 +113,10 @@ def _sweep_table(args: argparse.Namespace) -> None:
 
     from repro.analysis.results import check_consistent, default_group_by, open_results
     from repro.analysis.selection import tuned
-    from repro.sweep import failed_runs
+    from repro.sweep import failed_runs, sweep_status
 
+    if (Path(args.dir) / "sweep.json").exists():
+        sweep_status(args.dir)  # a damaged sweep.json is a one-line error, as in sweep status
     failed = failed_runs(args.dir)  # first: a damaged status.json is a one-line error
     results = open_results(args.dir)
     check_consistent(results)  # a damaged finished run is an error, never a different table
