@@ -83,15 +83,20 @@ def test_slurm_jobs_take_a_task_per_gpu_over_whole_nodes():
 def test_a_sweep_mixing_gpu_counts_runs_each_group_and_reports_a_childs_error(
     synthetic_pool, tmp_path
 ):
-    grid = {
-        "fixed": FIELDS | {"pool": str(synthetic_pool), "batch_size": 6},
-        "axes": {"gpus": [1, 2], "micro_batch": [2, 3]},
-    }
+    """A child's error that only the pool reveals (a vocab that does not match it) is reported
+    from the run's status; a config wrong whatever the pool (6 = 2 processes x 3, not x 2 x 2) is
+    refused before anything runs."""
+    fixed = FIELDS | {"pool": str(synthetic_pool), "batch_size": 6, "micro_batch": 3}
+    grid = {"fixed": fixed, "axes": {"gpus": [1, 2], "vocab_size": [0, 999]}}
     result = run_sweep(grid, tmp_path / "s", progress=False)
-    assert result.outcomes == {"done": 3, "failed": 1}  # 6 = 2 processes x 3, not x 2 x 2
-    (failed,) = result.failed
-    error = json.loads((tmp_path / "s" / failed / "status.json").read_text())["error"]
-    assert "batch_size 6 is not divisible by micro_batch 2 x world size 2" in error
+    assert result.outcomes == {"done": 2, "failed": 2}
+    for failed in result.failed:
+        error = json.loads((tmp_path / "s" / failed / "status.json").read_text())["error"]
+        assert "does not match the model's vocab_size 999" in error
+    indivisible = {"fixed": fixed | {"micro_batch": 2}, "axes": {"gpus": [1, 2]}}
+    with pytest.raises(ReproError, match="batch_size 6 is not divisible by micro_batch 2 x world"):
+        run_sweep(indivisible, tmp_path / "t", progress=False)
+    assert not (tmp_path / "t").exists() or not list((tmp_path / "t").iterdir())
 
 
 def test_lm_evals_missing_standard_error_is_nan():

@@ -172,10 +172,11 @@ def test_two_executors_on_one_directory_never_run_a_config_twice(synthetic_pool,
 
 
 def test_failures_are_recorded_and_isolated(synthetic_pool, tmp_path):
-    grid = _grid(synthetic_pool, batch_size=[8, 10], lr=[1e-3])
-    grid["fixed"] |= {"micro_batch": 4}
+    """A run that fails on what only its pool reveals (a vocab that does not match it); one wrong
+    whatever the pool is refused before the sweep starts (test_sweep_faults)."""
+    grid = _grid(synthetic_pool, batch_size=[8], lr=[1e-3], vocab_size=[0, 999])
     result = run_sweep(grid, tmp_path / "s", progress=False)
-    bad = run_id(make_run_config(grid["fixed"] | {"batch_size": 10, "lr": 1e-3}))
+    bad = run_id(make_run_config(grid["fixed"] | {"batch_size": 8, "lr": 1e-3, "vocab_size": 999}))
     assert result.outcomes == {"done": 1, "failed": 1} and result.failed == [bad]
     failed = tmp_path / "s" / bad / "status.json"
     with pytest.raises(ReproError, match=rf"1 run\(s\) failed; the error is in .*{bad}/status"):
@@ -183,7 +184,7 @@ def test_failures_are_recorded_and_isolated(synthetic_pool, tmp_path):
     status = json.loads(failed.read_text())
     assert (
         status["status"] == "failed"
-        and "not divisible" in status["error"]
+        and "does not match the model's vocab_size 999" in status["error"]
         and "Traceback" in status["traceback"]
     )
     again = run_sweep(grid, tmp_path / "s", progress=False)
