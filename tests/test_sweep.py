@@ -383,8 +383,7 @@ def test_cli_sweep_exits_non_zero_naming_failed_runs_and_table_says_so(
 ):
     from repro.cli import main
 
-    grid = _grid(synthetic_pool, batch_size=[8, 10], lr=[1e-3])
-    grid["fixed"] |= {"micro_batch": 4}
+    grid = _grid(synthetic_pool, batch_size=[8], lr=[1e-3], vocab_size=[0, 999])
     (tmp_path / "grid.yaml").write_text(json.dumps(grid))
     store = tmp_path / "s"
     for _ in range(2):  # failing now, then skipped as failed

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -88,15 +89,15 @@ def load_results(
 
 
 def _check_config(rid: str, config: dict, fix: str) -> None:
-    """A run's config.json holds fields the trainer accepts, and, where its pool is built here,
-    hashes to the run's id (a config edited after training does not, nor one of a store trained
-    under another config.NUMERICS)."""
+    """A run's config.json holds fields the trainer accepts, and, for a sweep's run whose pool is
+    built here, hashes to the run's id (a config edited after training does not, nor one of a
+    store trained under another config.NUMERICS)."""
     try:
         resolved = make_run_config(config)
     except ReproError as exc:
         raise ReproError(f"run {rid}: config.json: {exc}; {fix}") from None
-    built = resolved.pool and built_meta(resolved.pool) is not None
-    if built and run_id(resolved) != rid:
+    stored = re.fullmatch(r"[0-9a-f]{12}", rid)  # a sweep's run (repro train --out: any name)
+    if stored and resolved.pool and built_meta(resolved.pool) and run_id(resolved) != rid:
         raise ReproError(
             f"run {rid}: config.json does not hash to its run id (edited after training, or "
             f"trained by a repro of other numerics, config.NUMERICS); {fix}"
