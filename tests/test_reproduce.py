@@ -190,6 +190,7 @@ def reproduce_process():
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
                 text=True,
+                preexec_fn=_as_in_a_terminal,
             )
         )
         return started[-1]
@@ -198,6 +199,12 @@ def reproduce_process():
     for process in started:
         process.kill()
         process.wait()
+
+
+def _as_in_a_terminal() -> None:
+    """A child started for a Ctrl-C test takes SIGINT as a terminal's process does, whatever this
+    test process ignores (an xdist worker may ignore SIGINT, and a child inherits that)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _wait_for(path: Path, process: subprocess.Popen, seconds: float = 120) -> None:
