@@ -22,7 +22,7 @@ from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from tokenizers import Tokenizer
 
 from repro.errors import ReproError
-from repro.runtime.files import read_json, write_json
+from repro.runtime.files import read_downstream, write_json
 from repro.runtime.train import load_final_model
 
 
@@ -116,7 +116,12 @@ def evaluate_run(
             f"--batch-size (sequences) and --limit (examples per task) must be at least 1; got "
             f"{batch_size} and {limit}"
         )
-    earlier = read_downstream(run)
+    if not (Path(run) / "config.json").is_file():
+        raise ReproError(
+            f"{run} is not a run (it has no config.json); pass a folder that repro train or "
+            "repro sweep run trained"
+        )
+    earlier = read_downstream(Path(run))
 
     local = {path.stem for path in Path(include).glob("*.yaml")} if include else set()
     manager = TaskManager(  # lm-eval's own task index (seconds to build) only when needed
@@ -146,12 +151,6 @@ def evaluate_run(
     }
     write_json(Path(run) / "downstream.json", earlier | results)
     return results
-
-
-def read_downstream(run: str | Path) -> dict:
-    """RUN/downstream.json ({} before the first evaluation); a one-line ReproError if damaged."""
-    path = Path(run) / "downstream.json"
-    return read_json(path, "remove it and evaluate the run again") if path.exists() else {}
 
 
 def _number(value) -> float:

@@ -26,6 +26,7 @@ from repro.data.pool import built_meta, load_pool
 from repro.growth import extension_grids
 from repro.paths import project_root
 from repro.presets import ORIGINAL_RECIPE, Preset, describe_regime, get_preset
+from repro.runtime.files import read_downstream
 from repro.sweep import SweepResult, plan_grid, run_sweep
 
 FIGURES_ENV = "REPRO_FIGURES_DIR"
@@ -275,7 +276,6 @@ class Study:
         from repro.downstream import (
             POOL_TASK,
             evaluate_run,
-            read_downstream,
             write_continuation_task,
         )
 

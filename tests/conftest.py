@@ -1,6 +1,9 @@
 """Shared fixtures (the offline environment is set by the conftest.py at the project root)."""
 
+import functools
 import re
+import signal
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +14,17 @@ from repro.analysis.results import Results, memory_documents
 from repro.data.build import PoolSpec, build_pool
 
 SMALL_SYNTHETIC = PoolSpec(source="synthetic", tokens=30_000, val_tokens=5_000, vocab_size=300)
+
+
+def _sigint_as_in_a_terminal() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@pytest.fixture(scope="session")
+def popen_as_in_a_terminal():
+    """subprocess.Popen for a Ctrl-C test's child: it takes SIGINT as a terminal's process does,
+    whatever this test process ignores (an xdist worker may ignore SIGINT; a child inherits it)."""
+    return functools.partial(subprocess.Popen, preexec_fn=_sigint_as_in_a_terminal)
 
 
 @pytest.fixture(scope="session")

@@ -111,13 +111,26 @@ def test_repro_eval_merges_into_downstream_json(trained_run, local_task, tmp_pat
     assert merged["repro_tiny_mc"]["n"] == len(QUESTIONS)
 
 
-def test_a_damaged_downstream_json_is_one_line_naming_it(trained_run, tmp_path):
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [(b"", "is empty"), (b'{"qa_b": 5}', "holds a task whose result is not an object")],
+)
+def test_a_damaged_downstream_json_is_one_line_naming_it(trained_run, tmp_path, content, problem):
+    """Refused before any task loads: an evaluation never merges into (and so keeps) a bad entry."""
     run = shutil.copytree(trained_run, tmp_path / "run")
-    (run / "downstream.json").write_bytes(b"")
-    with pytest.raises(ReproError) as error:  # before any task loads
+    (run / "downstream.json").write_bytes(content)
+    with pytest.raises(ReproError) as error:
         evaluate_run(run, ["no_such_task_here"])
-    message = f"{run / 'downstream.json'} is empty; remove it and evaluate the run again"
-    assert str(error.value) == message
+    path = run / "downstream.json"
+    assert str(error.value) == f"{path} {problem}; remove it and evaluate the run again " + (
+        f"(repro eval {run})"
+    )
+
+
+def test_a_folder_that_is_not_a_run_is_refused_before_any_task_loads(tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(ReproError, match=f"^{tmp_path} is not a run \\(it has no config.json\\)"):
+        evaluate_run(tmp_path, ["no_such_task_here"])
 
 
 @pytest.mark.parametrize("option", [["--batch-size", "0"], ["--limit", "-1"]])

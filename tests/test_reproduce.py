@@ -176,7 +176,7 @@ def test_leftovers_of_a_killed_reproduction_are_removed_and_live_ones_kept(tmp_p
 
 
 @pytest.fixture
-def reproduce_process():
+def reproduce_process(popen_as_in_a_terminal):
     """Start `repro reproduce --preset P --only 01` in a folder, as a process; those still running
     at the end are killed (their kernels follow: ipykernel exits when its parent dies)."""
     started = []
@@ -184,13 +184,12 @@ def reproduce_process():
     def start(root: Path, preset: str) -> subprocess.Popen:
         command = [sys.executable, "-m", "repro.cli", "reproduce", "--preset", preset]
         started.append(
-            subprocess.Popen(
+            popen_as_in_a_terminal(
                 [*command, "--only", "01"],
                 cwd=root,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
                 text=True,
-                preexec_fn=_as_in_a_terminal,
             )
         )
         return started[-1]
@@ -199,12 +198,6 @@ def reproduce_process():
     for process in started:
         process.kill()
         process.wait()
-
-
-def _as_in_a_terminal() -> None:
-    """A child started for a Ctrl-C test takes SIGINT as a terminal's process does, whatever this
-    test process ignores (an xdist worker may ignore SIGINT, and a child inherits that)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _wait_for(path: Path, process: subprocess.Popen, seconds: float = 120) -> None:

@@ -27,12 +27,6 @@ def _grid(pool, **axes):
     }
 
 
-def _as_in_a_terminal() -> None:
-    """A child started for a Ctrl-C test takes SIGINT as a terminal's process does, whatever this
-    test process ignores (an xdist worker may ignore SIGINT, and a child inherits that)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def _sweep_command(grid: dict, tmp_path) -> list[str]:
     """`repro sweep run` of `grid` (written to tmp_path/grid.yaml) into tmp_path/s, as a process."""
     (tmp_path / "grid.yaml").write_text(json.dumps(grid))
@@ -125,7 +119,7 @@ def test_interrupted_sweep_resumes_without_losing_or_repeating(synthetic_pool, t
 
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
 def test_a_stopped_sweep_exits_within_seconds_and_the_same_command_finishes_it(
-    synthetic_pool, tmp_path, stop
+    synthetic_pool, tmp_path, stop, popen_as_in_a_terminal
 ):
     """Ctrl-C (SIGINT) or SIGTERM to `repro sweep run` with 2 workers once the first run trains:
     the queued runs never start, the running ones stop, the process exits within seconds with one
@@ -133,7 +127,7 @@ def test_a_stopped_sweep_exits_within_seconds_and_the_same_command_finishes_it(
     grid = _grid(synthetic_pool, lr=[1e-3, 2e-3, 3e-3, 4e-3, 5e-3, 6e-3, 7e-3, 8e-3])
     grid["fixed"] |= {"epochs": 2, "batch_size": 8}
     cmd = [*_sweep_command(grid, tmp_path), "--workers", "2"]
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, preexec_fn=_as_in_a_terminal)
+    proc = popen_as_in_a_terminal(cmd, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
     while not list((tmp_path / "s").glob("*/status.json")):
         assert proc.poll() is None and time.time() < deadline

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple
 
@@ -638,7 +639,7 @@ def _numbered(scheduled: Results, schedules: list[str]) -> Results:
     a tuned value (the schedule string itself is the group of per-schedule endpoints)."""
     ramps = scheduled.subset(scheduled.runs["batch_schedule"].isin(schedules))
     numbers = ramps.runs["batch_schedule"].map(schedules.index)
-    return Results(ramps.runs.assign(schedule_no=numbers), ramps.evals, ramps.documents)
+    return replace(ramps, runs=ramps.runs.assign(schedule_no=numbers))
 
 
 def _display(

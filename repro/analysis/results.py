@@ -23,7 +23,7 @@ import pandas as pd
 from repro.data.pool import built_meta
 from repro.errors import ReproError
 from repro.runtime.config import RunConfig, config_record, make_run_config, run_id
-from repro.runtime.files import read_json, read_metrics, read_status
+from repro.runtime.files import read_downstream, read_json, read_metrics, read_status
 
 TUNED = ("lr", "weight_decay", "epochs")
 BOOKKEEPING = (
@@ -115,16 +115,23 @@ REPLICATE_FIELDS = ("pool", "seed")
 class Results:
     """What the analyses read: one row per run (`runs`: its config, status and best point), one
     per evaluation (`evals`: run_id, step, epoch, tokens, lr_t, train_loss, val_loss, wall_s), and
-    each evaluation's per-document losses (`documents`)."""
+    each evaluation's per-document losses (`documents`); `store`: the folder of the runs, where
+    they have one (errors name a run's folder)."""
 
     runs: pd.DataFrame
     evals: pd.DataFrame
     documents: DocumentLosses
+    store: Path | None = None
 
     def subset(self, mask: pd.Series) -> Results:
         """The runs where `mask` holds, with their evaluations."""
         runs = self.runs[mask]
-        return Results(runs, self.evals[self.evals["run_id"].isin(runs["run_id"])], self.documents)
+        evals = self.evals[self.evals["run_id"].isin(runs["run_id"])]
+        return Results(runs, evals, self.documents, self.store)
+
+    def where(self, run_id: str) -> str:
+        """How errors name a run: its folder where the runs have one, else its id."""
+        return str(self.store / run_id) if self.store else run_id
 
     def replicate_fields(self) -> list[str]:
         """The replicate fields (REPLICATE_FIELDS) these runs have."""
@@ -183,8 +190,9 @@ def check_finished(results: Results) -> None:
     if len(open_):
         rid, status = open_["run_id"].iloc[0], open_["status"].iloc[0]
         raise ReproError(
-            f"run {rid} is {status} ({len(open_)} of {len(results.runs)} runs not finished): "
-            "wait for the sweep that holds it, or rerun this one (repro reproduce resumes it)"
+            f"run {results.where(rid)} is {status} ({len(open_)} of {len(results.runs)} runs not "
+            "finished): wait for the sweep that holds it, or rerun this one (repro reproduce "
+            "resumes it)"
         )
     check_consistent(results)
 
@@ -201,18 +209,19 @@ def check_consistent(results: Results) -> None:
 
 def _check_run(results: Results, rid: str, step, finals: pd.DataFrame) -> None:
     """One done run against check_finished's rules."""
-    fix = "remove the run's folder and rerun the sweep to retrain it"
+    fix = "remove that folder and rerun the sweep to retrain it"
+    where = results.where(rid)
     if rid not in finals.index or finals.loc[rid, "step"] != step:
         last = finals.loc[rid, "step"] if rid in finals.index else "none"
         raise ReproError(
-            f"run {rid}: its last evaluation in metrics.jsonl (step {last}) is not at the step "
+            f"run {where}: its last evaluation in metrics.jsonl (step {last}) is not at the step "
             f"status.json records ({step}): metrics.jsonl is torn or incomplete; {fix}"
         )
     losses, tokens = results.documents(rid, int(step))
     val_loss = float(finals.loc[rid, "val_loss"])
     if abs(losses.sum() / max(tokens.sum(), 1) - val_loss) > VAL_LOSS_TOLERANCE:
         raise ReproError(
-            f"run {rid}: its per-document losses at step {step} average to "
+            f"run {where}: its per-document losses at step {step} average to "
             f"{losses.sum() / max(tokens.sum(), 1):.6f}, not the logged val_loss {val_loss:.6f}: "
             f"val_docs is damaged; {fix}"
         )
@@ -235,18 +244,12 @@ def open_results(
 ) -> Results:
     """load_results with the store's per-document losses: what the analyses take."""
     runs, evals = load_results(store, run_ids, pools)
-    return Results(runs, evals, store_documents(store))
+    return Results(runs, evals, store_documents(store), Path(store))
 
 
 def _downstream(run_dir: Path) -> dict:
     """RUN/downstream.json (repro eval) as columns "<task> acc", "<task> acc_stderr", "<task> n"."""
-    path = run_dir / "downstream.json"
-    if not path.is_file():
-        return {}
-    fix = f"remove it and rerun `repro eval {run_dir}`"
-    results = read_json(path, fix)
-    if not all(isinstance(result, dict) for result in results.values()):
-        raise ReproError(f"{path} holds a task whose result is not an object; {fix}")
+    results = read_downstream(run_dir)
     return {
         f"{task} {key}": value for task, result in results.items() for key, value in result.items()
     }

@@ -179,6 +179,19 @@ def read_status(run: Path) -> dict:
     return status
 
 
+def read_downstream(run: Path) -> dict:
+    """RUN/downstream.json (repro eval): {task: {"acc", "acc_stderr", "n"}}, {} before the first
+    evaluation; a damaged one (not a JSON object of objects) is a one-line error naming it."""
+    path = run / "downstream.json"
+    if not path.exists():
+        return {}
+    fix = f"remove it and evaluate the run again (repro eval {run})"
+    results = read_json(path, fix)
+    if not all(isinstance(result, dict) for result in results.values()):
+        raise ReproError(f"{path} holds a task whose result is not an object; {fix}")
+    return results
+
+
 def check_out(
     out: Path, kind: str, entries: Collection[str], marker: str, scratch: Collection[str] = ()
 ) -> None:
