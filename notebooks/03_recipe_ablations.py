@@ -22,6 +22,7 @@ import os
 
 preset = os.environ.get("REPRO_PRESET", "cpu")  # `repro preset list`, or FILE.yaml
 workers = None  # parallel runs; default: the preset's
+train = os.environ.get("REPRO_TRAIN") == "1"  # False: read the runs (results/<preset>.tar.xz)
 
 # %%
 from IPython.display import Markdown
@@ -30,7 +31,7 @@ from repro.analysis import accuracy, analyses, figures
 from repro.analysis.intervals import claim_count
 from repro.study import open_study
 
-study = open_study(preset, workers=workers)
+study = open_study(preset, workers=workers, train=train)
 P = study.preset
 model = P.models[0]
 print(study.summary())

@@ -42,6 +42,7 @@ import os
 
 preset = os.environ.get("REPRO_PRESET", "cpu")  # `repro preset list`, or FILE.yaml
 workers = None  # parallel runs; default: the preset's
+train = os.environ.get("REPRO_TRAIN") == "1"  # False: read the runs (results/<preset>.tar.xz)
 
 # %%
 from pathlib import Path
@@ -52,7 +53,7 @@ from repro.analysis import analyses, figures
 from repro.analysis.intervals import claim_count, describe
 from repro.study import open_study
 
-study = open_study(preset, workers=workers)
+study = open_study(preset, workers=workers, train=train)
 P = study.preset
 print(study.summary())
 

@@ -12,7 +12,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from repro.errors import ReproError
-from repro.runtime.files import NO_SPACE
+from repro.runtime.files import FINISHED, NO_SPACE
 from repro.units import parse_count
 
 
@@ -66,7 +66,7 @@ def _train(args: argparse.Namespace) -> None:
             else ""
         )
     )
-    if status["status"] not in ("done", "diverged"):
+    if status["status"] not in FINISHED:
         sys.exit(1)
 
 
@@ -185,6 +185,20 @@ def _eval(args: argparse.Namespace) -> None:
     for task, r in results.items():
         print(f"{task:<24} acc {r['acc']:.4f} +- {r['acc_stderr']:.4f} ({r['n']} examples)")
     print(f"written: {Path(args.run) / 'downstream.json'}")
+
+
+def _results_export(args: argparse.Namespace) -> None:
+    from repro.bundle import export_bundle
+
+    count = export_bundle(args.store, args.out)
+    print(f"{args.out}: {count} runs, {Path(args.out).stat().st_size / 2**20:.1f} MiB")
+
+
+def _results_import(args: argparse.Namespace) -> None:
+    from repro.bundle import import_bundle
+
+    added, present = import_bundle(args.bundle, args.into)
+    print(f"{args.into}: {added} runs added, {present} already there")
 
 
 def _plan(args: argparse.Namespace) -> None:
@@ -744,6 +758,23 @@ def _add_reproduce_command(commands) -> None:
     plan.set_defaults(func=_plan)
 
 
+def _add_results_commands(commands) -> None:
+    """`repro results export` and `repro results import` (repro.bundle)."""
+    results = _add_group(commands, "results", "share a store's finished runs", "results_command")
+    export = _add_command(
+        results, "export", "write a store's finished runs (no checkpoints) to a .tar.xz bundle"
+    )
+    export.add_argument("store", help="a run store (runs/<preset>/store, repro sweep run --out)")
+    export.add_argument("--out", required=True, help="the bundle to write, e.g. cpu.tar.xz")
+    export.set_defaults(func=_results_export)
+    load = _add_command(
+        results, "import", "unpack a bundle into a store (never replaces what the store holds)"
+    )
+    load.add_argument("bundle", help="a bundle that repro results export wrote")
+    load.add_argument("--into", required=True, help="the run store (created if missing)")
+    load.set_defaults(func=_results_import)
+
+
 def _add_preset_commands(commands) -> None:
     """`repro preset show`."""
     preset = _add_group(commands, "preset", "inspect presets", "preset_command")
@@ -849,6 +880,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_train_command(commands)
     _add_sweep_commands(commands)
     _add_reproduce_command(commands)
+    _add_results_commands(commands)
     _add_preset_commands(commands)
     _add_bench_command(commands)
     return parser

@@ -145,7 +145,7 @@ def reproduce(
             print(f"{times[-1][0]:<28} {times[-1][1]:8.1f} s", flush=True)
         out_dir = study.results_dir / "notebooks"
         out_dir.mkdir(parents=True, exist_ok=True)
-        parameters = {"preset": preset} | ({"workers": workers} if workers else {})
+        parameters = {"preset": preset, "train": True} | ({"workers": workers} if workers else {})
         for nb in selected:
             started = time.perf_counter()
             _execute(nb, out_dir / nb.name, parameters, study)

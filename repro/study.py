@@ -21,12 +21,14 @@ import pandas as pd
 from repro.analysis import cbs, plots
 from repro.analysis.intervals import MIN_REPLICATES, effective_documents
 from repro.analysis.results import Results, check_finished, open_results
+from repro.bundle import import_bundle
 from repro.data.build import build_pool
 from repro.data.pool import built_meta, load_pool
+from repro.errors import ReproError
 from repro.growth import extension_grids
 from repro.paths import project_root
 from repro.presets import ORIGINAL_RECIPE, Preset, describe_regime, get_preset
-from repro.runtime.files import read_downstream
+from repro.runtime.files import is_finished, read_downstream
 from repro.sweep import SweepResult, plan_grid, run_sweep
 
 FIGURES_ENV = "REPRO_FIGURES_DIR"
@@ -43,10 +45,16 @@ class Study:
     workers: int
     progress: bool = True
     figures_dir: Path | None = None  # default: root/figures/<preset>
+    train: bool = True  # False: read the runs, from the store or the shipped bundle; train none
 
     @property
     def store(self) -> Path:
         return self.results_dir / "store"
+
+    @property
+    def shipped(self) -> Path:
+        """The preset's shipped results bundle (repro.bundle), where the repository has one."""
+        return self.root / "results" / f"{self.preset.name}.tar.xz"
 
     @property
     def figures(self) -> Path:
@@ -255,9 +263,13 @@ class Study:
         pools = {rid: p.config.pool for rid, p in planned.items()}
         return open_results(self.store, list(planned), pools)
 
-    def _run(self, grids: dict | list[dict]) -> SweepResult:
+    def _run(self, grids: dict | list[dict]) -> SweepResult | None:
         """run_sweep into this study's store with its workers and the preset's stacking; a failed
-        run stops the study (its results would be missing from every table)."""
+        run stops the study (its results would be missing from every table). Without `train`:
+        the runs must be finished in the store, or in the shipped bundle (imported into it)."""
+        if not self.train:
+            self._read_runs(grids if isinstance(grids, list) else [grids])
+            return None
         result = run_sweep(
             grids,
             self.store,
@@ -268,6 +280,22 @@ class Study:
         )
         result.raise_if_failed(self.store)
         return result
+
+    def _read_runs(self, grids: list[dict]) -> None:
+        """Import the shipped bundle if the store lacks a run of `grids`; a run still missing is a
+        one-line error saying how to train it."""
+        planned = [p.run_id for grid in grids for p in plan_grid(grid, self.store)]
+        missing = [rid for rid in planned if not is_finished(self.store / rid)]
+        if missing and self.shipped.is_file():
+            import_bundle(self.shipped, self.store)
+            missing = [rid for rid in missing if not is_finished(self.store / rid)]
+        if missing:
+            shipped = f" nor in {self.shipped}" if self.shipped.is_file() else ""
+            raise ReproError(
+                f"{len(missing)} of {len(planned)} runs are not in {self.store}{shipped}: train "
+                f"them with repro reproduce --preset {self.preset.name}, or set train = True in "
+                "the notebook's parameters cell"
+            )
 
     def downstream(self, endpoints: pd.DataFrame) -> pd.DataFrame:
         """`endpoints` with each tuned run's accuracy on the preset's downstream tasks (repro eval,
@@ -317,11 +345,15 @@ class Study:
 
 
 def open_study(
-    preset: str | None = None, workers: int | None = None, progress: bool = True
+    preset: str | None = None,
+    workers: int | None = None,
+    progress: bool = True,
+    train: bool = True,
 ) -> Study:
     """A study of `preset` (a built-in name or a preset YAML file; default $REPRO_PRESET, else cpu):
     pools under <project>/data/pools, runs under runs/<name>/, figures under figures/<name>/ (or
-    $REPRO_FIGURES_DIR)."""
+    $REPRO_FIGURES_DIR). Without `train`, it reads runs (the store's, else the shipped bundle's,
+    results/<name>.tar.xz) and trains none."""
     chosen = get_preset(preset)
     root = project_root()
     return Study(
@@ -332,4 +364,5 @@ def open_study(
         workers=workers or chosen.workers,
         progress=progress,
         figures_dir=Path(os.environ[FIGURES_ENV]) if os.environ.get(FIGURES_ENV) else None,
+        train=train,
     )

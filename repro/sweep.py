@@ -56,12 +56,10 @@ from repro.runtime.config import (
     run_id,
     stack_key,
 )
-from repro.runtime.files import NoSpace, read_json, read_status, write_json
+from repro.runtime.files import FINISHED, NoSpace, read_json, read_status, write_json
 from repro.runtime.loaders import epoch_steps
 from repro.runtime.schedules import decay_start_step
 from repro.runtime.shapes import model_config, parameter_count
-
-FINISHED = ("done", "diverged")
 
 
 @dataclass(frozen=True)

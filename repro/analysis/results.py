@@ -23,7 +23,7 @@ import pandas as pd
 from repro.data.pool import built_meta
 from repro.errors import ReproError
 from repro.runtime.config import RunConfig, config_record, make_run_config, run_id
-from repro.runtime.files import read_downstream, read_json, read_metrics, read_status
+from repro.runtime.files import FINISHED, read_downstream, read_json, read_metrics, read_status
 
 TUNED = ("lr", "weight_decay", "epochs")
 BOOKKEEPING = (
@@ -176,7 +176,6 @@ def store_documents(store: str | Path) -> DocumentLosses:
     return load
 
 
-FINISHED = ("done", "diverged")
 VAL_LOSS_TOLERANCE = 1e-5  # nats/token: per-document losses against the logged val_loss
 
 

@@ -179,6 +179,15 @@ def read_status(run: Path) -> dict:
     return status
 
 
+FINISHED = ("done", "diverged")
+"""The statuses of a run that will not train again (a diverged run is a result too)."""
+
+
+def is_finished(run: Path) -> bool:
+    """Whether RUN/status.json records a finished run (FINISHED); a damaged one is an error."""
+    return read_status(run).get("status") in FINISHED
+
+
 def read_downstream(run: Path) -> dict:
     """RUN/downstream.json (repro eval): {task: {"acc", "acc_stderr", "n"}}, {} before the first
     evaluation; a damaged one (not a JSON object of objects) is a one-line error naming it."""

@@ -59,6 +59,7 @@ from repro.runtime.config import (
     stack_key,
 )
 from repro.runtime.files import (
+    FINISHED,
     NoSpace,
     atomic_write,
     check_out,
@@ -89,7 +90,6 @@ LATEST, PREVIOUS = "checkpoint.pt", "checkpoint.prev.pt"
 CHECKPOINT_KEYS = set(
     "model optimizer torch_rng python_rng step wall_s best loss_sum loss_steps".split()
 )
-FINISHED = ("done", "diverged")
 # what a run folder holds (RUN/config.json marks one; downstream.json: repro eval), and what
 # interrupted writes and a sweep's claim leave (.lock; launch.json: repro.launch): `--out` is a
 # missing folder, one of scratch only, or a run

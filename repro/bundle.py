@@ -1,0 +1,152 @@
+"""Results bundles: a store's finished runs in one file, without checkpoints, to ship or share.
+
+A bundle (FILE.tar.xz) holds, for every finished (done or diverged) run of a store, what the
+analyses read: config.json, status.json, metrics.jsonl, downstream.json where there is one, and
+val_docs/ (per-document losses at each evaluation and the documents' token counts); plus
+bundle.json (format, config.NUMERICS, run count). The same store gives the same bytes (entries
+sorted, times and owners zeroed), so a committed bundle changes only when its runs do.
+
+Importing refuses, before it writes anything, a bundle of other numerics, an entry that is not one
+of those files, and a run the store already holds with other contents: nothing in the store is
+overwritten. Each run lands whole (unpacked beside the store, then renamed into it).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import shutil
+import tarfile
+import tempfile
+from pathlib import Path
+
+from repro.errors import ReproError
+from repro.runtime.config import NUMERICS
+from repro.runtime.files import atomic_write, fsync_tree, is_finished, process_alive
+
+FORMAT = 1
+MANIFEST = "bundle.json"
+RUN_FILE = re.compile(
+    r"(?P<run>[0-9a-f]{12})/"
+    r"(config\.json|status\.json|metrics\.jsonl|downstream\.json|val_docs/(tokens|step-\d+)\.npy)"
+)
+"""The entries a bundle may hold besides its manifest: a run's files that the analyses read."""
+
+
+def _run_files(run: Path) -> list[Path]:
+    """A run's files that RUN_FILE names, sorted."""
+    candidates = [run / "config.json", run / "status.json", run / "metrics.jsonl"]
+    candidates += [run / "downstream.json", *sorted((run / "val_docs").glob("*.npy"))]
+    return [p for p in candidates if p.is_file() and RUN_FILE.fullmatch(_name(run.parent, p))]
+
+
+def _name(store: Path, path: Path) -> str:
+    return path.relative_to(store).as_posix()
+
+
+def _add(archive: tarfile.TarFile, name: str, data: bytes) -> None:
+    """One regular file entry with zeroed time and owner (same store, same bytes)."""
+    info = tarfile.TarInfo(name)
+    info.size, info.mode, info.mtime = len(data), 0o644, 0
+    archive.addfile(info, io.BytesIO(data))
+
+
+def export_bundle(store: str | Path, out: str | Path) -> int:
+    """Write the finished runs of `store` to the bundle `out` (.tar.xz); returns their number. A
+    store with no finished run, or an `out` that exists, is a one-line error."""
+    store, out = Path(store), Path(out)
+    if not store.is_dir():
+        raise ReproError(f"{store} is not a directory of runs")
+    if out.exists():
+        raise ReproError(f"{out} exists; choose another --out, or remove it yourself")
+    runs = [
+        run
+        for run in sorted(store.iterdir())
+        if re.fullmatch(r"[0-9a-f]{12}", run.name) and is_finished(run)
+    ]
+    if not runs:
+        raise ReproError(f"{store} has no finished runs to export")
+    manifest = {"format": FORMAT, "numerics": NUMERICS, "runs": len(runs)}
+    with atomic_write(out, "wb") as file:
+        with tarfile.open(fileobj=file, mode="w:xz", format=tarfile.PAX_FORMAT) as archive:
+            _add(archive, MANIFEST, json.dumps(manifest, sort_keys=True).encode())
+            for run in runs:
+                for path in _run_files(run):
+                    _add(archive, _name(store, path), path.read_bytes())
+    return len(runs)
+
+
+def import_bundle(bundle: str | Path, store: str | Path) -> tuple[int, int]:
+    """Unpack `bundle` into `store` (created if missing); returns (runs added, runs the store
+    already held with the same contents). Refused before any write: see the module docstring."""
+    bundle, store = Path(bundle), Path(store)
+    runs = _read_bundle(bundle)
+    added = [rid for rid in runs if not (store / rid).exists()]
+    for rid in sorted(set(runs) - set(added)):
+        if _contents(store / rid) != runs[rid]:
+            raise ReproError(
+                f"{store / rid} holds other contents than {bundle}'s run {rid}; nothing was "
+                "imported: move that folder away, or import into another store"
+            )
+    store.mkdir(parents=True, exist_ok=True)
+    _remove_dead_imports(store)
+    for rid in added:
+        with tempfile.TemporaryDirectory(dir=store, prefix=f".import-{os.getpid()}-") as scratch:
+            staged = Path(scratch) / rid
+            for name, data in runs[rid].items():
+                (staged / name).parent.mkdir(parents=True, exist_ok=True)
+                (staged / name).write_bytes(data)
+            fsync_tree(staged)
+            try:
+                os.rename(staged, store / rid)
+            except OSError:  # another import (a second notebook) placed it first
+                if _contents(store / rid) != runs[rid]:
+                    raise
+    return len(added), len(runs) - len(added)
+
+
+def _read_bundle(bundle: Path) -> dict[str, dict[str, bytes]]:
+    """run id -> {file name inside the run: bytes}; a one-line error for a bundle that is not one,
+    is damaged, of other numerics, or holds an entry RUN_FILE does not name."""
+    fix = "fetch or export it again"
+    try:
+        with tarfile.open(bundle, mode="r:*") as archive:
+            entries = {}
+            for info in archive:
+                known = info.name == MANIFEST or RUN_FILE.fullmatch(info.name)
+                if not (info.isfile() and known):
+                    raise ReproError(f"{bundle} holds {info.name!r}, which no bundle holds; {fix}")
+                entries[info.name] = archive.extractfile(info).read()
+    except FileNotFoundError:
+        raise ReproError(f"{bundle} does not exist") from None
+    except (tarfile.TarError, EOFError, OSError) as exc:
+        raise ReproError(f"{bundle} is not a readable results bundle ({exc}); {fix}") from None
+    try:
+        manifest = json.loads(entries.pop(MANIFEST))
+    except (KeyError, ValueError):
+        raise ReproError(f"{bundle} has no readable {MANIFEST}; {fix}") from None
+    if manifest.get("numerics") != NUMERICS:
+        raise ReproError(
+            f"{bundle} holds runs of numerics {manifest.get('numerics')}, this repro trains with "
+            f"{NUMERICS} (config.NUMERICS): its runs would not match this repro's run ids"
+        )
+    runs: dict[str, dict[str, bytes]] = {}
+    for name, data in entries.items():
+        rid, inside = name.split("/", 1)
+        runs.setdefault(rid, {})[inside] = data
+    return runs
+
+
+def _contents(run: Path) -> dict[str, bytes]:
+    """What a bundle would hold of `run` (RUN_FILE's files), by name inside the run."""
+    return {_name(run, p): p.read_bytes() for p in _run_files(run)}
+
+
+def _remove_dead_imports(store: Path) -> None:
+    """Scratch folders that a killed import left in `store` (.import-<pid>-*, that pid gone)."""
+    for scratch in store.glob(".import-*-*"):
+        pid = scratch.name.split("-")[1]
+        if pid.isdigit() and not process_alive(int(pid)):
+            shutil.rmtree(scratch, ignore_errors=True)

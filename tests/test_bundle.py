@@ -1,0 +1,140 @@
+"""Results bundles (repro.bundle, repro results export|import): a store's finished runs travel
+without checkpoints, read back to the same results, and never replace what a store holds; a study
+without training reads them (Study.train)."""
+
+import io
+import json
+import shutil
+import tarfile
+from dataclasses import replace
+
+import pandas as pd
+import pytest
+
+from repro.analysis.results import load_results
+from repro.bundle import export_bundle, import_bundle
+from repro.cli import main
+from repro.errors import ReproError
+from repro.presets import get_preset
+from repro.study import Study
+from repro.sweep import plan_grid, run_sweep
+
+GRID = {
+    "fixed": {"model": "tiny", "seq_len": 32, "batch_size": 8, "epochs": 1, "eval_every": 0.5},
+    "axes": {"lr": [1e-3, 3e-3]},
+}
+
+
+def _grid(pool) -> dict:
+    return GRID | {"fixed": GRID["fixed"] | {"pool": str(pool)}}
+
+
+@pytest.fixture(scope="module")
+def store(synthetic_pool, tmp_path_factory):
+    """A finished sweep of two runs, and a run that never started (pending: not exported)."""
+    store = tmp_path_factory.mktemp("bundle") / "store"
+    run_sweep(_grid(synthetic_pool), store, workers=1, progress=False)
+    (store / "0123456789ab").mkdir()
+    return store
+
+
+@pytest.fixture(scope="module")
+def bundle(store, tmp_path_factory):
+    out = tmp_path_factory.mktemp("exported") / "runs.tar.xz"
+    assert export_bundle(store, out) == 2
+    return out
+
+
+def _files(store) -> dict[str, bytes]:
+    return {
+        p.relative_to(store).as_posix(): p.read_bytes()
+        for p in sorted(store.rglob("*"))
+        if p.is_file() and not p.name.endswith((".pt", ".lock")) and p.parent != store
+    }
+
+
+def test_an_imported_bundle_reads_back_to_the_same_results(store, bundle, tmp_path):
+    assert import_bundle(bundle, tmp_path / "copy") == (2, 0)
+    copied = _files(tmp_path / "copy")
+    assert copied == {name: data for name, data in _files(store).items() if name in copied}
+    assert len(copied) > 6 and not list((tmp_path / "copy").rglob("*.pt"))
+    ids = sorted(p.name for p in (tmp_path / "copy").iterdir())
+    for original, imported in zip(load_results(store, ids), load_results(tmp_path / "copy")):
+        pd.testing.assert_frame_equal(original, imported)
+
+
+def test_the_same_store_exports_the_same_bytes(store, bundle, tmp_path):
+    export_bundle(store, tmp_path / "again.tar.xz")
+    assert (tmp_path / "again.tar.xz").read_bytes() == bundle.read_bytes()
+
+
+def test_importing_twice_adds_nothing_the_second_time(bundle, tmp_path):
+    import_bundle(bundle, tmp_path / "s")
+    assert import_bundle(bundle, tmp_path / "s") == (0, 2)
+
+
+def test_a_run_the_store_holds_otherwise_is_never_replaced(bundle, tmp_path):
+    """Refused before any write: the other run is not imported either."""
+    import_bundle(bundle, tmp_path / "s")
+    first, second = sorted(p for p in (tmp_path / "s").iterdir())
+    (first / "metrics.jsonl").write_text("mine\n")
+    shutil.rmtree(second)
+    with pytest.raises(ReproError, match=f"^{first} holds other contents than"):
+        import_bundle(bundle, tmp_path / "s")
+    assert (first / "metrics.jsonl").read_text() == "mine\n" and not second.exists()
+
+
+def _tar(path, entries: dict[str, bytes]) -> None:
+    with tarfile.open(path, "w:xz") as archive:
+        for name, data in entries.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+
+
+@pytest.mark.parametrize(
+    ("entries", "says"),
+    [
+        ({"bundle.json": b"{}", "../evil": b"x"}, "holds '../evil', which no bundle holds"),
+        ({"bundle.json": b"{}", "0123456789ab/notes.txt": b"x"}, "which no bundle holds"),
+        ({"0123456789ab/config.json": b"{}"}, "has no readable bundle.json"),
+        ({"bundle.json": json.dumps({"numerics": 0}).encode()}, "holds runs of numerics 0"),
+    ],
+)
+def test_a_bundle_that_is_not_one_is_refused_before_any_write(tmp_path, entries, says):
+    _tar(tmp_path / "b.tar.xz", entries)
+    with pytest.raises(ReproError, match=says) as error:
+        import_bundle(tmp_path / "b.tar.xz", tmp_path / "s")
+    assert "\n" not in str(error.value) and not (tmp_path / "s").exists()
+
+
+def test_a_damaged_bundle_is_one_line(bundle, tmp_path):
+    (tmp_path / "b.tar.xz").write_bytes(bundle.read_bytes()[: len(bundle.read_bytes()) // 2])
+    with pytest.raises(ReproError, match="is not a readable results bundle"):
+        import_bundle(tmp_path / "b.tar.xz", tmp_path / "s")
+
+
+def test_the_commands_export_and_import(store, tmp_path, capsys):
+    main(["results", "export", str(store), "--out", str(tmp_path / "b.tar.xz")])
+    main(["results", "import", str(tmp_path / "b.tar.xz"), "--into", str(tmp_path / "s")])
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith(f"{tmp_path / 'b.tar.xz'}: 2 runs, ") and out[0].endswith(" MiB")
+    assert out[1] == f"{tmp_path / 's'}: 2 runs added, 0 already there"
+    with pytest.raises(SystemExit) as exit_info:  # never overwrites the user's file
+        main(["results", "export", str(store), "--out", str(tmp_path / "b.tar.xz")])
+    assert exit_info.value.code == 2 and "exists; choose another --out" in capsys.readouterr().err
+
+
+def test_a_study_without_training_reads_the_shipped_bundle(synthetic_pool, bundle, tmp_path):
+    """Study.train False: no run trains; the runs come from results/<preset>.tar.xz, and a study
+    without them says how to train them."""
+    preset = replace(get_preset("smoke"), grid_growth=0)
+    study = Study(preset, tmp_path, tmp_path / "pools", tmp_path / "runs", 1, train=False)
+    with pytest.raises(ReproError, match="2 of 2 runs are not in .*: train them with repro"):
+        study.sweep(_grid(synthetic_pool))
+    study.shipped.parent.mkdir()
+    study.shipped.write_bytes(bundle.read_bytes())
+    results = study.sweep(_grid(synthetic_pool))
+    assert sorted(results.runs["status"]) == ["done", "done"]
+    planned = {p.run_id for p in plan_grid(_grid(synthetic_pool), study.store)}
+    assert planned == set(results.runs["run_id"]) and not list(study.store.rglob("*.pt"))
