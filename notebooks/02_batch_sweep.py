@@ -6,10 +6,10 @@
 # regularises), but the smallest batch overfits (lower training loss, worse validation loss).
 #
 # **Method.** For every model size and batch size (in sequences of `seq_len` tokens) we sweep the
-# learning rate (a grid that moves with √batch), the weight decay and the epoch budget. As in Kim
-# et al., each epoch budget is its own run whose cosine schedule ends at that budget (a preset may
-# instead branch each budget's WSD cool-down from one run, and says so below), and each run is
-# judged at its end. The *tuned endpoint* of a batch size is chosen without a selection bonus
+# learning rate (a grid that moves with a power of the batch, the preset's: `repro preset show`),
+# the weight decay and the epoch budget. As in Kim et al., each epoch budget is its own run whose
+# cosine schedule ends at that budget (a preset may instead branch each budget's WSD cool-down from
+# one run, and says so below), and each run is judged at its end. The *tuned endpoint* of a batch size is chosen without a selection bonus
 # (`repro.analysis.selection`): on each replicate (an independently sampled pool), the (lr, weight
 # decay, budget) best on the *other* replicates' half of the validation documents is scored on this
 # replicate's other half, and the two halves together give the reported loss. Every comparison
