@@ -107,6 +107,15 @@ def import_bundle(bundle: str | Path, store: str | Path) -> tuple[int, int]:
     return len(added), len(runs) - len(added)
 
 
+def bundle_manifest(bundle: str | Path) -> dict:
+    """A bundle's bundle.json (its first entry: read without unpacking the runs)."""
+    with tarfile.open(bundle, mode="r:*") as archive:
+        first = archive.next()
+        if first is None or first.name != MANIFEST:
+            raise ReproError(f"{bundle} does not start with {MANIFEST}; export it again")
+        return json.loads(archive.extractfile(first).read())
+
+
 def _read_bundle(bundle: Path) -> dict[str, dict[str, bytes]]:
     """run id -> {file name inside the run: bytes}; a one-line error for a bundle that is not one,
     is damaged, of other numerics, or holds an entry RUN_FILE does not name."""

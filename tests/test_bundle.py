@@ -7,18 +7,21 @@ import json
 import shutil
 import tarfile
 from dataclasses import replace
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from repro.analysis.results import load_results
-from repro.bundle import export_bundle, import_bundle
+from repro.bundle import bundle_manifest, export_bundle, import_bundle
 from repro.cli import main
 from repro.errors import ReproError
-from repro.presets import get_preset
+from repro.presets import PRESETS, get_preset
+from repro.runtime.config import NUMERICS
 from repro.study import Study
 from repro.sweep import plan_grid, run_sweep
 
+ROOT = Path(__file__).resolve().parents[1]
 GRID = {
     "fixed": {"model": "tiny", "seq_len": 32, "batch_size": 8, "epochs": 1, "eval_every": 0.5},
     "axes": {"lr": [1e-3, 3e-3]},
@@ -54,6 +57,7 @@ def _files(store) -> dict[str, bytes]:
 
 
 def test_an_imported_bundle_reads_back_to_the_same_results(store, bundle, tmp_path):
+    assert bundle_manifest(bundle) == {"format": 1, "numerics": NUMERICS, "runs": 2}
     assert import_bundle(bundle, tmp_path / "copy") == (2, 0)
     copied = _files(tmp_path / "copy")
     assert copied == {name: data for name, data in _files(store).items() if name in copied}
@@ -61,6 +65,14 @@ def test_an_imported_bundle_reads_back_to_the_same_results(store, bundle, tmp_pa
     ids = sorted(p.name for p in (tmp_path / "copy").iterdir())
     for original, imported in zip(load_results(store, ids), load_results(tmp_path / "copy")):
         pd.testing.assert_frame_equal(original, imported)
+
+
+def test_the_shipped_bundles_are_of_these_numerics_and_built_in_presets():
+    """A NUMERICS change makes every shipped run stale: ship the bundles again with it."""
+    shipped = sorted((ROOT / "results").glob("*.tar.xz"))
+    assert {p.name.removesuffix(".tar.xz") for p in shipped} <= set(PRESETS)
+    for bundle in shipped:
+        assert bundle_manifest(bundle)["numerics"] == NUMERICS, bundle
 
 
 def test_the_same_store_exports_the_same_bytes(store, bundle, tmp_path):
