@@ -23,7 +23,7 @@ train = os.environ.get("REPRO_TRAIN") == "1"  # False: read the runs (results/<p
 from IPython.display import Markdown
 
 from repro.analysis import analyses, figures
-from repro.analysis.intervals import claim_count
+from repro.analysis.intervals import claim_count, claim_summary
 from repro.study import open_study
 
 study = open_study(preset, workers=workers, train=train)
@@ -93,3 +93,11 @@ claims = analyses.pool_claims(overlap, analyses.train_val_shared_docs(pools))
 table = study.save_table(claims, "01_claims")
 print(claim_count(claims))
 Markdown(table.read_text())  # the claims in full, as committed in figures/<preset>/01_claims.md
+
+# %% [markdown]
+# ## Summary
+#
+# Generated from this notebook's claim tables (`intervals.claim_summary`): a sentence per claim.
+
+# %%
+Markdown(claim_summary(P.name, [claims]))

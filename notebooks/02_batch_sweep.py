@@ -9,18 +9,19 @@
 # learning rate (a grid that moves with a power of the batch, the preset's: `repro preset show`),
 # the weight decay and the epoch budget. As in Kim et al., each epoch budget is its own run whose
 # cosine schedule ends at that budget (a preset may instead branch each budget's WSD cool-down from
-# one run, and says so below), and each run is judged at its end. The *tuned endpoint* of a batch size is chosen without a selection bonus
-# (`repro.analysis.selection`): on each replicate (an independently sampled pool), the (lr, weight
-# decay, budget) best on the *other* replicates' half of the validation documents is scored on this
-# replicate's other half, and the two halves together give the reported loss. Every comparison
-# below is a difference averaged over replicates with a 90% t interval that holds both the spread
-# between replicates and between documents (`repro.analysis.intervals`); a verdict "agrees" only
-# when the interval supports the claim, and needs at least 3 replicates. The best evaluation
-# *inside* the chosen run (within-run early stopping) is shown separately. The recipe is the
-# one-pass recipe of Kim et al. (docs/REFERENCE_RECIPE.md): sequences packed once and reshuffled
-# each epoch (SHUFFLE), untied embeddings, weight decay on every linear layer (the output head
-# included) but not on the token embedding, AdamW (0.9, 0.95), cosine to zero after 1% warmup.
-# The summary below lists where this preset departs from that recipe.
+# one run, and says so below), and each run is judged at its end. The *tuned endpoint* of a batch
+# size is chosen without a selection bonus (`repro.analysis.selection`): on each replicate (an
+# independently sampled pool), the (lr, weight decay, budget) best on the *other* replicates' half
+# of the validation documents is scored on this replicate's other half, and the two halves together
+# give the reported loss. Every comparison below is a difference averaged over replicates with a 90%
+# t interval that holds both the spread between replicates and between documents
+# (`repro.analysis.intervals`); a verdict "agrees" only when the interval supports the claim, and
+# needs at least 3 replicates. The best evaluation *inside* the chosen run (within-run early
+# stopping) is shown separately. The recipe is the one-pass recipe of Kim et al.
+# (docs/REFERENCE_RECIPE.md): sequences packed once and reshuffled each epoch (SHUFFLE), untied
+# embeddings, weight decay on every linear layer (the output head included) but not on the token
+# embedding, AdamW (0.9, 0.95), cosine to zero after 1% warmup. The summary below lists where this
+# preset departs from that recipe.
 
 # %% tags=["parameters"]
 import os
@@ -33,7 +34,7 @@ train = os.environ.get("REPRO_TRAIN") == "1"  # False: read the runs (results/<p
 from IPython.display import Markdown
 
 from repro.analysis import accuracy, analyses, figures, optimizer_claims
-from repro.analysis.intervals import claim_count
+from repro.analysis.intervals import claim_count, claim_summary
 from repro.study import open_study
 
 study = open_study(preset, workers=workers, train=train)
@@ -219,3 +220,11 @@ claims = accuracy.with_accuracy_claims(claims, scored, tasks, models[0], "batch_
 table = study.save_table(claims, "02_claims")
 print(claim_count(claims))
 Markdown(table.read_text())  # the claims in full, as committed in figures/<preset>/02_claims.md
+
+# %% [markdown]
+# ## Summary
+#
+# Generated from this notebook's claim tables (`intervals.claim_summary`): a sentence per claim.
+
+# %%
+Markdown(claim_summary(P.name, [beta2_claims, claims]))

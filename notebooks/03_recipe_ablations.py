@@ -28,7 +28,7 @@ train = os.environ.get("REPRO_TRAIN") == "1"  # False: read the runs (results/<p
 from IPython.display import Markdown
 
 from repro.analysis import accuracy, analyses, figures
-from repro.analysis.intervals import claim_count
+from repro.analysis.intervals import claim_count, claim_summary
 from repro.study import open_study
 
 study = open_study(preset, workers=workers, train=train)
@@ -125,3 +125,11 @@ claims = accuracy.with_accuracy_claims(claims, scored.get("loader"), tasks, mode
 table = study.save_table(claims, "03_claims")
 print(claim_count(claims))
 Markdown(table.read_text())  # the claims in full, as committed in figures/<preset>/03_claims.md
+
+# %% [markdown]
+# ## Summary
+#
+# Generated from this notebook's claim tables (`intervals.claim_summary`): a sentence per claim.
+
+# %%
+Markdown(claim_summary(P.name, [claims]))

@@ -50,7 +50,7 @@ from pathlib import Path
 from IPython.display import Markdown, display
 
 from repro.analysis import analyses, figures
-from repro.analysis.intervals import claim_count, describe
+from repro.analysis.intervals import claim_count, claim_summary, describe
 from repro.study import open_study
 
 study = open_study(preset, workers=workers, train=train)
@@ -228,3 +228,11 @@ claims = cbs.cbs_claims(growth, fits, scaling, laws, schedules, lr_schedule, mod
 table = study.save_table(claims, "05_claims")
 print(claim_count(claims))
 Markdown(table.read_text())  # the claims in full, as committed in figures/<preset>/05_claims.md
+
+# %% [markdown]
+# ## Summary
+#
+# Generated from this notebook's claim tables (`intervals.claim_summary`): a sentence per claim.
+
+# %%
+Markdown(claim_summary(P.name, [claims]))

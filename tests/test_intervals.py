@@ -1,10 +1,13 @@
 """Intervals over replicates and documents, and three-way verdicts, on hand-made losses."""
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from repro.analysis.intervals import (
+    CLAIM_COLUMNS,
     Difference,
+    claim_summary,
     describe,
     effective_documents,
     lower_verdict,
@@ -142,3 +145,24 @@ def test_describe_formats_numbers_and_keeps_the_replicates_of_an_undetermined_va
     assert describe("B", ratio, ".3g") == "B 20 [10, 40] (replicates 10, 20, 40)"
     open_ = Difference(np.nan, -np.inf, np.inf, (1.0, np.nan, 2.0))
     assert describe("B", open_, ".3g") == "B not determined [no interval] (replicates 1, nan, 2)"
+
+
+def test_a_claim_summary_has_a_sentence_per_claim_in_each_direction():
+    """Generated from the claim tables (no hand-written figure): the counts, then each claim."""
+    table = pd.DataFrame(
+        [
+            ["A is lower", "yes", "A - B -0.2 [-0.3, -0.1]", "agrees"],
+            ["C is lower", "yes", "C - D +0.2 [+0.1, +0.3]", "disagrees"],
+        ],
+        columns=CLAIM_COLUMNS,
+    )
+    other = pd.DataFrame(
+        [["E is lower", "yes", "not measured", "undetermined"]], columns=CLAIM_COLUMNS
+    )
+    assert claim_summary("cpu", [table, other]).splitlines() == [
+        "**What preset cpu showed.** 3 claims tested: 1 agrees, 1 disagrees, 1 undetermined.",
+        "",
+        "- The data agree: A is lower. Measured: A - B -0.2 [-0.3, -0.1].",
+        "- The data disagree: C is lower. Measured: C - D +0.2 [+0.1, +0.3].",
+        "- Not decided: E is lower. Measured: not measured.",
+    ]

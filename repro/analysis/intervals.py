@@ -163,6 +163,24 @@ def claim_count(claims: pd.DataFrame) -> str:
     return f"{len(claims)} claims tested: {verdicts}"
 
 
+VERDICT_WORDS = {
+    "agrees": "the data agree",
+    "disagrees": "the data disagree",
+    "undetermined": "not decided",
+}
+
+
+def claim_summary(preset: str, claims: list[pd.DataFrame]) -> str:
+    """A notebook's closing summary in Markdown, generated from its claim tables: the verdict
+    counts, then one sentence per claim (its verdict, the claim, what was measured)."""
+    table = pd.concat(claims, ignore_index=True)
+    lines = [f"**What preset {preset} showed.** {claim_count(table)}.", ""]
+    for _, claim in table.iterrows():
+        verdict = VERDICT_WORDS[claim["agrees?"]].capitalize()
+        lines.append(f"- {verdict}: {claim['claim']}. Measured: {claim['measured here']}.")
+    return "\n".join(lines)
+
+
 def lower_verdict(differences: list[Difference]) -> str:
     """For a claim that each difference is negative (the first arm has the lower loss): "agrees"
     when every interval lies below 0; "disagrees" when some interval lies above 0; "undetermined"
