@@ -17,7 +17,7 @@ import os
 
 preset = os.environ.get("REPRO_PRESET", "cpu")  # `repro preset list`, or FILE.yaml
 workers = None  # parallel runs; default: the preset's
-train = os.environ.get("REPRO_TRAIN") == "1"  # False: read the runs (results/<preset>.tar.xz)
+train = os.environ.get("REPRO_TRAIN", "0") in ("1", "true")  # else read results/<preset>.tar.xz
 
 # %%
 from IPython.display import Markdown

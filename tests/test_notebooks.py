@@ -5,6 +5,7 @@ from pathlib import Path
 
 import jupytext
 import nbformat
+import papermill
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,3 +68,12 @@ def test_results_show_the_committed_claim_tables():
     tables += [regime / "02_claims.md", regime / "02_optimum_per_size.md"]
     for table in tables:
         assert table.read_text().strip() in results, f"docs/RESULTS.md's copy of {table} is stale"
+
+
+@pytest.mark.parametrize(
+    "notebook", sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")), ids=lambda p: p.stem
+)
+def test_papermill_reads_every_parameter(notebook):
+    """`repro reproduce` passes preset, workers and train: papermill must parse each of them in
+    the parameters cell (a line it cannot parse is skipped with a warning)."""
+    assert set(papermill.inspect_notebook(str(notebook))) == {"preset", "workers", "train"}
