@@ -177,9 +177,12 @@ def _execute(nb: Path, executed: Path, parameters: dict, study: Study) -> None:
     """Execute `nb` into `executed` with papermill, in the project root, its kernel on private
     sockets; its figures and tables go to a staging folder, moved into study.figures only when
     every cell ran (one rename per file) and removed otherwise. A ReproError names the failing
-    cell."""
+    cell. Of `parameters`, a notebook gets the preset and those it declares (a user's notebook
+    without `train` or `workers` runs as it is, without papermill's unknown-parameter warning)."""
     import papermill
 
+    declared = set(papermill.inspect_notebook(str(nb)))
+    parameters = {k: v for k, v in parameters.items() if k in declared or k == "preset"}
     with (
         tempfile.TemporaryDirectory(prefix=f"{KERNEL_PREFIX}{os.getpid()}-") as sockets,
         tempfile.TemporaryDirectory(prefix="staging-", dir=study.results_dir) as staging,
