@@ -53,7 +53,7 @@ class Study:
 
     @property
     def shipped(self) -> Path:
-        """The preset's shipped results bundle (repro.bundle), where the repository has one."""
+        """Where the notebooks look for the preset's results bundle (repro.bundle; git-ignored)."""
         return self.root / "results" / f"{self.preset.name}.tar.xz"
 
     @property
