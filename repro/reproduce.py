@@ -33,7 +33,7 @@ from repro.paths import project_root
 from repro.plan import plan_text
 from repro.presets import get_preset
 from repro.runtime.files import process_alive
-from repro.study import FIGURES_ENV, Study, open_study
+from repro.study import FIGURES_ENV, TERMINAL_PROGRESS_ENV, Study, open_study
 from repro.sweep import reset_failed
 
 WIDGET = "application/vnd.jupyter.widget-view+json"  # a live widget's output (tqdm's bars)
@@ -54,13 +54,14 @@ def _kernel_config(sockets: Path, figures: Path) -> Config:
     """A kernel on this machine over IPC sockets (TCP kernels warn that they are unencrypted),
     its socket files (sockets/ipc-N) and connection file in `sockets`, a folder private to one
     notebook's execution (by default they would land in the working directory, shared by every
-    reproduction of the checkout); its Study saves into `figures` (FIGURES_ENV)."""
+    reproduction of the checkout); its Study saves into `figures` (FIGURES_ENV) and shows its
+    training progress on this terminal (TERMINAL_PROGRESS_ENV)."""
     return Config(
         EnvKernelManager={
             "transport": "ipc",
             "ip": str(sockets / "ipc"),
             "connection_file": str(sockets / "kernel.json"),
-            "extra_env": {FIGURES_ENV: str(figures)},
+            "extra_env": {FIGURES_ENV: str(figures), TERMINAL_PROGRESS_ENV: "1"},
         }
     )
 
@@ -138,7 +139,9 @@ def reproduce(
         if retry_failed:
             print(f"retrying {len(reset_failed(study.store))} failed run(s)", flush=True)
         times = []
+        stages = len(selected) + (not only)
         if not only:  # the whole series: first every run the preset fixes, as one sweep
+            print(f"[1/{stages}] preset sweeps (prefetch)", flush=True)
             started = time.perf_counter()
             study.prefetch()
             times.append(("preset sweeps (prefetch)", time.perf_counter() - started))
@@ -146,7 +149,8 @@ def reproduce(
         out_dir = study.results_dir / "notebooks"
         out_dir.mkdir(parents=True, exist_ok=True)
         parameters = {"preset": preset, "train": True} | ({"workers": workers} if workers else {})
-        for nb in selected:
+        for stage, nb in enumerate(selected, start=stages - len(selected) + 1):
+            print(f"[{stage}/{stages}] {nb.stem}", flush=True)
             started = time.perf_counter()
             _execute(nb, out_dir / nb.name, parameters, study)
             times.append((nb.name, time.perf_counter() - started))

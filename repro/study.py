@@ -12,6 +12,7 @@ notebooks need is trained once.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -29,11 +30,15 @@ from repro.growth import extension_grids
 from repro.paths import project_root
 from repro.presets import ORIGINAL_RECIPE, Preset, describe_regime, get_preset
 from repro.runtime.files import is_finished, read_downstream
-from repro.sweep import SweepResult, plan_grid, run_sweep
+from repro.sweep import SweepResult, WorkBar, plan_grid, run_sweep
 
 FIGURES_ENV = "REPRO_FIGURES_DIR"
 """Where a study saves its figures and tables instead of figures/<preset>/ (`repro reproduce` stages
 a notebook's there and moves them in only when the notebook succeeds)."""
+
+TERMINAL_PROGRESS_ENV = "REPRO_TERMINAL_PROGRESS"
+"""Set (to 1) in a kernel's environment: its sweeps' progress bars print to the terminal that
+started it (the kernel's inherited stderr) rather than into the notebook (`repro reproduce`)."""
 
 
 @dataclass
@@ -242,20 +247,29 @@ class Study:
 
     def _grow(self, grids: list[dict]) -> list[list[dict]]:
         """Each grid with its extension grids (repro.growth), up to grid_growth rounds; each
-        round's new runs train as one sweep."""
+        round's new runs train as one sweep, every round in one progress bar."""
         parts = [[grid] for grid in grids]
-        self._run(grids)
-        for _ in range(self.preset.grid_growth):
-            new = []
-            for grown in parts:
-                grids = extension_grids(grown[0], self._results(grown), self.preset.grow_epochs)
-                added = [g for g in grids if g not in grown]
-                grown += added
-                new += added
-            if not new:
-                break
-            self._run(new)
+        with self._work_bar() as bar:
+            self._run(grids, bar)
+            for round_number in range(1, self.preset.grid_growth + 1):
+                new = []
+                for grown in parts:
+                    grids = extension_grids(grown[0], self._results(grown), self.preset.grow_epochs)
+                    added = [g for g in grids if g not in grown]
+                    grown += added
+                    new += added
+                if not new:
+                    break
+                bar.bar.set_description(f"runs (growth round {round_number})", refresh=False)
+                self._run(new, bar)
         return parts
+
+    def _work_bar(self) -> WorkBar:
+        """The progress bar of one sweep and its growth: plain text on the terminal's stderr where
+        TERMINAL_PROGRESS_ENV is set (a kernel that `repro reproduce` runs), else tqdm's default
+        (a widget in a notebook)."""
+        terminal = sys.__stderr__ if os.environ.get(TERMINAL_PROGRESS_ENV) else None
+        return WorkBar(self.progress and self.train, file=terminal)
 
     def _results(self, grids: list[dict]) -> Results:
         """Results of exactly the runs of `grids` (pools named as the grids name them)."""
@@ -263,7 +277,7 @@ class Study:
         pools = {rid: p.config.pool for rid, p in planned.items()}
         return open_results(self.store, list(planned), pools)
 
-    def _run(self, grids: dict | list[dict]) -> SweepResult | None:
+    def _run(self, grids: dict | list[dict], bar: WorkBar | None = None) -> SweepResult | None:
         """run_sweep into this study's store with its workers and the preset's stacking; a failed
         run stops the study (its results would be missing from every table). Without `train`:
         the runs must be finished in the store, or in the shipped bundle (imported into it)."""
@@ -277,6 +291,7 @@ class Study:
             progress=self.progress,
             stack=self.preset.stack,
             max_stacked_batch=self.preset.max_stacked_batch,
+            bar=bar,
         )
         result.raise_if_failed(self.store)
         return result

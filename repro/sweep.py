@@ -36,13 +36,15 @@ import traceback
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from contextlib import ExitStack
+from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass, replace
 from multiprocessing import get_context
 from pathlib import Path
+from typing import TextIO
 
 import yaml
 from tqdm.auto import tqdm
+from tqdm.std import tqdm as tqdm_text
 
 from repro.data.pool import built_meta, packed_sequences
 from repro.errors import ReproError
@@ -415,6 +417,7 @@ def run_sweep(
     progress: bool = True,
     stack: int = 1,
     max_stacked_batch: int = 0,
+    bar: WorkBar | None = None,
 ) -> SweepResult:
     """Run every missing config of `grid` (or of a list of grids, as one sweep) into `store`;
     returns the outcome counts and the grids' run ids. A run that another sweep is training is
@@ -422,7 +425,8 @@ def run_sweep(
     grids may share one store: identical configs are then run once. With stack > 1, up to `stack`
     runs of one model shape and batch train at once in one process (repro.runtime.stacked,
     `stacks`); with max_stacked_batch > 0, only runs with batches up to that many sequences. The
-    longest jobs start first (estimated_cost)."""
+    longest jobs start first (estimated_cost). `bar`: a WorkBar that this sweep's runs are added to
+    (one bar over several sweeps, such as a grid's growth rounds); default: a bar of its own."""
     if workers < 1:
         raise ReproError(f"--workers must be at least 1, got {workers}")
     if stack < 1:
@@ -443,7 +447,8 @@ def run_sweep(
     run = _executor(executor, workers, slurm, store)
     trunks = [p for p in planned if p.after is None]
     branches = [p for p in planned if p.after is not None]
-    with _WorkBar(planned, progress) as bar:
+    with nullcontext(bar) if bar else WorkBar(progress) as bar:
+        bar.add(planned)
         for phase in (trunks, branches):  # a branch starts from its trunk's checkpoint
             todo = [p for p in phase if run_status(store / p.run_id) not in FINISHED]
             bar.done([p.run_id for p in phase if p not in todo])
@@ -463,29 +468,45 @@ def run_sweep(
     return SweepResult(outcomes, [p.run_id for p in planned], failed, pools)
 
 
-class _WorkBar:
-    """The sweep's progress bar: filled by each finished run's estimated_cost, so its ETA comes
-    from the work done (the longest runs start first), with the runs done beside it."""
+class WorkBar:
+    """A sweep's progress bar: filled by each finished run's estimated_cost, so its ETA comes from
+    the work done (the longest runs start first), with the runs done beside it. Runs added later
+    (`add`: a growth round's) lengthen it; the ETA covers the work known so far. With `file` (a
+    text stream) it prints plain text lines there instead of a notebook widget."""
 
-    def __init__(self, planned: list[PlannedRun], progress: bool):
-        self.work = {p.run_id: estimated_cost(p.config) for p in planned}
-        if not sum(self.work.values()):  # pools not built: count runs
-            self.work = dict.fromkeys(self.work, 1.0)
-        self.finished = 0
-        self.bar = tqdm(
-            total=sum(self.work.values()),
+    def __init__(self, progress: bool, file: TextIO | None = None):
+        self.work: dict[str, float] = {}
+        self.finished: set[str] = set()
+        self.bar = (tqdm_text if file else tqdm)(
+            total=0,
             desc="runs",
             bar_format="{desc}: {percentage:3.0f}%|{bar}| {postfix} [{elapsed}<{remaining}]",
-            postfix=f"0/{len(self.work)}",
+            postfix="0/0",
             disable=not progress,
+            file=file,
+            mininterval=1.0 if file else 0.1,
         )
 
-    def done(self, run_ids: list[str]) -> None:
-        self.finished += len(run_ids)
-        self.bar.set_postfix_str(f"{self.finished}/{len(self.work)}", refresh=False)
-        self.bar.update(sum(self.work[rid] for rid in run_ids))
+    def add(self, planned: list[PlannedRun]) -> None:
+        """Count the runs of `planned` not counted yet (a run in several sweeps once)."""
+        new = {p.run_id: estimated_cost(p.config) for p in planned if p.run_id not in self.work}
+        if new and not sum(new.values()):  # pools not built: count runs
+            new = dict.fromkeys(new, 1.0)
+        self.work |= new
+        self.bar.total = sum(self.work.values())
+        self._show()
 
-    def __enter__(self) -> _WorkBar:
+    def done(self, run_ids: list[str]) -> None:
+        new = set(run_ids) - self.finished
+        self.finished |= new
+        self.bar.update(sum(self.work[rid] for rid in new))
+        self._show()
+
+    def _show(self) -> None:
+        self.bar.set_postfix_str(f"{len(self.finished)}/{len(self.work)}", refresh=False)
+        self.bar.refresh()
+
+    def __enter__(self) -> WorkBar:
         return self
 
     def __exit__(self, *exc) -> None:

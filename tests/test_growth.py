@@ -1,6 +1,8 @@
 """Grid growth: where lr or weight decay is not bracketed around a group's choice, the missing
 neighbours become runs."""
 
+import io
+import sys
 from dataclasses import replace
 
 import pytest
@@ -8,7 +10,7 @@ import pytest
 from repro.analysis.selection import step_past, tuned
 from repro.growth import extension_grids
 from repro.presets import get_preset
-from repro.study import Study
+from repro.study import TERMINAL_PROGRESS_ENV, Study
 
 
 @pytest.mark.parametrize(
@@ -109,15 +111,25 @@ def growing_study(tmp_path):
     return Study(preset, tmp_path, tmp_path / "pools", tmp_path / "runs", 1, progress=False)
 
 
-def test_grown_grids_train_their_extensions_once_and_reuse_them(growing_study):
+def test_grown_grids_train_their_extensions_once_and_reuse_them(growing_study, monkeypatch):
     """Real runs: two grids grown together (Study.sweeps, as prefetch does), each past its chosen
     lr edge until the choice is bracketed or the rounds run out; the extensions are WSD trunks
-    with branches, and sweeping a grid again trains nothing."""
+    with branches, and sweeping a grid again trains nothing. Every round fills one progress bar,
+    printed as text to the terminal where a reproduction's kernel asks for it."""
     study = growing_study
     pools = study.pools()
     grid = study.preset.batch_sweep_grid(pools, [8], ["tiny"])
     repeat = study.preset.batch_sweep_grid(pools, [8], ["tiny"], {"loader": ["repeat"]})
+    terminal = io.StringIO()
+    monkeypatch.setattr(sys, "__stderr__", terminal)
+    monkeypatch.setenv(TERMINAL_PROGRESS_ENV, "1")
+    study.progress = True
     runs, repeated = (results.runs for results in study.sweeps([grid, repeat]))
+    study.progress = False
+    trained = len(set(runs["run_id"]) | set(repeated["run_id"]))
+    assert "growth round 1" in terminal.getvalue()
+    assert terminal.getvalue().count("\n") == 1  # one bar, closed once
+    assert f" {trained}/{trained} " in terminal.getvalue().rsplit("\r", 1)[-1]
     lrs = sorted(runs["lr"].unique())
     assert len(lrs) in (3, 4) and set(grid["when"][0]["axes"]["lr"]) < set(lrs)
     assert (runs.groupby("lr")["epochs"].nunique() == 2).all()  # every budget at every point

@@ -20,7 +20,7 @@ from nbformat.v4 import new_code_cell, new_notebook
 from repro.cli import main
 from repro.errors import ReproError
 from repro.reproduce import KERNEL_PREFIX, copy_outputs, remove_leftovers
-from repro.study import Study, open_study
+from repro.study import TERMINAL_PROGRESS_ENV, Study, open_study
 from repro.sweep import plan_grid, run_status
 
 
@@ -125,13 +125,21 @@ def test_retry_failed_lets_the_presets_failed_runs_train_again(tmp_path, monkeyp
 
 
 def test_only_takes_numbers_with_or_without_the_leading_zero(tmp_path, monkeypatch, capfd):
-    """Also: kernels talk over IPC (no unencrypted-TCP warning) and the environment is untouched."""
-    _project(tmp_path, "x = 1")
+    """Also: kernels talk over IPC (no unencrypted-TCP warning), the environment is untouched, a
+    stage header names the notebook, and the kernel's progress reaches this terminal (its
+    inherited stderr, where TERMINAL_PROGRESS_ENV tells a Study to print its bars)."""
+    _project(
+        tmp_path,
+        "import os, sys\n"
+        f"print('progress on', os.environ[{TERMINAL_PROGRESS_ENV!r}], file=sys.__stderr__)",
+    )
     monkeypatch.chdir(tmp_path)
     environment = dict(os.environ)
     main(["reproduce", "--preset", "smoke", "--only", "1"])
     assert (tmp_path / "runs" / "smoke" / "notebooks" / "01_only.ipynb").is_file()
-    assert "without encryption" not in capfd.readouterr().err
+    out, err = capfd.readouterr()
+    assert "without encryption" not in err and "progress on 1" in err
+    assert "[1/1] 01_only" in out
     assert dict(os.environ) == environment
 
 
