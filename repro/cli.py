@@ -109,10 +109,8 @@ def _sweep_status(args: argparse.Namespace) -> None:
 
 
 def _sweep_table(args: argparse.Namespace) -> None:
-    import pandas as pd
-
     from repro.analysis.results import check_consistent, default_group_by, open_results
-    from repro.analysis.selection import tuned
+    from repro.analysis.selection import describe_tuned, tuned
     from repro.sweep import failed_runs, sweep_status
 
     if (Path(args.dir) / "sweep.json").exists():
@@ -137,13 +135,10 @@ def _sweep_table(args: argparse.Namespace) -> None:
         )
     group_by = args.group_by.split(",") if args.group_by else default_group_by(runs)
     table = tuned(results, group_by)
-    hidden = ("run_id", "edge", "chosen_on_halves", "held_out", "doc_losses", "doc_tokens")
-    columns = [c for c in table.columns if c not in hidden]
-    with pd.option_context("display.width", 200, "display.max_columns", 30):
-        print(table[columns].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
-    for _, row in table[table["edge"] != ""].iterrows():
-        label = ", ".join(f"{k}={row[k]}" for k in group_by) or "all runs"
-        print(f"warning: group {label}: {row['edge']}; widen the grid there", file=sys.stderr)
+    text, warnings = describe_tuned(table, group_by)
+    print(text)
+    for line in warnings:
+        print(line, file=sys.stderr)
     if failed:
         print(f"warning: not in the table: {errors}", file=sys.stderr)
     unfinished = int((~runs["status"].isin(["done", "diverged", "failed"])).sum())

@@ -1,10 +1,11 @@
 """Held-out selection: a choice is never scored on the documents or the runs that chose it."""
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from repro.analysis.results import Results, check_finished, memory_documents
-from repro.analysis.selection import compare, cross_fit, selection_halves, tuned
+from repro.analysis.selection import compare, cross_fit, describe_tuned, selection_halves, tuned
 from repro.errors import ReproError
 
 TOKENS = np.full(40, 100)
@@ -171,3 +172,35 @@ def test_an_arm_whose_every_run_diverged_has_the_endpoint_columns_and_compares_a
     assert {"train_loss", "censored", "bracketed", "lr", "epochs"} <= set(alone)
     done = tuned(results.subset(results.runs["batch_size"] == 4), fields)
     assert np.isnan(compare(alone, done).value)
+
+
+def test_describe_tuned_fits_120_columns_with_pool_names_and_summarised_warnings():
+    """`repro sweep table`'s text: no line over 120 characters however many fields vary, pools by
+    the part of their folder name that differs, one warning line counting the groups on a grid's
+    edge and at most three examples."""
+    rows = [
+        {
+            "model": "cpu-xs",
+            "batch_size": batch,
+            "adam_beta2": 0.9984,
+            "pool": f"/a/long/path/to/pools/cpu-regime-synthetic_max_sentences_20-seed{seed}",
+            "n_runs": 6,
+            "val_loss": 2.1234567,
+            "train_loss": 1.9,
+            "lr": 0.0042,
+            "weight_decay": 1.0,
+            "epochs": 8,
+            "early_stop_val_loss": 2.11,
+            "edge": "weight_decay=1 is not bracketed: no run at 10 beside it" * (batch == 64),
+            "run_id": "x" * 12,
+        }
+        for seed in (0, 1, 2)
+        for batch in (64, 128)
+    ]
+    text, warnings = describe_tuned(pd.DataFrame(rows), ["pool", "model", "batch_size"])
+    assert max(len(line) for line in text.splitlines() + warnings) <= 120
+    assert "seed0" in text and "/a/long" not in text and "run_id" not in text
+    assert warnings[0].startswith("warning: 3 of 6 groups") and len(warnings) == 4
+    assert warnings[1].startswith("  pool=seed0, model=cpu-xs, batch=64: weight_decay=1")
+    rows = [dict(row, edge="") for row in rows]
+    assert describe_tuned(pd.DataFrame(rows), ["pool"])[1] == []

@@ -20,6 +20,9 @@ the reported loss.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 
@@ -328,3 +331,50 @@ def _by_replicate(endpoints: pd.DataFrame, key: list[str]) -> dict[tuple, dict]:
 def compare(a: pd.DataFrame, b: pd.DataFrame, level: float = LEVEL) -> Difference:
     """Endpoints `a` minus endpoints `b` (contrast): per replicate and averaged over them."""
     return contrast([(1.0, a), (-1.0, b)], level)
+
+
+SHORT_NAMES = {
+    "batch_size": "batch",
+    "adam_beta2": "beta2",
+    "warmup_steps": "warmup",
+    "n_runs": "runs",
+    "n_diverged": "diverged",
+    "weight_decay": "wd",
+    "early_stop_epoch": "stop_epoch",
+    "early_stop_val_loss": "stop_val",
+}
+"""Column headings of `describe_tuned` for the long field names."""
+
+
+def describe_tuned(
+    table: pd.DataFrame, group_by: list[str], width: int = 120, examples: int = 3
+) -> tuple[str, list[str]]:
+    """A `tuned` table as text of at most `width` columns (pandas wraps a wider one into blocks;
+    short headings, pool folders by name), and warning lines: how many groups have a choice on
+    the grid's edge, then the first `examples` of them (the table's 'edge' column has them all)."""
+    hidden = ("run_id", "edge", "chosen_on_halves", "held_out", "doc_losses", "doc_tokens")
+    shown = table[[c for c in table.columns if c not in hidden]].copy()
+    if "pool" in shown:
+        shown["pool"] = _short_pools(shown["pool"])
+    shown = shown.rename(columns=SHORT_NAMES)
+    text = shown.to_string(index=False, float_format=lambda v: f"{v:.4g}", line_width=width)
+    edges = shown[table["edge"] != ""]
+    if edges.empty:
+        return text, []
+    warnings = [
+        f"warning: {len(edges)} of {len(table)} groups have a choice on their grid's edge (widen "
+        "it there), e.g.:"
+    ]
+    for index, row in edges.head(examples).iterrows():
+        label = ", ".join(f"{SHORT_NAMES.get(k, k)}={row[SHORT_NAMES.get(k, k)]}" for k in group_by)
+        line = f"  {label or 'all runs'}: {table.loc[index, 'edge']}"
+        warnings.append(line if len(line) <= width else line[: width - 3] + "...")
+    return text, warnings
+
+
+def _short_pools(pools: pd.Series) -> pd.Series:
+    """Pool folders by name, less the prefix that all of them share up to a '-' or '_'."""
+    names = pools.map(lambda p: Path(p).name)
+    prefix = os.path.commonprefix(list(names.unique())) if names.nunique() > 1 else ""
+    prefix = prefix[: max(prefix.rfind("-"), prefix.rfind("_")) + 1]
+    return names.str.slice(len(prefix))
