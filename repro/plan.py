@@ -11,18 +11,22 @@ pool or trains.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from repro.data.pool import built_meta
 from repro.errors import ReproError
 from repro.presets import Preset
 from repro.runtime.config import run_id
-from repro.runtime.shapes import flops_per_token, model_config
+from repro.runtime.files import read_json, write_json
+from repro.runtime.shapes import flops_per_token, model_config, parameter_count
 from repro.study import Study
 from repro.sweep import expand
 
@@ -57,6 +61,81 @@ def gpu_speed(root: Path) -> GpuSpeed:
         ASSUMED_MFU * ASSUMED_PEAK_FLOPS,
         f"assumed: MFU {ASSUMED_MFU:.0%} of {ASSUMED_PEAK_FLOPS / 1e12:,.0f} TFLOP/s "
         "(H100/H200 dense bf16); no GPU benchmark yet (benchmarks/gpu_check.sh)",
+    )
+
+
+CPU_MAX_PARAMS = 10_000_000
+"""A preset whose models all have at most this many parameters is priced on this machine's CPU too
+(a short measured benchmark, cpu_speed)."""
+
+
+@dataclass(frozen=True)
+class CpuSpeed:
+    """Seconds of one training pass (forward, backward and update of one micro-batch) on one CPU
+    thread, as a sweep's worker runs it, per (model, seq_len in tokens, micro-batch in sequences);
+    measured on this machine by cpu_speed."""
+
+    pass_seconds: dict[tuple[str, int, int], float]
+    workers: int
+
+    def seconds(self, runs: pd.DataFrame) -> pd.Series:
+        """Each run's worker-seconds: its passes (training and evaluation) at the measured rate."""
+        keys = zip(runs["model"], runs["seq_len"], runs["micro_batch"])
+        return runs["passes"] * [self.pass_seconds[key] for key in keys]
+
+
+def cpu_speed(keys: set[tuple[str, int, int]], vocab: int, workers: int) -> CpuSpeed:
+    """Measure the seconds of a training pass through the trainer's own step on one thread
+    (repro.bench.throughput: 1 warm-up step, 3 timed) at the smallest, the middle and the largest
+    micro-batch of each (model, seq_len) of `keys`, and interpolate between them on log-log axes
+    (a pass's fixed overhead makes its time grow slower than its micro-batch). A pass with
+    gradient accumulation skips the update, so this prices it a little high."""
+    seconds = {}
+    for model, seq_len in sorted({(m, n) for m, n, _ in keys}):
+        micros = sorted(b for m, n, b in keys if (m, n) == (model, seq_len))
+        measured = sorted({micros[0], micros[len(micros) // 2], micros[-1]})
+        times = [_pass_seconds(model, vocab, seq_len, b) for b in measured]
+        logs = np.interp(np.log(micros), np.log(measured), np.log(times))
+        seconds |= {(model, seq_len, b): float(np.exp(t)) for b, t in zip(micros, logs)}
+    return CpuSpeed(seconds, workers)
+
+
+@functools.cache
+def _pass_seconds(model: str, vocab: int, seq_len: int, micro_batch: int) -> float:
+    """One measurement per process of each shape (cpu_speed)."""
+    import torch
+
+    from repro.bench import throughput
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return throughput(model, vocab, seq_len, micro_batch, steps=3, warmup=1)["step_s"]
+    finally:
+        torch.set_num_threads(threads)
+
+
+MEASURED_TIMES = "reproduce-times.json"
+"""runs/<preset>/reproduce-times.json: the stages and wall seconds of the last whole reproduction
+of the preset on this checkout (record_times), which `repro plan` shows beside its estimate."""
+
+
+def record_times(results_dir: Path, times: list[tuple[str, float]]) -> None:
+    """Keep a whole reproduction's stage times (wall seconds) in results_dir/MEASURED_TIMES."""
+    record = {"finished": time.strftime("%Y-%m-%d %H:%M"), "stages": dict(times)}
+    results_dir.mkdir(parents=True, exist_ok=True)
+    write_json(results_dir / MEASURED_TIMES, record | {"total_s": sum(dict(times).values())})
+
+
+def _measured_line(results_dir: Path) -> str:
+    """The last whole reproduction's wall time here, or nothing when there is none."""
+    path = results_dir / MEASURED_TIMES
+    if not path.is_file():
+        return ""
+    record = read_json(path, "delete it; the next whole reproduction writes it again")
+    return (
+        f"\nmeasured here: the last whole reproduction ({record['finished']}) took "
+        f"{_hours(record['total_s'] / 3600)} of wall time, growth and notebooks included ({path})"
     )
 
 
@@ -121,48 +200,62 @@ def run_rows(grid: dict, pool_tokens: dict[str, int], val_tokens: int, vocab: in
         per_token = flops_per_token(model_config(c.model, vocab, c.tie_embeddings), c.seq_len)
         tokens = trained * pool_tokens[c.pool]
         evals = math.floor(trained / c.eval_every) + 1
+        micro = min(c.micro_batch or c.batch_size, c.batch_size)
+        passes = math.ceil(tokens / c.seq_len / c.batch_size) * math.ceil(c.batch_size / micro)
         rows.append(
             {
                 "run_id": run_id(c),
                 "model": c.model,
+                "seq_len": c.seq_len,
+                "micro_batch": micro,
                 "tokens": tokens,
                 "flops": per_token * (tokens + evals * val_tokens / 3),
+                "passes": passes + evals * math.ceil(val_tokens / c.seq_len / micro) / 3,
                 "gpus": c.gpus,
             }
         )
     return rows
 
 
-def plan(preset: Preset, vocab: int, speed: GpuSpeed) -> pd.DataFrame:
+def plan(preset: Preset, vocab: int, speed: GpuSpeed, cpu: bool = False) -> pd.DataFrame:
     """Per notebook (then "all"): runs, training tokens, FLOPs, GPU-hours and the longest run's
-    hours, at `speed`."""
+    hours, at `speed`; with `cpu`, also CPU worker-hours measured here (cpu_speed)."""
     study = _Unbuilt(preset, Path("."), Path("data/pools"), Path("runs") / preset.name, 1)
     pool_tokens = {str(p): preset.pool.tokens for p in study.pools()}
     for seed in preset.pool_seeds:
         for tokens in preset.scaling_pool_tokens:
             pool_tokens[str(preset.sized_pool_dir(study.data_dir, seed, tokens))] = tokens
     seen: set[str] = set()
-    table = []
+    runs = {}
     for notebook, grids in notebook_grids(preset).items():
         rows = [
             row
             for grid in grids
             for row in run_rows(grid, pool_tokens, preset.pool.val_tokens, vocab)
         ]
-        new = pd.DataFrame([r for r in rows if not (r["run_id"] in seen or seen.add(r["run_id"]))])
-        table.append(_totals(notebook, new, speed))
-    everything = pd.DataFrame(table)
+        runs[notebook] = pd.DataFrame(
+            [r for r in rows if not (r["run_id"] in seen or seen.add(r["run_id"]))]
+        )
+    keys = {k for new in runs.values() if len(new) for k in _pass_keys(new)}
+    on_cpu = cpu_speed(keys, vocab, preset.workers) if cpu else None
+    everything = pd.DataFrame([_totals(nb, new, speed, on_cpu) for nb, new in runs.items()])
     total = everything.drop(columns="notebook").sum().to_dict()
     total["runs"] = int(total["runs"])
     total["longest run h"] = everything["longest run h"].max()
     total["GPUs per run"] = int(everything["GPUs per run"].max())
+    total["longest CPU run h"] = everything["longest CPU run h"].max()
     return pd.concat([everything, pd.DataFrame([{"notebook": "all", **total}])], ignore_index=True)
 
 
-def _totals(notebook: str, runs: pd.DataFrame, speed: GpuSpeed) -> dict:
+def _pass_keys(runs: pd.DataFrame) -> set[tuple[str, int, int]]:
+    return set(zip(runs["model"], runs["seq_len"], runs["micro_batch"]))
+
+
+def _totals(notebook: str, runs: pd.DataFrame, speed: GpuSpeed, cpu: CpuSpeed | None) -> dict:
     if not len(runs):
-        runs = pd.DataFrame([{"tokens": 0.0, "flops": 0.0, "gpus": 1}]).iloc[:0]
+        runs = pd.DataFrame(columns=["tokens", "flops", "gpus", "passes"], dtype=float)
     hours = runs["flops"] / speed.flops_per_s / 3600
+    cpu_hours = cpu.seconds(runs) / 3600 if cpu and len(runs) else pd.Series([0.0])
     return {
         "notebook": notebook,
         "runs": len(runs),
@@ -171,6 +264,8 @@ def _totals(notebook: str, runs: pd.DataFrame, speed: GpuSpeed) -> dict:
         "GPU-h": float(hours.sum()),
         "longest run h": float((hours / runs["gpus"]).max()) if len(runs) else 0.0,
         "GPUs per run": int(runs["gpus"].max()) if len(runs) else 1,
+        "CPU-h": float(cpu_hours.sum()) if cpu else math.nan,
+        "longest CPU run h": float(cpu_hours.max()) if cpu else math.nan,
     }
 
 
@@ -194,19 +289,26 @@ def pool_vocab(preset: Preset, built: dict | None) -> int:
     )
 
 
-def describe_plan(table: pd.DataFrame, speed: GpuSpeed, gpus: tuple[int, ...]) -> str:
-    """The plan as a fixed-width table (hours), with where the GPU speed comes from."""
+def describe_plan(
+    table: pd.DataFrame, speed: GpuSpeed, gpus: tuple[int, ...], cpu_workers: int = 0
+) -> str:
+    """The plan as a fixed-width table (hours), with where the GPU speed comes from; with
+    `cpu_workers`, also the CPU worker-hours and the wall time on that many workers."""
     head = f"{'notebook':<8} {'runs':>6} {'tokens':>8} {'FLOPs':>8} {'GPU-h':>8} {'longest':>8}"
-    lines = [head + "".join(f" {f'wall {g} GPU':>10}" for g in gpus)]
+    head += "".join(f" {f'wall {g} GPU':>10}" for g in gpus)
+    lines = [head + (f" {'CPU-h':>8} {f'wall {cpu_workers} CPU':>10}" if cpu_workers else "")]
     for row in table.itertuples(index=False):
-        notebook, runs, tokens, flops, gpu_hours, longest, per_run = row
         walls = "".join(
-            f" {_hours(wall_hours(gpu_hours, longest, g)) if g >= per_run else '-':>10}"
-            for g in gpus
+            f" {_hours(wall_hours(row[4], row[5], g)) if g >= row[6] else '-':>10}" for g in gpus
+        )
+        cpu = (
+            f" {_hours(row[7]):>8} {_hours(wall_hours(row[7], row[8], cpu_workers)):>10}"
+            if cpu_workers
+            else ""
         )
         lines.append(
-            f"{notebook:<8} {runs:>6,} {tokens:>8.2g} {flops:>8.2g} {_hours(gpu_hours):>8} "
-            f"{_hours(longest):>8}" + walls
+            f"{row[0]:<8} {row[1]:>6,} {row[2]:>8.2g} {row[3]:>8.2g} {_hours(row[4]):>8} "
+            f"{_hours(row[5]):>8}" + walls + cpu
         )
     lines.append(
         f"hours at {speed.flops_per_s / 1e12:,.0f} TFLOP/s per GPU; small batches of small models "
@@ -217,6 +319,11 @@ def describe_plan(table: pd.DataFrame, speed: GpuSpeed, gpus: tuple[int, ...]) -
         "(runs packed perfectly); -: fewer GPUs than a run needs"
     )
     lines.append(f"GPU speed {speed.source}")
+    if cpu_workers:
+        lines.append(
+            "CPU-h: worker-hours at training-pass times measured here on one thread (a sweep "
+            f"worker's), stacking not counted; wall on the preset's {cpu_workers} workers"
+        )
     return "\n".join(lines)
 
 
@@ -238,7 +345,8 @@ def plan_text(
     built = built_meta(preset.pool_dir(root / "data" / "pools", preset.pool_seeds[0]))
     vocab = vocab or pool_vocab(preset, built)
     speed = gpu_speed(root)
-    table = plan(preset, vocab, speed)
+    on_cpu = max(parameter_count(model_config(m, vocab)) for m in preset.models) <= CPU_MAX_PARAMS
+    table = plan(preset, vocab, speed, cpu=on_cpu)
     epochs = ", and at twice a best epoch budget that is the largest tried"
     growth = (
         f"\ngrid growth: up to {preset.grid_growth} rounds add runs beside each lr or weight "
@@ -247,5 +355,6 @@ def plan_text(
         if preset.grid_growth
         else ""
     )
-    text = describe_plan(table, speed, gpus) + growth
+    text = describe_plan(table, speed, gpus, preset.workers if on_cpu else 0) + growth
+    text += _measured_line(root / "runs" / preset.name)
     return f"plan of preset {preset.name} (vocab {vocab:,}):\n" + text

@@ -30,7 +30,7 @@ from traitlets.config import Config
 
 from repro.errors import ReproError
 from repro.paths import project_root
-from repro.plan import plan_text
+from repro.plan import plan_text, record_times
 from repro.presets import get_preset
 from repro.runtime.files import process_alive
 from repro.study import FIGURES_ENV, TERMINAL_PROGRESS_ENV, Study, open_study
@@ -158,6 +158,8 @@ def reproduce(
         if store_outputs:
             for nb in selected:
                 copy_outputs(out_dir / nb.name, nb)
+        if not only:
+            record_times(study.results_dir, times)
     return times
 
 

@@ -13,13 +13,16 @@ from repro.plan import (
     ASSUMED_PEAK_FLOPS,
     GPU_BENCHMARK,
     GpuSpeed,
+    _pass_seconds,
     _Unbuilt,
+    cpu_speed,
     describe_plan,
     gpu_speed,
     notebook_grids,
     plan,
     plan_text,
     pool_vocab,
+    record_times,
     run_rows,
     wall_hours,
 )
@@ -163,3 +166,59 @@ def test_gpu_counts_and_vocab_must_be_positive(option, message, capsys):
         main(["plan", "--preset", "smoke", *option])
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and err.count("\n") == 1 and message in err, err
+
+
+@pytest.fixture
+def fake_pass_times(monkeypatch):
+    """Training passes that take 0.01 s x micro-batch ** 0.5 (a power law), with the calls
+    counted; the per-process cache cleared before and after."""
+    calls = []
+
+    def throughput(model, vocab, seq_len, micro_batch, steps, warmup):
+        calls.append((model, seq_len, micro_batch))
+        return {"step_s": 0.01 * micro_batch**0.5}
+
+    monkeypatch.setattr("repro.bench.throughput", throughput)
+    _pass_seconds.cache_clear()
+    yield calls
+    _pass_seconds.cache_clear()
+
+
+def test_cpu_pass_times_are_measured_at_three_micro_batches_and_interpolated(fake_pass_times):
+    keys = {("tiny", 32, b) for b in (1, 2, 4, 8, 16)} | {("cpu-s", 16, 8)}
+    speed = cpu_speed(keys, 300, workers=2)
+    assert sorted(fake_pass_times) == [("cpu-s", 16, 8), *(("tiny", 32, b) for b in (1, 4, 16))]
+    for key in keys:  # a power law is a line on log-log axes: exact between the measured points
+        assert speed.pass_seconds[key] == pytest.approx(0.01 * key[2] ** 0.5)
+
+
+def test_a_cpu_preset_is_priced_in_worker_hours_and_wall_time_on_its_workers(fake_pass_times):
+    """Each run costs its training passes (steps x micro-batches a step) and a third of a pass per
+    evaluation micro-batch, at the measured pass time; a preset of GPU-sized models is not
+    measured on the CPU."""
+    table = plan(SMOKE, 300, SPEED, cpu=True).set_index("notebook")
+    study = _Unbuilt(SMOKE, Path("."), Path("data/pools"), Path("runs"), 1)
+    tokens = {str(p): SMOKE.pool.tokens for p in study.pools()}
+    grids = notebook_grids(SMOKE)["02"]
+    rows = {r["run_id"]: r for g in grids for r in run_rows(g, tokens, SMOKE.pool.val_tokens, 300)}
+    for row, config in zip(
+        run_rows(grids[0], tokens, SMOKE.pool.val_tokens, 300), expand(grids[0])
+    ):
+        micro = min(config.micro_batch or config.batch_size, config.batch_size)
+        steps = math.ceil(row["tokens"] / SMOKE.seq_len / config.batch_size)
+        evals = math.floor(config.epochs / config.eval_every) + 1
+        evaluation = evals * math.ceil(SMOKE.pool.val_tokens / SMOKE.seq_len / micro) / 3
+        assert row["passes"] == steps * math.ceil(config.batch_size / micro) + evaluation
+    expected = sum(r["passes"] * 0.01 * r["micro_batch"] ** 0.5 for r in rows.values()) / 3600
+    assert table.loc["02", "CPU-h"] == pytest.approx(expected)
+    assert table.loc["all", "CPU-h"] == pytest.approx(table["CPU-h"].drop("all").sum())
+    text = plan_text(SMOKE, ROOT, (1,), vocab=300)
+    assert f"wall {SMOKE.workers} CPU" in text and "CPU-h" in text
+    assert "CPU-h" not in plan_text(PRESETS["gpu-small"], ROOT, (1,))
+
+
+def test_the_last_whole_reproductions_measured_time_is_shown_beside_the_estimate(tmp_path):
+    preset = replace(SMOKE, name="timed")
+    assert "last whole reproduction" not in plan_text(preset, tmp_path, (1,), vocab=300)
+    record_times(tmp_path / "runs" / "timed", [("prefetch", 5400.0), ("02_batch_sweep", 1800.0)])
+    assert "took 2.00 h of wall time" in plan_text(preset, tmp_path, (1,), vocab=300)

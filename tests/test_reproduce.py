@@ -96,11 +96,13 @@ def test_whole_series_trains_the_preset_runs_first(tmp_path, monkeypatch, capsys
     )
     main(["reproduce", "--preset", "smoke", "--workers", "3"])
     assert prefetched == [("smoke", 3)]
-    assert "preset sweeps (prefetch)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "[1/2] preset sweeps (prefetch)" in out and "[2/2] 01_only" in out
     main(
         ["reproduce", "--preset", "smoke", "--only", "01"]
     )  # part of the series: only its notebooks
     assert prefetched == [("smoke", 3)]
+    assert "measured here: the last whole reproduction" in capsys.readouterr().out  # the plan
 
 
 def test_retry_failed_lets_the_presets_failed_runs_train_again(tmp_path, monkeypatch, capsys):
