@@ -155,30 +155,18 @@ class _Unbuilt(Study):
 
 
 def notebook_grids(preset: Preset) -> dict[str, list[dict]]:
-    """The grids each notebook sweeps, in the order the notebooks run. 03's tying grid trains at
-    02's optimal batch, unknown before 02; its cost does not depend on the batch, so it is planned
-    at the first ablation batch. The schedules train at the best fixed batch's epoch budget,
-    also unknown: they are planned at the largest (an upper bound)."""
+    """The grids each notebook sweeps, in the order the notebooks run: Study.notebook_grids and
+    stand-ins for the two that depend on results. 03's tying grid trains at 02's optimal batch;
+    its cost does not depend on the batch, so it is planned at the first ablation batch. The
+    schedules train at the best fixed batch's epoch budget: planned at the largest (an upper
+    bound)."""
     study = _Unbuilt(preset, Path("."), Path("data/pools"), Path("runs") / preset.name, 1)
-    return {
-        "02": [study.batch_sweep_grid(), study.beta2_ablation_grid()],
-        "03": [
-            study.loader_grid(),
-            study.embedding_grid(preset.ablation_batch_sizes[0]),
-            study.combined_grid(),
-        ],
-        "04": (
-            study.schedule_grid(
-                {str(p): (max(preset.epochs), preset.weight_decays[0]) for p in study.pools()}
-            )
-            if preset.batch_schedules
-            else []
-        ),
-        "05": [
-            *([study.noise_scale_grid()] if preset.noise_scale_batches else []),
-            *(study.scaling_grids() if preset.scaling_pool_tokens else []),
-        ],
-    }
+    grids = study.notebook_grids()
+    grids["03"].insert(1, study.embedding_grid(preset.ablation_batch_sizes[0]))
+    if preset.batch_schedules:
+        slices = {str(p): (max(preset.epochs), preset.weight_decays[0]) for p in study.pools()}
+        grids["04"] = study.schedule_grid(slices)
+    return {notebook: grids.get(notebook, []) for notebook in ("02", "03", "04", "05")}
 
 
 def run_rows(grid: dict, pool_tokens: dict[str, int], val_tokens: int, vocab: int) -> list[dict]:

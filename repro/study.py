@@ -208,18 +208,24 @@ class Study:
                 by_tokens.setdefault(tokens, []).append(pool)
         return P.scaling_grids(by_tokens, **ORIGINAL_RECIPE)
 
-    def preset_grids(self) -> list[dict]:
-        """The notebooks' grids that follow from the preset alone (where the preset has noise-scale
-        batches and scaling pools); 03's tying grid and the schedules depend on 02's results."""
+    def notebook_grids(self) -> dict[str, list[dict]]:
+        """The grids of each notebook that follow from the preset alone, by notebook number (the
+        noise-scale and scaling grids where the preset has their batches and pools). Two depend on
+        results and are missing here: 03's tying grid (at 02's optimal batch) and the schedules
+        (at the best fixed batch's budget); repro.plan adds stand-ins to price them."""
         P = self.preset
-        return [
-            self.batch_sweep_grid(),
-            self.beta2_ablation_grid(),
-            self.loader_grid(),
-            self.combined_grid(),
-            *([self.noise_scale_grid()] if P.noise_scale_batches else []),
-            *(self.scaling_grids() if P.scaling_pool_tokens else []),
-        ]
+        return {
+            "02": [self.batch_sweep_grid(), self.beta2_ablation_grid()],
+            "03": [self.loader_grid(), self.combined_grid()],
+            "05": [
+                *([self.noise_scale_grid()] if P.noise_scale_batches else []),
+                *(self.scaling_grids() if P.scaling_pool_tokens else []),
+            ],
+        }
+
+    def preset_grids(self) -> list[dict]:
+        """Every grid of notebook_grids, in notebook order: what prefetch trains first."""
+        return [grid for grids in self.notebook_grids().values() for grid in grids]
 
     def prefetch(self) -> None:
         """Run every preset grid and its growth, each round as one sweep, longest jobs first, so
