@@ -123,16 +123,7 @@ study.save(figures.latency_projection(table, projections, g_max), "04_latency_pr
 # seconds per optimizer step for each batch size (sequences) and GPU count.
 
 # %%
-import torch
-
-from repro import bench
-from repro.data.pool import load_pool
-
-device = "cuda" if torch.cuda.is_available() else "cpu"
-measured_steps = bench.step_time(P.models[0], load_pool(pools[0]).vocab_size, P.seq_len, m, device)
-step_model = frontier.MeasuredStepTime(
-    measured_steps["seconds_by_micro_batch"], measured_steps["gradient_bytes"]
-)
+step_model = study.measured_step_time(m)
 frontier.step_time_table(P.batch_sizes, P.gpu_counts, step_model.step_seconds).pivot(
     index="batch_size", columns="gpus", values="step_time"
 )

@@ -19,7 +19,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from repro.analysis import cbs, plots
+from repro.analysis import cbs, frontier, plots
 from repro.analysis.intervals import MIN_REPLICATES, effective_documents
 from repro.analysis.results import Results, check_finished, open_results
 from repro.bundle import import_bundle
@@ -344,6 +344,22 @@ class Study:
                 done = evaluate_run(self.store / run_id, tasks, include)
             rows.append({f"{t} {k}": v for t in tasks for k, v in done[t].items()})
         return pd.concat([endpoints.reset_index(drop=True), pd.DataFrame(rows)], axis=1)
+
+    def measured_step_time(self, max_micro_batch: int) -> frontier.MeasuredStepTime:
+        """Seconds per training step of the preset's first model at micro-batches 1 to
+        `max_micro_batch` (sequences), measured now on this machine (CUDA where visible, else the
+        CPU: repro.bench.step_time), as notebook 04's step-time model."""
+        import torch
+
+        from repro import bench
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        vocab = load_pool(self.pools()[0]).vocab_size
+        P = self.preset
+        measured = bench.step_time(P.models[0], vocab, P.seq_len, max_micro_batch, device)
+        return frontier.MeasuredStepTime(
+            measured["seconds_by_micro_batch"], measured["gradient_bytes"]
+        )
 
     def save(self, fig: plt.Figure, name: str) -> None:
         """Write a figure as figures/<preset>/<name>.png and .pdf (self.figures)."""
