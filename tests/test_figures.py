@@ -2,6 +2,9 @@
 axes labelled, legends outside the data, PDFs byte-identical when saved twice; and the style
 helpers."""
 
+import subprocess
+import sys
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -194,8 +197,7 @@ def _labelled(**changes):
     ],
 )
 def test_legibility_finds_small_text_missing_labels_and_nans(changes, says, tmp_path):
-    plots.set_style()
-    fig = _labelled(**changes)
+    fig = plots.styled(_labelled)(**changes)
     problems = plots.legibility_problems(fig)
     if says is None:
         assert problems == [] and plots.save(fig, "test", "ok", tmp_path)
@@ -284,3 +286,16 @@ def test_model_curves_are_ordered_by_size_not_by_name():
         "150m",
         "mine",
     ]
+
+
+def test_importing_the_figures_changes_no_global_matplotlib_setting():
+    """The style applies where a figure is drawn and saved (plots.styled, plots.save), not on
+    import: a user's own plots in the same kernel keep their settings."""
+    code = (
+        "import matplotlib.pyplot as plt\n"
+        "before = dict(plt.rcParams)\n"
+        "import repro.analysis.figures, repro.study\n"
+        "print(dict(plt.rcParams) == before)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "True"

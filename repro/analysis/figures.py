@@ -40,6 +40,7 @@ def _replicates(counts: pd.Series) -> str:
 # --- 01 -----------------------------------------------------------------------------------------
 
 
+@plots.styled
 def doc_lengths(pool: str | Path, seq_len: int) -> plt.Figure:
     """Histogram of document lengths (tokens) of a pool's splits, log-spaced bins."""
     data = load_pool(pool)
@@ -58,6 +59,7 @@ def doc_lengths(pool: str | Path, seq_len: int) -> plt.Figure:
     return fig
 
 
+@plots.styled
 def split_tokens(table: pd.DataFrame) -> plt.Figure:
     """Tokens per pool and split (analyses.pool_table), bars from zero."""
     counts = table.pivot_table(index="pool", columns="split", values="tokens")
@@ -80,6 +82,7 @@ def by_size(models) -> list[str]:
     return sorted(models, key=lambda m: (order.index(m) if m in order else len(order), m))
 
 
+@plots.styled
 def best_loss_vs_batch(
     endpoints: pd.DataFrame, batch_sizes, floor: float | None = None
 ) -> plt.Figure:
@@ -119,6 +122,7 @@ def best_loss_vs_batch(
     return fig
 
 
+@plots.styled
 def accuracy_vs_batch(endpoints: pd.DataFrame, tasks: list[str], batch_sizes) -> plt.Figure:
     """Left: the tuned validation loss per batch size; then one panel per downstream task: the
     accuracy of the same tuned endpoints, one curve per model size (mean over replicates, 90%
@@ -149,6 +153,7 @@ def accuracy_vs_batch(endpoints: pd.DataFrame, tasks: list[str], batch_sizes) ->
     return fig
 
 
+@plots.styled
 def optimal_batch_vs_size(table: pd.DataFrame) -> plt.Figure:
     """The tuned optimal batch per model size (analyses.optimal_batches): the optimum of the
     replicate-mean loss (line), each replicate's own optimum (crosses), and the range of batches
@@ -183,6 +188,7 @@ def optimal_batch_vs_size(table: pd.DataFrame) -> plt.Figure:
     return fig
 
 
+@plots.styled
 def curves(evals: pd.DataFrame, picks: pd.DataFrame, title: str) -> plt.Figure:
     """Validation (solid) and training (dashed; mean over the steps since the previous evaluation)
     loss per epoch of the tuned runs in `picks` (endpoints rows), one colour per batch size."""
@@ -211,6 +217,7 @@ def curves(evals: pd.DataFrame, picks: pd.DataFrame, title: str) -> plt.Figure:
     return fig
 
 
+@plots.styled
 def arms_vs_batch(
     arms: dict[str, pd.DataFrame], batch_sizes, title: str, legend: str
 ) -> plt.Figure:
@@ -237,6 +244,7 @@ def arms_vs_batch(
     return fig
 
 
+@plots.styled
 def beta2_vs_batch(arms: dict[str, pd.DataFrame], batch_sizes) -> plt.Figure:
     """Tuned val loss per batch size under each AdamW beta2 setting ({label: batch_endpoints}):
     the batch sweep's at every batch, the ablation's at its batches (arms_vs_batch)."""
@@ -271,6 +279,7 @@ def _dots(ax: plt.Axes, endpoints: pd.DataFrame, x: str, hue: str, labels: dict)
     return f"{_replicates(stats['count'])}, 90% interval"
 
 
+@plots.styled
 def loaders(endpoints: pd.DataFrame) -> plt.Figure:
     """Best val loss per epoch ordering and batch size (dot plot: the y axis need not start at 0);
     `endpoints`: analyses.batch_endpoints(.., ["loader"])."""
@@ -285,6 +294,7 @@ def loaders(endpoints: pd.DataFrame) -> plt.Figure:
     return fig
 
 
+@plots.styled
 def tying_embedding_decay(endpoints: pd.DataFrame, batch: int) -> plt.Figure:
     """Best val loss per embedding weight decay, tied vs untied (dot plot); `endpoints`:
     analyses.batch_endpoints(.., ["tie_embeddings", "embedding_weight_decay"])."""
@@ -299,6 +309,7 @@ def tying_embedding_decay(endpoints: pd.DataFrame, batch: int) -> plt.Figure:
     return fig
 
 
+@plots.styled
 def combined_vs_original(recipes: dict[str, pd.DataFrame], batch_sizes) -> plt.Figure:
     """Best val loss per batch size for each recipe ({label: batch_endpoints}): arms_vs_batch."""
     return arms_vs_batch(recipes, batch_sizes, "Combined recipe vs original", "recipe")
@@ -307,6 +318,7 @@ def combined_vs_original(recipes: dict[str, pd.DataFrame], batch_sizes) -> plt.F
 # --- 04 -----------------------------------------------------------------------------------------
 
 
+@plots.styled
 def loss_vs_deadline(table: pd.DataFrame) -> plt.Figure:
     """Best observed val loss per deadline, one step curve per GPU count (frontier.frontier)."""
     colors = plots.ordered_colors(table["gpus"])
@@ -335,6 +347,7 @@ def _edges(values: np.ndarray) -> np.ndarray:
     return np.exp(np.concatenate([[first], mids, [last]]))
 
 
+@plots.styled
 def optimal_batch_heatmap(table: pd.DataFrame, batch_sizes) -> plt.Figure:
     """The optimal batch size per (GPUs, deadline) on a log deadline axis with round ticks; one
     colour per batch size (batch_colors); blank where nothing is reachable."""
@@ -363,6 +376,7 @@ def optimal_batch_heatmap(table: pd.DataFrame, batch_sizes) -> plt.Figure:
     return fig
 
 
+@plots.styled
 def fewer_gpus_smaller_batch(cross: pd.DataFrame, batch_sizes) -> plt.Figure:
     """Loss gap (larger-batch loss minus smaller-batch loss, nats/token) per deadline: one panel per
     larger batch on the GPUs it fills, one colour per smaller batch (frontier.crossovers); solid
@@ -410,6 +424,7 @@ def fewer_gpus_smaller_batch(cross: pd.DataFrame, batch_sizes) -> plt.Figure:
     return fig
 
 
+@plots.styled
 def latency_projection(
     table: pd.DataFrame, projections: dict[str, pd.DataFrame], gpus: int
 ) -> plt.Figure:
@@ -441,6 +456,7 @@ def latency_projection(
     return fig
 
 
+@plots.styled
 def schedule_policies(
     table: pd.DataFrame, frontiers: pd.DataFrame, gpu_counts: list[int]
 ) -> plt.Figure:
@@ -482,6 +498,7 @@ def _pool_name(pool: str) -> str:
     return Path(pool).name
 
 
+@plots.styled
 def noise_scale(runs: pd.DataFrame, evals: pd.DataFrame) -> plt.Figure:
     """B_simple (sequences) against training tokens for each noise-scale run: one colour per
     batch, one marker per pool."""
@@ -562,6 +579,7 @@ def _mark_unreached(ax: plt.Axes, missing: list[int], row: int, color) -> None:
         )
 
 
+@plots.styled
 def steps_tokens_to_target(reach: pd.DataFrame, fits: dict, batch_sizes) -> plt.Figure:
     """Left: steps to each target loss per batch size and pool (crossing steps of
     cbs.steps_to_target), with each pool's McCandlish fit (cbs.fit_targets, keyed by (pool,
@@ -623,6 +641,7 @@ def _pool_points(ax: plt.Axes, rows: pd.DataFrame, name: str, y: float, edge: fl
         )
 
 
+@plots.styled
 def fitted_batches(intervals: pd.DataFrame, fits: pd.DataFrame, target: float) -> plt.Figure:
     """The fitted batch sizes (sequences) at `target` (cbs.fit_intervals rows and cbs.fit_targets
     rows): each pool's value (one marker per pool; an infinite one, steps that never level off,
@@ -689,6 +708,7 @@ def _per_seed(ax: plt.Axes, scaling: pd.DataFrame, name: str, color, limit: floa
         ax.plot(above["pool tokens"], [limit] * len(above), linestyle="none", mfc="white", **style)
 
 
+@plots.styled
 def cbs_vs_pool_size(scaling: pd.DataFrame, laws: dict, limit: float) -> plt.Figure:
     """B_crit and B* (sequences) against pool size, each pool seed's fits on its own pools
     (_per_seed: the seeds' pools differ in size, so the interval is on the exponent, in the
@@ -718,6 +738,7 @@ def cbs_vs_pool_size(scaling: pd.DataFrame, laws: dict, limit: float) -> plt.Fig
     return fig
 
 
+@plots.styled
 def schedules(curves: pd.DataFrame) -> plt.Figure:
     """Validation loss against training tokens of the run each policy's tuning chose on each pool
     (cbs.schedules_vs_fixed): one colour per policy, one marker per pool."""

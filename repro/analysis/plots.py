@@ -8,13 +8,15 @@ outside the axes (legend_outside) so they never cover data.
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
 import seaborn as sns
+from matplotlib import cycler
 from matplotlib.colors import ListedColormap
 from matplotlib.text import Text
 from matplotlib.ticker import (
@@ -36,23 +38,41 @@ POOL_MARKERS = ("o", "s", "^", "D", "v", "P", "X")  # one per pool (pool_markers
 NOT_REACHED = {"marker": "x", "linestyle": "none", "markersize": 7, "clip_on": False}
 
 
-def set_style() -> None:
-    """The seaborn theme plus the series' defaults (tight saving, light grid under the data)."""
-    sns.set_theme(context="paper", style="whitegrid", palette=PALETTE, font_scale=1.15)
-    plt.rcParams.update(
-        {
-            "figure.figsize": (6.0, 4.0),
-            "figure.dpi": 110,
-            "savefig.dpi": 160,
-            "savefig.bbox": "tight",
-            "axes.axisbelow": True,
-            "axes.spines.top": False,
-            "axes.spines.right": False,
-            "grid.alpha": 0.5,
-            "legend.frameon": False,
-            "lines.markersize": 4.5,
-        }
-    )
+def _style() -> dict:
+    """rcParams of the series' style: seaborn's paper context and whitegrid style at font scale
+    1.15, the palette, and the series' defaults (tight saving, light grid under the data)."""
+    return {
+        **sns.plotting_context("paper", font_scale=1.15),
+        **sns.axes_style("whitegrid"),
+        "axes.prop_cycle": cycler(color=sns.color_palette(PALETTE)),
+        "font.family": ["sans-serif"],
+        "figure.figsize": (6.0, 4.0),
+        "figure.dpi": 110,
+        "savefig.dpi": 160,
+        "savefig.bbox": "tight",
+        "axes.axisbelow": True,
+        "axes.spines.top": False,
+        "axes.spines.right": False,
+        "grid.alpha": 0.5,
+        "legend.frameon": False,
+        "lines.markersize": 4.5,
+    }
+
+
+STYLE = _style()
+"""The rcParams every figure is drawn and saved under (`styled`, `save`); importing this module
+changes no global matplotlib setting."""
+
+
+def styled(make_figure: Callable[..., plt.Figure]) -> Callable[..., plt.Figure]:
+    """A figure function drawn under STYLE, leaving matplotlib's global settings as they were."""
+
+    @functools.wraps(make_figure)
+    def draw(*args, **kwargs) -> plt.Figure:
+        with plt.rc_context(STYLE):
+            return make_figure(*args, **kwargs)
+
+    return draw
 
 
 MIN_FONT_PT = 8.0
@@ -101,8 +121,9 @@ def save(
     folder = Path(figures_dir) if figures_dir else project_root() / "figures" / preset
     folder.mkdir(parents=True, exist_ok=True)
     paths = [folder / f"{name}.{ext}" for ext in ("png", "pdf")]
-    for path in paths:  # no creation date in the PDF, so regenerated figures are byte-identical
-        fig.savefig(path, metadata={"CreationDate": None} if path.suffix == ".pdf" else None)
+    with plt.rc_context(STYLE):
+        for path in paths:  # no creation date in the PDF: regenerated figures are byte-identical
+            fig.savefig(path, metadata={"CreationDate": None} if path.suffix == ".pdf" else None)
     return paths
 
 
@@ -192,6 +213,3 @@ def legend_outside(ax: plt.Axes, title: str | None = None, **kwargs) -> None:
 
 def gpu_label(gpus: int) -> str:
     return f"{gpus} GPU" + ("s" if gpus > 1 else "")
-
-
-set_style()
