@@ -35,6 +35,7 @@ from IPython.display import Markdown
 
 from repro.analysis import accuracy, analyses, figures, optimizer_claims
 from repro.analysis.intervals import claim_count, claim_summary
+from repro.runtime.shapes import by_size
 from repro.study import open_study
 
 study = open_study(preset, workers=workers, train=train)
@@ -102,7 +103,7 @@ budgets.round(3)
 
 # %%
 vocab = analyses.pool_vocab_size(pools[0])
-models = analyses.models_by_size(list(P.models), vocab)
+models = by_size(P.models, largest_first=True)
 optimum = analyses.optimum_table(endpoints, models)
 study.save_table(optimum, "02_optimum_per_size")
 optimum

@@ -17,6 +17,7 @@ from repro.analysis import cbs, figures, frontier, plots
 from repro.analysis.cbs import steps_to_target
 from repro.analysis.intervals import t_interval
 from repro.errors import ReproError
+from repro.runtime.shapes import SIZES, by_size, model_config, parameter_count
 
 BATCHES = (1, 2, 4, 8, 16, 32)
 
@@ -278,14 +279,15 @@ def test_fitted_batches_show_every_pool_and_the_interval_over_pools(all_figures)
     assert len(bars) == 2
 
 
-def test_model_curves_are_ordered_by_size_not_by_name():
-    assert figures.by_size(["tiny", "cpu-xs", "150m", "mine", "nano"]) == [
-        "nano",
-        "tiny",
-        "cpu-xs",
-        "150m",
-        "mine",
-    ]
+def test_models_are_ordered_by_size_not_by_name():
+    """SIZES lists the models from the smallest to the largest (at any vocab), which by_size
+    keeps in both directions, other names (hand-made data) after them."""
+    for vocab in (300, 128_256):
+        params = [parameter_count(model_config(name, vocab)) for name in SIZES]
+        assert params == sorted(params)
+    models = ["tiny", "cpu-xs", "150m", "mine", "nano"]
+    assert by_size(models) == ["nano", "tiny", "cpu-xs", "150m", "mine"]
+    assert by_size(models, largest_first=True) == ["150m", "cpu-xs", "tiny", "nano", "mine"]
 
 
 def test_importing_the_figures_changes_no_global_matplotlib_setting():

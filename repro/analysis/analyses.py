@@ -201,12 +201,6 @@ def loss_per_budget(results: Results) -> pd.DataFrame:
     return table["mean"].where(table["count"] == n_replicates)
 
 
-def models_by_size(models: list[str], vocab_size: int) -> list[str]:
-    """`models` from the largest to the smallest (parameters at `vocab_size`)."""
-    params = {row["name"]: row["params"] for row in param_count_table(vocab_size)}
-    return sorted(models, key=lambda m: -params[m])
-
-
 def arm(
     results: Results, mask: pd.Series | None = None, also_tuned: tuple[str, ...] = ("batch_size",)
 ) -> pd.DataFrame:

@@ -19,7 +19,7 @@ from repro.analysis.analyses import across_replicates, endpoint_curve
 from repro.analysis.intervals import Difference
 from repro.data.pool import load_pool
 from repro.presets import ZHANG_LAW
-from repro.runtime.shapes import SIZES
+from repro.runtime.shapes import by_size
 
 LOSS = "tuned validation loss (nats/token)"
 DEADLINE = "deadline (step units)"
@@ -74,12 +74,6 @@ def split_tokens(table: pd.DataFrame) -> plt.Figure:
 
 
 # --- 02 -----------------------------------------------------------------------------------------
-
-
-def by_size(models) -> list[str]:
-    """Model names from the smallest to the largest (repro.runtime.shapes.SIZES), others last."""
-    order = list(SIZES)
-    return sorted(models, key=lambda m: (order.index(m) if m in order else len(order), m))
 
 
 @plots.styled

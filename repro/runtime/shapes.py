@@ -4,6 +4,7 @@ line use them without importing torch; repro.runtime.model builds the network)."
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 
@@ -63,6 +64,14 @@ SIZES: dict[str, ModelShape] = {
     "1.4b": ModelShape(2048, 16, 16, 8, 7168, 4096),
     "1.5b": ModelShape(1536, 36, 16, 8, 5376, 4096),
 }
+
+
+def by_size(models: Iterable[str], largest_first: bool = False) -> list[str]:
+    """Names of SIZES from the smallest model to the largest (SIZES is in that order), or the
+    largest first; names not in SIZES (hand-made data) after them, by name."""
+    order = list(SIZES)
+    known = sorted((m for m in models if m in SIZES), key=order.index, reverse=largest_first)
+    return known + sorted(m for m in models if m not in SIZES)
 
 
 def model_config(size: str, vocab_size: int, tie_embeddings: bool = False) -> ModelConfig:
