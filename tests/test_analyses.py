@@ -31,13 +31,11 @@ def _batch_sweep(hand_made, val: dict, train: dict, pools=POOLS, noise=0.005):
 def _claims(hand_made, val, train, usual=16, noise=0.005):
     results = _batch_sweep(hand_made, val, train, noise=noise)
     table = batch_sweep_claims(results, ["m"], dict.fromkeys(POOLS, usual), "set")
-    return dict(zip(table["claim"].str.replace(r" \(m\)$", "", regex=True), table["agrees?"]))
+    return table["agrees?"].rename(lambda key: key.removesuffix("/m")).to_dict()
 
 
-U_SHAPE = "best val loss vs batch size is U-shaped (interior optimum)"
-SMALLER = "smaller batches than usual win"
-OVERFIT = "the smallest batch overfits: lower train loss, worse val loss"
-LARGE = "the largest batch overfits: lower train loss, worse val loss"
+U_SHAPE, SMALLER = "u-shape", "smaller-wins"
+OVERFIT, LARGE = "smallest-overfits", "largest-overfits"
 
 
 def test_u_shape_with_an_overfitting_smallest_batch_agrees(hand_made):
@@ -87,11 +85,11 @@ def test_claims_are_made_per_model_and_across_sizes(hand_made):
     table = batch_sweep_claims(
         hand_made.results(), ["big", "small"], dict.fromkeys(POOLS, 16), "set"
     )
-    verdicts = dict(zip(table["claim"], table["agrees?"]))
-    assert verdicts[f"{U_SHAPE} (big)"] == "agrees"
-    assert verdicts[f"{U_SHAPE} (small)"] == "undetermined"
-    assert verdicts["the U-shape holds across model sizes"] == "undetermined"
-    assert table["claim"].iloc[0].endswith("(big)")
+    verdicts = table["agrees?"]
+    assert verdicts[f"{U_SHAPE}/big"] == "agrees"
+    assert verdicts[f"{U_SHAPE}/small"] == "undetermined"
+    assert verdicts["u-shape-across-sizes"] == "undetermined"
+    assert table.index[0].endswith("/big") and table["claim"].iloc[0].endswith("(big)")
 
 
 # --- recipe -------------------------------------------------------------------------------------
@@ -135,15 +133,11 @@ def _recipe(
     table = recipe_claims(
         sweeps["loader"], sweeps["embedding"], sweeps["original"], sweeps["combined"]
     )
-    return dict(zip(table["claim"], table["agrees?"])), table
+    return table["agrees?"].to_dict(), table
 
 
-LOADERS = "REPACK < SHUFFLE < REPEAT in val loss (batch 4)"
-HELPS = "positive embedding weight decay helps (untied)"
-TYING = "tying alone does little"
-TOGETHER = "tying and embedding decay together are best"
-COMBINED = "the combined recipe lowers the best val loss"
-LATER = "the best stopping point moves later"
+LOADERS, HELPS, TYING = "loader-order/batch 4", "embedding-decay-helps", "tying-does-little"
+TOGETHER, COMBINED, LATER = "tying-and-decay-best", "combined-lowers", "stop-later"
 
 
 def test_recipe_claims_agree_on_clear_effects(hand_made):
@@ -197,7 +191,7 @@ def test_a_stopping_point_that_moves_with_both_recipes_is_not_a_change(hand_made
     only)."""
     claims, table = _recipe(hand_made, original_later=2.9, combined_later=2.85, combined=2.95)
     assert claims[LATER] == "undetermined"
-    assert "later = budgets > 4" in table.set_index("claim").loc[LATER, "measured here"]
+    assert "later = budgets > 4" in table.loc[LATER, "measured here"]
     for pool in POOLS:
         hand_made.add(3.2, pool=pool, epochs=4)
         hand_made.add(3.0, pool=pool, epochs=8)
@@ -217,7 +211,7 @@ def test_a_later_arm_at_its_largest_budget_blocks_agreement(hand_made):
         sweeps[name] = hand_made.results()
     empty = sweeps["original"].subset(sweeps["original"].runs["epochs"] < 0)
     table = recipe_claims(empty, empty, sweeps["original"], sweeps["combined"])
-    row = table.set_index("claim").loc[LATER]
+    row = table.loc[LATER]
     assert row["agrees?"] == "undetermined" and "(censored: both arms)" in row["measured here"]
 
 
@@ -227,7 +221,8 @@ def test_pool_claims_are_exact_checks():
     )
     clean = pool_claims(overlap, [0, 0])
     assert clean["agrees?"].tolist() == ["agrees"] * 3
-    assert clean.loc[2, "measured here"] == "shared train docs: [1] of [12] (exact count)"
+    measured = clean.loc["pools-differ-in-train", "measured here"]
+    assert measured == "shared train docs: [1] of [12] (exact count)"
     same = overlap.assign(**{"shared train docs": [12], "identical val": [False]})
     assert pool_claims(same, [0, 3])["agrees?"].tolist() == ["disagrees"] * 3
 
@@ -271,9 +266,8 @@ def test_an_edge_whose_best_budget_is_the_largest_tried_leaves_the_u_undetermine
             hand_made.add(at4, pool=pool, batch_size=batch, epochs=4)
             hand_made.add(at8, pool=pool, batch_size=batch, epochs=8)
     table = batch_sweep_claims(hand_made.results(), ["m"], dict.fromkeys(POOLS, 16), "set")
-    table = table.set_index("claim")
-    assert table.loc[f"{U_SHAPE} (m)", "agrees?"] == "undetermined"
-    assert "(censored: second arm)" in table.loc[f"{U_SHAPE} (m)", "measured here"]
+    assert table.loc[f"{U_SHAPE}/m", "agrees?"] == "undetermined"
+    assert "(censored: second arm)" in table.loc[f"{U_SHAPE}/m", "measured here"]
 
 
 def test_the_usual_batch_is_measured_per_model_at_one_epoch(hand_made):
@@ -305,7 +299,7 @@ def test_the_usual_batch_of_a_pool_is_measured_on_the_other_pools(hand_made):
         for batch in (2, 8):
             hand_made.add(3.0, pool=pool, batch_size=batch, epochs=4)
     table = batch_sweep_claims(hand_made.results(), ["m"], usual, "measured")
-    row = table.set_index("claim").loc[f"{SMALLER} (m)"]
+    row = table.loc[f"{SMALLER}/m"]
     assert row["agrees?"] == "undetermined" and "differs between pools" in row["measured here"]
 
 

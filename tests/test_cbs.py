@@ -347,13 +347,13 @@ VERDICTS = {"agrees", "disagrees", "undetermined"}
 
 
 def _claims(fits=None, scaling=NO_SCALING, schedules=NO_SCHEDULES, lr_schedule="cosine"):
-    """The claim table (one row per claim, indexed by the claim's first three words)."""
+    """The claim table (one row per claim, indexed by its key)."""
     fits = pd.DataFrame() if fits is None else fits
     laws = scaling_laws(scaling) if len(scaling) else {}
     claims = cbs_claims(pd.DataFrame(), fits, scaling, laws, schedules, lr_schedule, "tiny")
     assert set(claims["agrees?"]) <= VERDICTS
     assert claims["measured here"].str.startswith("model tiny").all()
-    return claims.set_index(claims["claim"].str.split().str[:3].str.join(" "))
+    return claims
 
 
 def _fits(steps: dict[str, np.ndarray], b_simple=32.0, previous=None, **reach) -> pd.DataFrame:
@@ -369,7 +369,7 @@ def _hyperbolas(b_crits=(28, 32, 36), pools=POOLS3) -> dict[str, np.ndarray]:
     return {p: 100 + 100 * b / BATCHES for p, b in zip(pools, b_crits)}
 
 
-HYPERBOLA = "steps fall ~1/B"
+HYPERBOLA = "hyperbola"
 ZIGZAG_ON_P2 = _hyperbolas() | {"p2": np.array([100, 800, 50, 600, 80, 400, 60.0])}
 
 
@@ -479,7 +479,7 @@ def test_b_crit_is_not_an_artefact_of_the_evaluation_grid(shape, tolerance):
 
 def test_without_a_fit_the_fitted_claims_are_undetermined():
     claims = _claims()
-    for claim in (HYPERBOLA, "a minimum batch"):
+    for claim in (HYPERBOLA, "wsd-batches"):
         assert claims.loc[claim, "agrees?"] == "undetermined"
         assert "no fit" in claims.loc[claim, "measured here"]
 
@@ -499,7 +499,7 @@ def _scaling(alphas, largest=64, sizes=(1_000_000, 2_000_000, 4_000_000)) -> pd.
     return pd.DataFrame(rows)
 
 
-ZHANG = "B* (20% over"
+ZHANG = "data-scaling"
 
 
 @pytest.mark.parametrize(
@@ -586,7 +586,7 @@ def _wsd_fits(tokens_per_pool: list[np.ndarray]) -> pd.DataFrame:
     return fit_targets(pd.concat(parts), EMPTY_TRAJECTORY)[0]
 
 
-WSD = "a minimum batch"
+WSD = "wsd-batches"
 
 
 @pytest.mark.parametrize(
@@ -711,7 +711,7 @@ def test_each_pool_meets_the_schedules_at_its_own_slice():
         schedules_vs_fixed(fixed, Results(mixed, scheduled.evals, scheduled.documents), SCHEDULES)
 
 
-SCHEDULE = "a batch-size schedule"
+SCHEDULE = "schedule-beats-fixed"
 
 
 @pytest.mark.parametrize(

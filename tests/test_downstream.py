@@ -182,8 +182,10 @@ def _endpoints(acc_by_batch, se=0.01, loss_by_batch=None):
     ],
 )
 def test_accuracy_follows_loss_in_all_three_directions(acc, verdict):
-    row = follows_loss_claim(_endpoints(acc), "t", "m")
-    assert row[-1] == verdict and "batch 4 (lowest loss) - batch 16 (highest)" in row[2]
+    claim = follows_loss_claim(_endpoints(acc), "t", "m")
+    assert claim.key == "accuracy-follows-loss/t" and claim.claim.endswith("(t)")
+    assert claim.verdict == verdict
+    assert "batch 4 (lowest loss) - batch 16 (highest)" in claim.measured
 
 
 def test_accuracy_within_noise_of_chance_is_undetermined():
@@ -191,8 +193,8 @@ def test_accuracy_within_noise_of_chance_is_undetermined():
     frame = _endpoints(near_chance, se=0.02).rename(
         columns={"t acc": "pool_continuation acc", "t acc_stderr": "pool_continuation acc_stderr"}
     )
-    row = follows_loss_claim(frame, "pool_continuation", "m")
-    assert row[-1] == "undetermined" and "within noise of chance" in row[2]
+    claim = follows_loss_claim(frame, "pool_continuation", "m")
+    assert claim.verdict == "undetermined" and "within noise of chance" in claim.measured
 
 
 def test_the_pool_task_asks_which_span_continues_a_validation_document(synthetic_pool, tmp_path):

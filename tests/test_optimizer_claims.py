@@ -17,14 +17,11 @@ from repro.analysis.optimizer_claims import (
 from repro.presets import PRESETS
 
 POOLS = ("p0", "p1", "p2")
-DEFICIT = (
-    "batch 1's deficit is the optimizer's: with the half-life rule it is at most 0.01 nats/token"
-)
-OVERFITS = "with the half-life rule, batch 1 overfits: lower train, worse val loss"
+DEFICIT, OVERFITS = "deficit-is-optimizer", "rule-smallest-overfits"
 
 
 def _lowers(batch: int) -> str:
-    return f"the half-life rule lowers the tuned val loss at batch {batch}"
+    return f"rule-lowers/{batch}"
 
 
 def _arm(hand_made, val: dict, train: dict | None = None, noise=0.005, pools=POOLS, **fields):
@@ -39,7 +36,7 @@ def _arm(hand_made, val: dict, train: dict | None = None, noise=0.005, pools=POO
 
 def _verdicts(sweep, ablation, sweep_uses_rule=False) -> dict[str, str]:
     table = beta2_claims(sweep, ablation, "m", sweep_uses_rule)
-    return dict(zip(table["claim"], table["agrees?"]))
+    return table["agrees?"].to_dict()
 
 
 def test_the_rule_removing_batch_1s_deficit_agrees(hand_made):

@@ -7,7 +7,7 @@ import math
 
 import pandas as pd
 
-from repro.analysis.intervals import CLAIM_COLUMNS
+from repro.analysis.intervals import Claim, claim_table
 
 CHANCE = {"arc_easy": 0.25, "piqa": 0.5, "sciq": 0.25, "pool_continuation": 0.25}
 """Accuracy of a random guess per task (1 / number of choices)."""
@@ -32,7 +32,7 @@ def accuracy_per_batch(endpoints: pd.DataFrame, task: str, arm: str = "batch_siz
 
 def follows_loss_claim(
     endpoints: pd.DataFrame, task: str, model: str, arm: str = "batch_size"
-) -> list[str]:
+) -> Claim:
     """At `model`: the accuracy of the arm (a batch size, or a loader, ...) with the lowest
     validation loss minus that of the arm with the highest, with a 90% interval. "agrees" when it
     is above 0, "disagrees" below; "undetermined" otherwise, or when the lower-loss arm is within
@@ -58,12 +58,8 @@ def follows_loss_claim(
         f"{diff:+.3f} [{diff - half:+.3f}, {diff + half:+.3f}]"
         + (f"; {name}{best} is within noise of chance ({chance:.2f})" if at_chance else "")
     )
-    return [
-        f"downstream accuracy follows validation loss ({task})",
-        "broadly, noisier",
-        measured,
-        verdict,
-    ]
+    claim = "downstream accuracy follows validation loss"
+    return Claim("accuracy-follows-loss", claim, "broadly, noisier", measured, verdict).at(task)
 
 
 def with_accuracy_claims(
@@ -73,7 +69,7 @@ def with_accuracy_claims(
     rows = [follows_loss_claim(endpoints, t, model, arm) for t in tasks]
     if not rows:
         return claims
-    return pd.concat([claims, pd.DataFrame(rows, columns=CLAIM_COLUMNS)], ignore_index=True)
+    return pd.concat([claims, claim_table(rows)])
 
 
 def ablation_accuracy(

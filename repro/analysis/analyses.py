@@ -18,9 +18,10 @@ import numpy as np
 import pandas as pd
 
 from repro.analysis.intervals import (
-    CLAIM_COLUMNS,
     LEVEL,
+    Claim,
     Difference,
+    claim_table,
     describe,
     lower_verdict,
     mean_interval,
@@ -119,27 +120,30 @@ def pool_claims(overlap: pd.DataFrame, leaks: list[int]) -> pd.DataFrame:
     train_val_shared_docs(pools)."""
     identical = bool(overlap["identical val"].all())
     shared, total = overlap["shared train docs"], overlap["train docs a"]
-    rows = [
-        [
+    claims = [
+        Claim(
+            "val-not-in-train",
             "no validation document contributes to training",
             "yes (document-level split)",
             f"validation documents found in training: {leaks} (exact count)",
             _exact(sum(leaks) == 0),
-        ],
-        [
+        ),
+        Claim(
+            "pools-share-val",
             "independent pools share the validation set",
             "yes (fixed held-out set)",
             f"identical val: {identical} (exact)",
             _exact(identical),
-        ],
-        [
+        ),
+        Claim(
+            "pools-differ-in-train",
             "independent pools differ in training documents",
             "yes",
             f"shared train docs: {shared.tolist()} of {total.tolist()} (exact count)",
             _exact(bool((shared < total).all())),
-        ],
+        ),
     ]
-    return pd.DataFrame(rows, columns=CLAIM_COLUMNS)
+    return claim_table(claims)
 
 
 # --- batch-size sweep ---------------------------------------------------------------------------
@@ -286,19 +290,19 @@ def _u_shape_diffs(results: Results, batches: list[int], level: float) -> list[D
     return [compare(interior, edge, level) for edge in edges]
 
 
-def _u_shape_claim(results: Results, batches: list[int]) -> list[str]:
+def _u_shape_claim(results: Results, batches: list[int]) -> Claim:
     """The U-shape at one model size: the interior against both edges (PAIR_LEVEL each)."""
     claim = "best val loss vs batch size is U-shaped (interior optimum)"
     diffs = _u_shape_diffs(results, batches, PAIR_LEVEL)
     if not diffs:
-        return [claim, "yes", "fewer than 3 batch sizes", "undetermined"]
+        return Claim("u-shape", claim, "yes", "fewer than 3 batch sizes", "undetermined")
     names = [f"interior - batch {b}" for b in (batches[0], batches[-1])]
     measured = "; ".join(describe(n, d) for n, d in zip(names, diffs))
     measured += f" ({PAIR_LEVEL:.0%} intervals: two edges)"
-    return [claim, "yes", measured, lower_verdict(diffs)]
+    return Claim("u-shape", claim, "yes", measured, lower_verdict(diffs))
 
 
-def _u_shape_across_claim(results: Results, models: list[str]) -> list[str]:
+def _u_shape_across_claim(results: Results, models: list[str]) -> Claim:
     """The U-shape at every model size: all 2 k comparisons (k sizes) at once, Bonferroni."""
     level = 1 - (1 - LEVEL) / (2 * len(models))
     per_size = {}
@@ -313,15 +317,18 @@ def _u_shape_across_claim(results: Results, models: list[str]) -> list[str]:
         else ("disagrees" if "disagrees" in verdicts else "undetermined")
     )
     measured = ", ".join(f"{m}: {v}" for m, v in per_size.items())
-    return [
+    return Claim(
+        "u-shape-across-sizes",
         "the U-shape holds across model sizes",
         "yes (150M-1.5B)",
         f"{measured} ({level:.1%} intervals: {2 * len(models)} comparisons)",
         across,
-    ]
+    )
 
 
-def _smaller_batch_claim(results: Results, batches: list[int], usual: dict[str, int], source):
+def _smaller_batch_claim(
+    results: Results, batches: list[int], usual: dict[str, int], source: str
+) -> Claim:
     """The best batch below the usual one (tuned among them) against the usual batch (usual_batch:
     per pool; undetermined where the pools' usual batches differ)."""
     claim = "smaller batches than usual win"
@@ -329,17 +336,17 @@ def _smaller_batch_claim(results: Results, batches: list[int], usual: dict[str, 
     if len(set(usual.values())) > 1:
         per_pool = ", ".join(f"{Path(p).name}: {b}" for p, b in usual.items())
         measured = f"usual batch ({source}) differs between pools ({per_pool})"
-        return [claim, paper, measured, "undetermined"]
+        return Claim("smaller-wins", claim, paper, measured, "undetermined")
     usual = next(iter(usual.values()))
     smaller = [b for b in batches if b < usual]
     if not smaller or usual not in batches:
         missing = "no smaller batch" if usual in batches else "the usual batch is not"
         measured = f"usual batch {usual} ({source}); {missing} in the grid"
-        return [claim, paper, measured, "undetermined"]
+        return Claim("smaller-wins", claim, paper, measured, "undetermined")
     batch = results.runs["batch_size"]
     diff = compare(arm(results, batch < usual), arm(results, batch == usual))
     measured = f"usual batch {usual} ({source}); " + describe(f"batches < {usual} - {usual}", diff)
-    return [claim, paper, measured, lower_verdict([diff])]
+    return Claim("smaller-wins", claim, paper, measured, lower_verdict([diff]))
 
 
 PAIR_LEVEL = 1 - (1 - LEVEL) / 2
@@ -386,13 +393,15 @@ def signature(mine: pd.DataFrame, rest: pd.DataFrame, name: str) -> tuple[str, s
     return measured, signature_verdict(val, train)
 
 
-def _signature_claim(results: Results, batches: list[int], edge: int, claim: str) -> list[str]:
-    """`edge` (the smallest or largest batch) against the best of the others (signature)."""
+def _signature_claim(results: Results, batches: list[int], end: str) -> Claim:
+    """The `end` ("smallest" or "largest") batch against the best of the others (signature)."""
+    key, claim = f"{end}-overfits", f"the {end} batch overfits: lower train loss, worse val loss"
     if len(batches) < 2:
-        return [claim, "yes", "a single batch size", "undetermined"]
+        return Claim(key, claim, "yes", "a single batch size", "undetermined")
+    edge = batches[0] if end == "smallest" else batches[-1]
     batch = results.runs["batch_size"]
     mine, rest = arm(results, batch == edge), arm(results, batch != edge)
-    return [claim, "yes", *signature(mine, rest, f"batch {edge} - best other")]
+    return Claim(key, claim, "yes", *signature(mine, rest, f"batch {edge} - best other"))
 
 
 def batch_sweep_claims(
@@ -401,28 +410,26 @@ def batch_sweep_claims(
     """The study's batch-size claims at each model size (`models`, largest first), and whether
     the U-shape holds across sizes; `usual` is the one-pass batch (sequences) per pool
     (usual_batch) and `usual_source` where it comes from."""
-    rows = []
-    small = "the smallest batch overfits: lower train loss, worse val loss"
-    large = "the largest batch overfits: lower train loss, worse val loss"
+    claims = []
     for model in models:
         mine = results.subset(results.runs["model"] == model)
         batches = sorted(mine.runs["batch_size"].unique().tolist())
         for row in (
             _u_shape_claim(mine, batches),
             _smaller_batch_claim(mine, batches, usual, usual_source),
-            _signature_claim(mine, batches, batches[0], small),
-            _signature_claim(mine, batches, batches[-1], large),
+            _signature_claim(mine, batches, "smallest"),
+            _signature_claim(mine, batches, "largest"),
         ):
-            rows.append([f"{row[0]} ({model})", *row[1:]])
+            claims.append(row.at(model))
     if len(models) > 1:
-        rows.append(_u_shape_across_claim(results, models))
-    return pd.DataFrame(rows, columns=CLAIM_COLUMNS)
+        claims.append(_u_shape_across_claim(results, models))
+    return claim_table(claims)
 
 
 # --- recipe ablations ---------------------------------------------------------------------------
 
 
-def _loader_claims(results: Results) -> list[list[str]]:
+def _loader_claims(results: Results) -> list[Claim]:
     """One row per batch size: REPACK < SHUFFLE < REPEAT, as two paired differences."""
     rows = []
     runs = results.runs
@@ -435,14 +442,9 @@ def _loader_claims(results: Results) -> list[list[str]]:
         diffs = [compare(arms[a], arms[b], PAIR_LEVEL) for a, b in pairs]
         measured = "; ".join(describe(f"{a} - {b}", d) for (a, b), d in zip(pairs, diffs))
         measured += f" ({PAIR_LEVEL:.0%} intervals: two comparisons)"
-        rows.append(
-            [
-                f"REPACK < SHUFFLE < REPEAT in val loss (batch {batch})",
-                "REPACK < SHUFFLE < REPEAT",
-                measured,
-                lower_verdict(diffs),
-            ]
-        )
+        order = "REPACK < SHUFFLE < REPEAT"
+        claim = Claim("loader-order", f"{order} in val loss", order, measured, lower_verdict(diffs))
+        rows.append(claim.at(f"batch {batch}"))
     return rows
 
 
@@ -461,7 +463,7 @@ def little_verdict(diff: Difference) -> str:
     return "undetermined"
 
 
-def _embedding_claims(results: Results) -> list[list[str]]:
+def _embedding_claims(results: Results) -> list[Claim]:
     """Four arms (untied / tied x no / positive embedding decay, the positive decays tuned inside
     the arm): decay helps, tying alone does little, both together are best."""
     runs = results.runs
@@ -482,25 +484,28 @@ def _embedding_claims(results: Results) -> list[list[str]]:
     together = [compare(arms[(True, True)], arms[k], level) for k in others]
     names = ["- untied", "- tied alone", "- decay alone"]
     return [
-        [
+        Claim(
+            "embedding-decay-helps",
             "positive embedding weight decay helps (untied)",
             "yes",
             describe("decay - none", helps),
             lower_verdict([helps]),
-        ],
-        [
+        ),
+        Claim(
+            "tying-does-little",
             "tying alone does little",
             f"yes (here: the whole interval within +-{LITTLE} nats/token)",
             describe("tied - untied", tying),
             little_verdict(tying),
-        ],
-        [
+        ),
+        Claim(
+            "tying-and-decay-best",
             "tying and embedding decay together are best",
             "yes",
             "; ".join(describe(f"both {n}", d) for n, d in zip(names, together))
             + f" ({level:.1%} intervals: three comparisons)",
             lower_verdict(together),
-        ],
+        ),
     ]
 
 
@@ -511,7 +516,7 @@ def split_budget(budgets: list[float]) -> float:
     return float(ordered[(len(ordered) - 1) // 2])
 
 
-def _stop_later_claim(original: Results, combined: Results) -> list[str]:
+def _stop_later_claim(original: Results, combined: Results) -> Claim:
     """Do later epoch budgets gain more in the combined recipe than in the original? A
     difference-in-differences per replicate: (combined, budgets > T - budgets <= T) - (original,
     the same), batch and the rest tuned inside each arm, T = split_budget of the budgets both
@@ -522,7 +527,8 @@ def _stop_later_claim(original: Results, combined: Results) -> list[str]:
     )
     tried = set(original.runs["epochs"]) & set(combined.runs["epochs"])
     if len(tried) < 2:
-        return [claim, paper, "fewer than 2 epoch budgets in both recipes", "undetermined"]
+        measured = "fewer than 2 epoch budgets in both recipes"
+        return Claim("stop-later", claim, paper, measured, "undetermined")
     split = split_budget(list(tried))
     e_tuned = ("batch_size", "embedding_weight_decay")
     late, early = {}, {}
@@ -538,7 +544,7 @@ def _stop_later_claim(original: Results, combined: Results) -> list[str]:
         f"(later - earlier) combined - (later - earlier) original, later = budgets > {split:g}",
         diff,
     )
-    return [claim, paper, measured, lower_verdict([diff])]
+    return Claim("stop-later", claim, paper, measured, lower_verdict([diff]))
 
 
 def recipe_claims(
@@ -552,15 +558,16 @@ def recipe_claims(
     original = original.subset(original.runs["batch_size"].isin(batches))
     batch_list = ", ".join(f"{b:g}" for b in batches)
     lower = compare(arm(combined, None, e_tuned), arm(original))
-    rows = [
+    claims = [
         *_loader_claims(loader),
         *_embedding_claims(embedding),
-        [
+        Claim(
+            "combined-lowers",
             "the combined recipe lowers the best val loss",
             "yes",
             describe(f"combined - original (batch tuned over {batch_list})", lower),
             lower_verdict([lower]),
-        ],
+        ),
         _stop_later_claim(original, combined),
     ]
-    return pd.DataFrame(rows, columns=CLAIM_COLUMNS)
+    return claim_table(claims)

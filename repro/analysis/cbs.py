@@ -42,11 +42,12 @@ from scipy.optimize import least_squares
 
 from repro.analysis import selection
 from repro.analysis.intervals import (
-    CLAIM_COLUMNS,
     LEVEL,
     MIN_REPLICATES,
     NOT_MEASURED,
+    Claim,
     Difference,
+    claim_table,
     describe,
     lower_verdict,
     t_interval,
@@ -741,20 +742,21 @@ def _noise_verdict(growth: dict[int, Difference]) -> tuple[str, str]:
     return "undetermined", f"; an interval reaches below x{NOISE_GROWTH:g}"
 
 
-def _noise_scale_claim(growth: pd.DataFrame, model: str) -> list[str]:
+def _noise_scale_claim(growth: pd.DataFrame, model: str) -> Claim:
     intervals = growth_intervals(growth)
     batches = [int(b) for b in intervals["batch_size"]]
     per_batch = {b: interval_of(intervals, "ratio", batch_size=b) for b in batches}
     verdict, why = _noise_verdict(per_batch)
     runs = "; ".join(describe(f"batch {b}", d, RATIO) for b, d in per_batch.items())
-    return [
+    return Claim(
+        "noise-scale-grows",
         "the gradient noise scale grows as the loss falls (McCandlish et al.)",
         "yes",
         f"model {model}: B_simple's growth, the median of the last over the first third of each "
         f"pool's evaluations up to its best val loss (geometric mean and 90% interval over "
         f"pools): {runs or 'not measured'}{why}",
         verdict,
-    ]
+    )
 
 
 def _judged(fits: pd.DataFrame) -> tuple[float, pd.DataFrame, pd.DataFrame] | None:
@@ -803,12 +805,12 @@ def _hyperbola_verdict(rows: pd.DataFrame, q: dict[str, Difference]) -> tuple[st
     return "undetermined", "; an interval of B_simple / B_crit or of the miss spans a limit"
 
 
-def _hyperbola_claim(fits: pd.DataFrame, model: str) -> list[str]:
+def _hyperbola_claim(fits: pd.DataFrame, model: str) -> Claim:
     claim = "steps fall ~1/B below B_crit and level off above it (S = S_min + E_min/B)"
     paper = "yes, with B_crit near B_simple (McCandlish et al.)"
     judged = _judged(fits)
     if judged is None:
-        return [claim, paper, f"model {model}: {NO_FIT}", "undetermined"]
+        return Claim("hyperbola", claim, paper, f"model {model}: {NO_FIT}", "undetermined")
     target, rows, intervals = judged
     q = {name: interval_of(intervals, name) for name in FITTED}
     verdict, why = _hyperbola_verdict(rows, q)
@@ -826,7 +828,8 @@ def _hyperbola_claim(fits: pd.DataFrame, model: str) -> list[str]:
             describe("max log miss beyond evaluation resolution", q["max log miss"], ".2f"),
         ]
     )
-    return [claim, paper, f"{measured} (90% intervals over pools){why}", verdict]
+    measured += f" (90% intervals over pools){why}"
+    return Claim("hyperbola", claim, paper, measured, verdict)
 
 
 def _data_scaling_verdict(scaling: pd.DataFrame, alpha: Difference) -> tuple[str, str]:
@@ -851,13 +854,12 @@ def _data_scaling_verdict(scaling: pd.DataFrame, alpha: Difference) -> tuple[str
     return "undetermined", f" (interval not inside {band}: exponent not pinned down)"
 
 
-def _data_scaling_claim(
-    scaling: pd.DataFrame, laws: dict[str, Difference], model: str
-) -> list[str]:
+def _data_scaling_claim(scaling: pd.DataFrame, laws: dict[str, Difference], model: str) -> Claim:
     claim = "B* (20% over linear scaling) grows with data size as D^0.47 (Zhang et al.)"
     paper = f"alpha = {ZHANG_ALPHA}"
     if scaling.empty:
-        return [claim, paper, f"model {model}: no pools of several sizes", "undetermined"]
+        measured = f"model {model}: no pools of several sizes"
+        return Claim("data-scaling", claim, paper, measured, "undetermined")
     alpha = laws.get("B*", NOT_MEASURED)
     verdict, why = _data_scaling_verdict(scaling, alpha)
     tokens, per_seed = scaling["pool tokens"], scaling.groupby("seed").size().max()
@@ -867,7 +869,7 @@ def _data_scaling_claim(
         f"{scaling['seed'].nunique()} seeds; B_crit: "
         f"{describe('alpha', laws.get('B_crit', NOT_MEASURED), '.2f')}){why}"
     )
-    return [claim, paper, measured, verdict]
+    return Claim("data-scaling", claim, paper, measured, verdict)
 
 
 def _wsd_verdict(
@@ -890,12 +892,12 @@ def _wsd_verdict(
     return "undetermined", " (B_opt or B_min not located in the measured batches)"
 
 
-def _wsd_claim(fits: pd.DataFrame, lr_schedule: str, model: str) -> list[str]:
+def _wsd_claim(fits: pd.DataFrame, lr_schedule: str, model: str) -> Claim:
     claim = "a minimum batch B_min and a token-optimal batch B_opt exist (Zhou et al.)"
     paper = "yes (WSD schedule)"
     judged = _judged(fits)
     if judged is None:
-        return [claim, paper, f"model {model}: {NO_FIT}", "undetermined"]
+        return Claim("wsd-batches", claim, paper, f"model {model}: {NO_FIT}", "undetermined")
     target, rows, intervals = judged
     b_opt, b_min = interval_of(intervals, "B_opt"), interval_of(intervals, "B_min")
     verdict, why = _wsd_verdict(rows, b_opt, b_min, lr_schedule)
@@ -905,19 +907,20 @@ def _wsd_claim(fits: pd.DataFrame, lr_schedule: str, model: str) -> list[str]:
         f"{describe('B_min', b_min, RATIO)} (90% intervals over pools); fewest tokens at "
         f"batch {fewest} (per pool){why}"
     )
-    return [claim, paper, measured, verdict]
+    return Claim("wsd-batches", claim, paper, measured, verdict)
 
 
-def _schedule_claim(schedules: ScheduleComparison, model: str) -> list[str]:
+def _schedule_claim(schedules: ScheduleComparison, model: str) -> Claim:
     """lower_verdict of the best schedule minus the best fixed batch (held-out paired interval)."""
-    return [
+    return Claim(
+        "schedule-beats-fixed",
         "a batch-size schedule beats the best fixed batch (Zhou et al.: ramp-up)",
         "yes",
         f"model {model}: {describe(schedules.label, schedules.difference)} nats/token (90% "
         "interval over pools and validation documents; both arms held out, and each pool's "
         "slice chosen on the other pools)",
         lower_verdict([schedules.difference]),
-    ]
+    )
 
 
 def cbs_claims(
@@ -934,11 +937,11 @@ def cbs_claims(
     judged); `scaling` / `laws`: pool_size_scaling / scaling_laws; `schedules`:
     schedules_vs_fixed; `lr_schedule`: the lr schedule of the batch sweep ("cosine", "wsd"). Each
     helper's docstring states its rule."""
-    rows = [
+    claims = [
         _noise_scale_claim(growth, model),
         _hyperbola_claim(fits, model),
         _data_scaling_claim(scaling, laws, model),
         _wsd_claim(fits, lr_schedule, model),
         _schedule_claim(schedules, model),
     ]
-    return pd.DataFrame(rows, columns=CLAIM_COLUMNS)
+    return claim_table(claims)

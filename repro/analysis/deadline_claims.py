@@ -18,7 +18,14 @@ import numpy as np
 import pandas as pd
 
 from repro.analysis.frontier import eval_costs
-from repro.analysis.intervals import CLAIM_COLUMNS, LEVEL, Difference, describe, lower_verdict
+from repro.analysis.intervals import (
+    LEVEL,
+    Claim,
+    Difference,
+    claim_table,
+    describe,
+    lower_verdict,
+)
 from repro.analysis.results import TUNED, Results, default_group_by
 from repro.analysis.selection import contrast, selection_halves
 from repro.errors import ReproError
@@ -118,7 +125,7 @@ def _split(batches: list[int]) -> tuple[list[int], list[int]]:
 
 def deadline_claim(
     points: pd.DataFrame, results: Results, gpus: int, deadlines, step_time: StepTime
-) -> list[str]:
+) -> Claim:
     """ "Tight deadlines favour larger batches", on `gpus` GPUs: the smaller half of the batch
     sizes against the larger half (each a held-out arm), at the tightest deadline at which both
     arms have an evaluation on every replicate and at the loosest; the claim is the
@@ -128,7 +135,7 @@ def deadline_claim(
     claim = "tight deadlines favour larger batches"
     small, large = _split(sorted(points["batch_size"].unique()))
     if not small:
-        return [claim, "yes", "a single batch size", "undetermined"]
+        return Claim("tight-favours-large", claim, "yes", "a single batch size", "undetermined")
     replicates = points["replicate"].nunique()
 
     def arms(deadline: float) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -140,7 +147,8 @@ def deadline_claim(
     reached = (t for t in sorted(deadlines) if all(len(a) == replicates for a in arms(t)))
     tight = next(reached, None)
     if tight is None:
-        return [claim, "yes", "no deadline reaches both halves on every replicate", "undetermined"]
+        measured = "no deadline reaches both halves on every replicate"
+        return Claim("tight-favours-large", claim, "yes", measured, "undetermined")
     loose = max(deadlines)
     (s_t, l_t), (s_l, l_l) = arms(tight), arms(loose)
     names = f"batches {small} - {large}"
@@ -152,7 +160,7 @@ def deadline_claim(
     )
     did = contrast([(1.0, s_l), (-1.0, l_l), (-1.0, s_t), (1.0, l_t)])
     measured += "; " + describe("difference-in-differences (loose - tight)", did)
-    return [claim, "yes", measured, lower_verdict([did])]
+    return Claim("tight-favours-large", claim, "yes", measured, lower_verdict([did]))
 
 
 def _horizons(points: pd.DataFrame, gpus: dict[int, int], step_time: StepTime) -> dict[int, float]:
@@ -200,7 +208,7 @@ def judged_crossovers(
     )
 
 
-def crossover_claim(judged: pd.DataFrame) -> list[str]:
+def crossover_claim(judged: pd.DataFrame) -> Claim:
     """ "A smaller batch on fewer GPUs can beat a larger batch on more GPUs" (judged_crossovers):
     agrees when some simultaneous interval lies below 0, disagrees when every one lies above 0,
     else (or with none, or fewer than MIN_REPLICATES replicates) undetermined."""
@@ -208,7 +216,8 @@ def crossover_claim(judged: pd.DataFrame) -> list[str]:
         "under a fixed deadline a smaller batch on fewer GPUs can beat a larger batch on more GPUs"
     )
     if judged.empty:
-        return [claim, "yes", "no deadline at which both batches of a pair train", "undetermined"]
+        measured = "no deadline at which both batches of a pair train"
+        return Claim("fewer-gpus-smaller-batch", claim, "yes", measured, "undetermined")
     diffs = [
         Difference(r["difference"], r["low"], r["high"], r["replicates"])
         for _, r in judged.iterrows()
@@ -227,7 +236,7 @@ def crossover_claim(judged: pd.DataFrame) -> list[str]:
         + describe(name, diffs[int(best["i"])])
         + f" (simultaneous {LEVEL:.0%} intervals, Bonferroni: each at level {best['level']:.4g})"
     )
-    return [claim, "yes", measured, verdict]
+    return Claim("fewer-gpus-smaller-batch", claim, "yes", measured, verdict)
 
 
 def frontier_claims(
@@ -238,16 +247,17 @@ def frontier_claims(
     if "model" not in results.runs or results.runs["model"].nunique() != 1:
         raise ReproError("frontier claims need the runs of exactly one model size")
     points = deadline_points(results)
-    latency = [
+    latency = Claim(
+        "latency-parallelism",
         "latency-oriented parallelism trades extra GPUs for shorter steps",
         "yes (a projection in the paper too)",
         "only projected (dashed curves above); no run here uses several GPUs per replica, so the "
         "data cannot decide",
         "undetermined",
-    ]
-    rows = [
+    )
+    claims = [
         deadline_claim(points, results, gpus, deadlines, step_time),
         crossover_claim(judged),
         latency,
     ]
-    return pd.DataFrame(rows, columns=CLAIM_COLUMNS)
+    return claim_table(claims)

@@ -156,6 +156,32 @@ def t_interval(values: list[float], level: float = LEVEL) -> Difference:
     return Difference(mean, mean - float(half), mean + float(half), replicates)
 
 
+class Claim(NamedTuple):
+    """One row of a notebook's claim table. `key` names the claim for code and tests (stable,
+    unlike its prose), such as "u-shape/cpu-xs"; `verdict` is agrees, disagrees or undetermined."""
+
+    key: str
+    claim: str
+    paper: str
+    measured: str
+    verdict: str
+
+    def at(self, where: str) -> Claim:
+        """The claim made at one model size (or other setting `where`): "/<where>" after its key,
+        " (<where>)" after its prose."""
+        return self._replace(key=f"{self.key}/{where}", claim=f"{self.claim} ({where})")
+
+
+def claim_table(claims: list[Claim]) -> pd.DataFrame:
+    """Claims as a table of CLAIM_COLUMNS indexed by key (saved tables leave the index out)."""
+    keys = [c.key for c in claims]
+    if len(set(keys)) < len(keys):
+        raise ValueError(f"claim keys repeat: {sorted(k for k in keys if keys.count(k) > 1)}")
+    return pd.DataFrame(
+        [c[1:] for c in claims], columns=CLAIM_COLUMNS, index=pd.Index(keys, name="key")
+    )
+
+
 def claim_count(claims: pd.DataFrame) -> str:
     """ "6 claims tested: 1 agrees, 0 disagrees, 5 undetermined" of a claim table."""
     counts = claims["agrees?"].value_counts()
@@ -173,7 +199,7 @@ VERDICT_WORDS = {
 def claim_summary(preset: str, claims: list[pd.DataFrame]) -> str:
     """A notebook's closing summary in Markdown, generated from its claim tables: the verdict
     counts, then one sentence per claim (its verdict, the claim, what was measured)."""
-    table = pd.concat(claims, ignore_index=True)
+    table = pd.concat(claims)
     lines = [f"**What preset {preset} showed.** {claim_count(table)}.", ""]
     for _, claim in table.iterrows():
         verdict = VERDICT_WORDS[claim["agrees?"]].capitalize()

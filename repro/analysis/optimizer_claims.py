@@ -17,7 +17,7 @@ from __future__ import annotations
 import pandas as pd
 
 from repro.analysis.analyses import LITTLE, arm, signature
-from repro.analysis.intervals import CLAIM_COLUMNS, Difference, describe, lower_verdict
+from repro.analysis.intervals import Claim, Difference, claim_table, describe, lower_verdict
 from repro.analysis.results import Results
 from repro.analysis.selection import compare
 from repro.presets import Preset
@@ -116,25 +116,29 @@ def beta2_claims(
     sweep = sweep.subset(sweep.runs["model"] == model)
     batches = sorted(ablation.runs["batch_size"].unique().tolist())
     rule, reference = (sweep, ablation) if sweep_uses_rule else (ablation, sweep)
-    rows = []
+    claims = []
     for batch in batches:
         diff = compare(_at(rule, batch), _at(reference, batch))
         claim = f"the half-life rule lowers the tuned val loss at batch {batch}"
-        rows.append([claim, MAREK, describe("rule - reference", diff), lower_verdict([diff])])
+        measured = describe("rule - reference", diff)
+        claims.append(Claim(f"rule-lowers/{batch}", claim, MAREK, measured, lower_verdict([diff])))
     smallest = batches[0]
     best = arm(sweep, sweep.runs["batch_size"] != smallest)
     deficit = compare(_at(rule, smallest), best)
     before = compare(_at(reference, smallest), best)
     name = f"batch {smallest} - best other (the sweep's betas)"
-    rows.append(
-        [
+    claims.append(
+        Claim(
+            "deficit-is-optimizer",
             f"batch {smallest}'s deficit is the optimizer's: with the half-life rule it is at most "
             f"{LITTLE} nats/token",
             "no (read as over-fitting); Marek et al. 2025: yes",
             f"{describe(f'rule: {name}', deficit)}; {describe('reference betas', before)}",
             deficit_verdict(deficit),
-        ]
+        )
     )
     overfits = f"with the half-life rule, batch {smallest} overfits: lower train, worse val loss"
-    rows.append([overfits, "yes (at fixed betas)", *signature(_at(rule, smallest), best, name)])
-    return pd.DataFrame(rows, columns=CLAIM_COLUMNS)
+    measured, verdict = signature(_at(rule, smallest), best, name)
+    paper = "yes (at fixed betas)"
+    claims.append(Claim("rule-smallest-overfits", overfits, paper, measured, verdict))
+    return claim_table(claims)
