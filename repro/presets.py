@@ -659,48 +659,50 @@ PRESETS: dict[str, Preset] = {
     # the paper's regime on a 2-core machine: its ratio of batch to gradient noise scale, tokens
     # per parameter and epochs, not its sizes.
     # | ratio                      | paper (Kim et al.)       | cpu-regime                     |
-    # | batch / noise scale        | 0.36 .. 15 (estimate)    | about 0.15 .. 7 (05 measures)  |
-    # | pool tokens per parameter  | 0.13 .. 1.3 (5 sizes)    | 0.36 (cpu-xs), 1.0 (tiny)      |
+    # | batch / noise scale        | 0.36 .. 15 (estimate)    | measured by 05 (README)        |
+    # | pool tokens per parameter  | 0.13 .. 1.3 (5 sizes)    | 0.18 (cpu-xs), 0.50 (tiny)     |
     # | epochs                     | 1 .. 32 (cosine per run) | 1 .. 8, grown to 16 (WSD)      |
     # | batch tokens / pool tokens | 3.3e-4 .. 1.0e-2         | 0.017 .. 0.55: given up, 55x   |
     # | pools                      | 2 (DCLM samples)         | 3 (synthetic samples)          |
     # Scouting (cpu-xs, seq_len 16, beta2 by the half-life rule): B_simple grows as the model fits
     # its pool, to 200-500 sequences of 16 tokens at the losses 6-8 epochs reach, on a 30k- and a
-    # 60k-token pool alike: a tenth of the 60k pool, where the paper's is about a thousandth. A grid
-    # from 4x below to 4x above it therefore ends at half the pool (1.7 steps an epoch): batch /
-    # pool is the ratio this study gives up. The first lr grid moves with batch ** 0.25 (a scouting
-    # sweep at batches 1-64 found sqrt(batch) too steep here); growth brackets every choice.
+    # 60k-token pool alike, so the grid spans about 6-16x below it to 2-5x above; the top batch is
+    # half the pool (1.8 steps an epoch): batch / pool is the ratio this study gives up. Cost sets
+    # the rest: a 30k-token pool (half the last form's: 16 epochs of it cost 8 of 60k), 8-epoch
+    # trunks grown once (to 16 where 8 wins), 03-05 at the smaller model (README: its measured
+    # from-scratch time). The first lr grid
+    # moves with batch ** 0.25 (a scouting sweep at batches 1-64 found sqrt(batch) too steep here).
     "cpu-regime": Preset(
         name="cpu-regime",
-        pool=PoolSpec(source=SHORT_DOCUMENTS, tokens=60_000, val_tokens=16_000, vocab_size=512),
+        pool=PoolSpec(source=SHORT_DOCUMENTS, tokens=30_000, val_tokens=16_000, vocab_size=512),
         pool_seeds=(0, 1, 2),
-        models=("cpu-xs", "tiny"),  # largest first: 03-05 study the first
+        models=("tiny", "cpu-xs"),  # 03-05 study the first (the paper's ablations: its smallest)
         seq_len=16,
-        batch_sizes=(64, 128, 256, 512, 1024, 2048),
-        lrs=_lr_ladder((64, 128, 256, 512, 1024, 2048), 1, (6e-4, 1.5e-3, 4e-3), exponent=0.25),
+        batch_sizes=(32, 64, 128, 256, 512, 1024),
+        lrs=_lr_ladder((32, 64, 128, 256, 512, 1024), 1024, (6e-4, 1.5e-3, 4e-3), exponent=0.25),
         weight_decays=(0.1, 1.0),
         epochs=(1, 2, 4, 8),
         wsd_branches=True,
         eval_every=1.0,
-        ablation_batch_sizes=(128, 1024),
-        beta2_half_life_batch=2048,
-        beta2_ablation_batch_sizes=(64,),
+        ablation_batch_sizes=(64, 512),
+        beta2_half_life_batch=1024,
+        beta2_ablation_batch_sizes=(32,),
         embedding_weight_decays=(0.0, 0.3),
-        frontier_micro_batch=64,
+        frontier_micro_batch=32,
         gpu_counts=(1, 2, 4, 8, 16, 32),
         workers=2,
         stack=4,
-        max_stacked_batch=128,
-        scaling_pool_tokens=(15_000, 30_000),
-        noise_scale_batches=(128, 512),
+        max_stacked_batch=64,
+        scaling_pool_tokens=(7_500, 15_000),
+        noise_scale_batches=(64, 256),
         noise_scale_epochs=8,
         noise_micro_batch=8,
         batch_schedules={
-            "ramp-up": "0:128,0.5:512,0.75:2048",
-            "ramp-down": "0:2048,0.5:512,0.75:128",
+            "ramp-up": "0:64,0.5:256,0.75:1024",
+            "ramp-down": "0:1024,0.5:256,0.75:64",
         },
-        schedule_batch=512,
-        grid_growth=2,
+        schedule_batch=256,
+        grid_growth=1,
         grow_epochs=True,
     ),
     # one GPU: `repro plan --preset gpu-small` prices it (README); 10M-token pools keep it inside
