@@ -43,14 +43,14 @@ pools = study.pools()
 results = study.sweep(study.batch_sweep_grid())
 model_results = results.subset(results.runs["model"] == P.models[0])
 results0 = model_results.subset(model_results.runs["pool"] == str(pools[0]))
-runs0, evals0 = results0.runs, results0.evals
 m = P.frontier_micro_batch
 step = frontier.unit_step_time(m)
-deadlines = frontier.deadline_grid(evals0, runs0, P.gpu_counts, step)
-table = frontier.frontier(evals0, runs0, P.gpu_counts, deadlines, step)
-budgets = sorted(runs0["epochs"].unique().tolist())
+deadlines = frontier.deadline_grid(results0, P.gpu_counts, step)
+table = frontier.frontier(results0, P.gpu_counts, deadlines, step)
+budgets = sorted(results0.runs["epochs"].unique().tolist())
 print(
-    f"model {P.models[0]}: {len(runs0)} runs (epoch budgets {budgets}), {len(evals0)} evaluation "
+    f"model {P.models[0]}: {len(results0.runs)} runs (epoch budgets {budgets}), "
+    f"{len(results0.evals)} evaluation "
     f"points; deadlines {deadlines[0]:g} .. {deadlines[-1]:g} step units"
 )
 
@@ -86,7 +86,7 @@ table.pivot(index="gpus", columns="deadline", values="batch_size")
 # replicates and documents, all of them together at 90% (Bonferroni).
 
 # %%
-cross = frontier.crossovers(evals0, runs0, deadlines, step, m)
+cross = frontier.crossovers(results0, deadlines, step, m)
 study.save(figures.fewer_gpus_smaller_batch(cross, P.batch_sizes), "04_fewer_gpus_smaller_batch")
 study.save_table(
     table.pivot(index="deadline", columns="gpus", values="best_val_loss").round(3).reset_index(),
@@ -108,7 +108,7 @@ efficiency = 0.7
 g_max = max(P.gpu_counts)
 projections = {
     f"x{k} GPUs per replica (projection, e={efficiency})": frontier.frontier(
-        evals0, runs0, [g_max], deadlines, step, speedup=frontier.latency_speedup(k, efficiency)
+        results0, [g_max], deadlines, step, speedup=frontier.latency_speedup(k, efficiency)
     )
     for k in (2, 4)
 }
@@ -144,10 +144,9 @@ from repro.analysis import cbs
 ramps = list(P.batch_schedules.values())
 scheduled = study.sweep(study.schedule_grid(cbs.schedule_slices(model_results, ramps)))
 scheduled0 = scheduled.subset(scheduled.runs["pool"] == str(pools[0]))
-schedule_runs, schedule_evals = scheduled0.runs, scheduled0.evals
 policy_gpus = [1, g_max]
 policy_frontiers, policies = frontier.schedule_policies(
-    table, schedule_runs, schedule_evals, P.batch_schedules, policy_gpus, deadlines, step
+    table, scheduled0, P.batch_schedules, policy_gpus, deadlines, step
 )
 study.save(figures.schedule_policies(table, policy_frontiers, policy_gpus), "04_schedule_policies")
 policies

@@ -63,14 +63,12 @@ from repro.analysis import cbs
 model = P.models[0]
 pools = study.pools()
 noise = study.sweep(study.noise_scale_grid())
-noise_runs, noise_evals = noise.runs, noise.evals
 results = study.sweep(study.batch_sweep_grid())
 model_results = results.subset(results.runs["model"] == model)
-runs, evals = model_results.runs, model_results.evals
 print(
-    f"model {model}: {len(noise_runs)} noise-scale runs ({P.noise_epochs()} epochs) and "
-    f"{len(runs)} sweep runs on {len(pools)} pools; noise-scale evaluations: {len(noise_evals)}, "
-    f"with B_simple: {int(noise_evals['b_simple'].notna().sum())}"
+    f"model {model}: {len(noise.runs)} noise-scale runs ({P.noise_epochs()} epochs) and "
+    f"{len(model_results.runs)} sweep runs on {len(pools)} pools; noise-scale evaluations: "
+    f"{len(noise.evals)}, with B_simple: {int(noise.evals['b_simple'].notna().sum())}"
 )
 
 # %% [markdown]
@@ -83,8 +81,8 @@ print(
 # pools (`cbs.growth_intervals`).
 
 # %%
-study.save(figures.noise_scale(noise_runs, noise_evals), "05_noise_scale")
-trajectory = cbs.noise_trajectory(noise_runs, noise_evals)
+study.save(figures.noise_scale(noise), "05_noise_scale")
+trajectory = cbs.noise_trajectory(noise)
 growth = cbs.noise_growth(trajectory)
 display(analyses.pool_names(growth).round(3))
 cbs.growth_intervals(growth).round(3)
@@ -127,8 +125,8 @@ noise_regime.round(4)
 
 # %%
 n_reach = cbs.reach_count(len(P.batch_sizes))
-targets = cbs.target_losses(runs, evals, n_reach)
-reach = cbs.steps_to_target(runs, evals, targets, by=("pool", "batch_size"), seq_len=P.seq_len)
+targets = cbs.target_losses(model_results, n_reach)
+reach = cbs.steps_to_target(model_results, targets, by=("pool", "batch_size"), seq_len=P.seq_len)
 limit = 10 * max(P.batch_sizes)  # sequences
 fits, mccandlish = cbs.fit_targets(reach, trajectory)
 fit_intervals = cbs.fit_intervals(fits)
@@ -163,12 +161,10 @@ if mccandlish:
 # %%
 sized = study.sized_pools()
 scaled = study.sweep(study.scaling_grids())
-scale_runs, scale_evals = scaled.runs[scaled.runs["model"] == model], scaled.evals
+scaled = scaled.subset(scaled.runs["model"] == model)
 tokens = analyses.train_tokens([pool for sizes in sized.values() for pool in sizes])
 by_seed = {seed: {str(p): tokens[str(p)] for p in sizes} for seed, sizes in sized.items()}
-scaling, scaling_points = cbs.pool_size_scaling(
-    scale_runs, scale_evals, by_seed, n_reach, P.seq_len
-)
+scaling, scaling_points = cbs.pool_size_scaling(scaled, by_seed, n_reach, P.seq_len)
 laws = cbs.scaling_laws(scaling)
 study.save(figures.cbs_vs_pool_size(scaling, laws, limit), "05_cbs_vs_pool_size")
 print({name: describe("alpha", alpha, ".2f") for name, alpha in laws.items()})
@@ -223,7 +219,7 @@ schedules.table.round(4)
 #   0, disagrees when above.
 
 # %%
-lr_schedule = "/".join(sorted(runs["schedule"].unique()))
+lr_schedule = "/".join(sorted(model_results.runs["schedule"].unique()))
 claims = cbs.cbs_claims(growth, fits, scaling, laws, schedules, lr_schedule, model)
 table = study.save_table(claims, "05_claims")
 print(claim_count(claims))

@@ -47,6 +47,11 @@ from repro.study import Study
 from repro.sweep import expand
 
 
+def _results(runs: pd.DataFrame, evals: pd.DataFrame) -> Results:
+    """Hand-made runs and evaluations, without per-document losses."""
+    return Results(runs, evals, memory_documents({}))
+
+
 def test_fits_recover_known_constants():
     batch = np.array([1, 2, 4, 8, 16, 32, 64, 128], float)
     s_min, e_min = 100.0, 3200.0  # B_crit = 32 sequences
@@ -120,7 +125,7 @@ def test_steps_to_target_takes_the_best_run_per_batch():
             "val_loss": [3.0, 2.5, 2.0, 3.0, 2.2, 2.1, 2.9, 2.8, 2.7],
         }
     )
-    table = steps_to_target(runs, evals, [2.4, 1.0], seq_len=16)
+    table = steps_to_target(_results(runs, evals), [2.4, 1.0], seq_len=16)
     assert table[["batch_size", "steps", "previous step", "run_id"]].values.tolist() == [
         [4, 20, 10, "b"]
     ]
@@ -142,7 +147,7 @@ def test_steps_to_target_interpolates_inside_the_evaluation_interval():
             "val_loss": [3.0, 2.9, 1.9, 3.0, 2.5, 1.5, 3.0, 2.2, 1.4],
         }
     )
-    table = steps_to_target(runs, evals, [2.0], seq_len=16)
+    table = steps_to_target(_results(runs, evals), [2.0], seq_len=16)
     assert table[["batch_size", "steps", "previous step", "run_id"]].values.tolist() == [
         [4, 40, 20, "b"],
         [8, 40, 20, "c"],
@@ -163,7 +168,7 @@ def test_steps_to_target_at_the_first_evaluation_is_left_censored():
             "val_loss": [1.9, 1.5, 2.5, 1.5],
         }
     )
-    table = steps_to_target(runs, evals, [2.0])
+    table = steps_to_target(_results(runs, evals), [2.0])
     assert table[["steps", "previous step", "left-censored"]].values.tolist() == [
         [50, 0, True],
         [50, 25, False],
@@ -197,9 +202,11 @@ def test_targets_are_shared_by_the_pools_and_reachable_on_every_one():
     runs_q, evals_q = _hyperbola_sweep(10, 160, pool="q")
     evals_q = evals_q.assign(val_loss=evals_q["val_loss"] - 0.05)
     runs, evals = pd.concat([runs_p, runs_q]), pd.concat([evals_p, evals_q])
-    targets = target_losses(runs, evals, 3)
-    hardest = reachable_target(runs_p, evals_p, 3)
-    assert targets[0] == hardest > reachable_target(runs_q, evals_q, 3) and len(targets) == 3
+    targets = target_losses(_results(runs, evals), 3)
+    hardest = reachable_target(_results(runs_p, evals_p), 3)
+    assert (
+        targets[0] == hardest > reachable_target(_results(runs_q, evals_q), 3) and len(targets) == 3
+    )
     first = evals.groupby("run_id")["val_loss"].first().min()
     assert targets[-1] == round(hardest + 0.6 * (first - hardest), 3)
 
@@ -289,7 +296,7 @@ def test_fit_targets_fits_each_pool_and_keeps_pools_without_a_fit():
     parts = [_hyperbola_sweep(10, 160, pool="a"), _hyperbola_sweep(10, 80, pool="b")]
     runs = pd.concat([p[0] for p in parts])
     evals = pd.concat([p[1] for p in parts])
-    reach = steps_to_target(runs, evals, [2.0], by=("pool", "batch_size"))
+    reach = steps_to_target(_results(runs, evals), [2.0], by=("pool", "batch_size"))
     only_two = reach[reach["batch_size"] <= 2].assign(target=3.0)
     fits, mc = fit_targets(pd.concat([reach, only_two]), _noise_near(["a", "b"], [5.0, 4.0]))
     assert list(mc) == [("a", 2.0), ("b", 2.0)]
@@ -470,7 +477,7 @@ def _epoch_sweep(shape: str):
 
 @pytest.mark.parametrize("shape,tolerance", [("log", 1e-6), ("power", 0.05)])
 def test_b_crit_is_not_an_artefact_of_the_evaluation_grid(shape, tolerance):
-    reach = steps_to_target(*_epoch_sweep(shape), [2.0], by=("pool", "batch_size"))
+    reach = steps_to_target(_results(*_epoch_sweep(shape)), [2.0], by=("pool", "batch_size"))
     assert reach["steps"].tolist() == [2496 // b for b in (2, 4, 8, 16, 32)]  # the grid: S ~ 1/B
     assert fit_mccandlish(reach["batch_size"], reach["steps"])["B_crit"] > 1e6
     fits, _ = fit_targets(reach, EMPTY_TRAJECTORY)
@@ -541,7 +548,7 @@ def test_pool_size_scaling_fits_each_seeds_pools():
     runs = pd.concat([p[0] for p in parts], ignore_index=True)
     evals = pd.concat([p[1] for p in parts], ignore_index=True)
     sized = {s: {f"s{s}-{k}": k * 1_000_000 for k in (1, 2, 4)} for s in (0, 1)}
-    scaling, points = pool_size_scaling(runs, evals, sized, n_batches=7, seq_len=1)
+    scaling, points = pool_size_scaling(_results(runs, evals), sized, n_batches=7, seq_len=1)
     assert scaling[["seed", "pool tokens"]].values.tolist() == [
         [s, k * 1_000_000] for s in (0, 1) for k in (1, 2, 4)
     ]
@@ -554,7 +561,7 @@ def test_pool_size_scaling_fits_each_seeds_pools():
 
 def test_pool_size_scaling_without_three_batches_gives_no_fit():
     runs, evals = _hyperbola_sweep(10, 40, batches=(1, 2))
-    scaling, _ = pool_size_scaling(runs, evals, {0: {"p": 1000}}, n_batches=3, seq_len=1)
+    scaling, _ = pool_size_scaling(_results(runs, evals), {0: {"p": 1000}}, n_batches=3, seq_len=1)
     assert np.isnan(scaling.loc[0, "B_crit"]) and np.isnan(scaling.loc[0, "B*"])
 
 

@@ -16,10 +16,16 @@ import pytest
 from repro.analysis import cbs, figures, frontier, plots
 from repro.analysis.cbs import steps_to_target
 from repro.analysis.intervals import t_interval
+from repro.analysis.results import Results, memory_documents
 from repro.errors import ReproError
 from repro.runtime.shapes import SIZES, by_size, model_config, parameter_count
 
 BATCHES = (1, 2, 4, 8, 16, 32)
+
+
+def _results(runs: pd.DataFrame, evals: pd.DataFrame) -> Results:
+    """Hand-made runs and evaluations, without per-document losses."""
+    return Results(runs, evals, memory_documents({}))
 
 
 def _curves(pools=("p0", "p1"), batches=BATCHES):
@@ -60,8 +66,8 @@ def _endpoints(runs, evals):
 def _frontier():
     runs, evals = _curves(pools=("p0",))
     step = frontier.unit_step_time(4)
-    deadlines = frontier.deadline_grid(evals, runs, [1, 2, 4, 8], step)
-    table = frontier.frontier(evals, runs, [1, 2, 4, 8], deadlines, step)
+    deadlines = frontier.deadline_grid(_results(runs, evals), [1, 2, 4, 8], step)
+    table = frontier.frontier(_results(runs, evals), [1, 2, 4, 8], deadlines, step)
     return runs, evals, step, deadlines, table
 
 
@@ -69,8 +75,8 @@ def _all_figures():
     runs, evals = _curves()
     ends = _endpoints(runs, evals)
     f_runs, f_evals, step, deadlines, table = _frontier()
-    cross = frontier.crossovers(f_evals, f_runs, deadlines, step, 4)
-    reach = steps_to_target(f_runs, f_evals, [2.5, 2.7, 1.8], by=("pool", "batch_size"))
+    cross = frontier.crossovers(_results(f_runs, f_evals), deadlines, step, 4)
+    reach = steps_to_target(_results(f_runs, f_evals), [2.5, 2.7, 1.8], by=("pool", "batch_size"))
     fits = {("p0", 2.5): {"S_min": 40.0, "E_min": 640.0}}
     scaling = pd.DataFrame(
         {
@@ -102,7 +108,7 @@ def _all_figures():
     )
     schedule_runs = f_runs.assign(batch_schedule="0:2,0.5:8")
     policy, _ = frontier.schedule_policies(
-        table, schedule_runs, f_evals, {"ramp-up": "0:2,0.5:8"}, [1, 8], deadlines, step
+        table, _results(schedule_runs, f_evals), {"ramp-up": "0:2,0.5:8"}, [1, 8], deadlines, step
     )
     picks = ends[ends["pool"] == "p0"].iloc[[0, 3, 5]]
     noise = f_evals.assign(b_simple=f_evals["step"] / 10)
@@ -136,7 +142,7 @@ def _all_figures():
         "04_fewer_gpus": figures.fewer_gpus_smaller_batch(cross, BATCHES),
         "04_latency": figures.latency_projection(table, {"x2 (projection)": table}, 8),
         "04_schedules": figures.schedule_policies(table, policy, [1, 8]),
-        "05_noise": figures.noise_scale(f_runs.assign(micro_batch=2, lr=1e-3), noise),
+        "05_noise": figures.noise_scale(_results(f_runs.assign(micro_batch=2, lr=1e-3), noise)),
         "05_steps": figures.steps_tokens_to_target(reach, fits, BATCHES),
         "05_cbs": figures.cbs_vs_pool_size(scaling, law, limit=320),
         "05_fitted": figures.fitted_batches(cbs.fit_intervals(fitted), fitted, 2.5),

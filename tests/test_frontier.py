@@ -19,6 +19,7 @@ from repro.analysis.frontier import (
     step_units,
     unit_step_time,
 )
+from repro.analysis.results import Results, memory_documents
 
 
 def _curves(spec):
@@ -28,6 +29,11 @@ def _curves(spec):
         [{"run_id": r, "step": s, "val_loss": v} for r, (_, pts) in spec.items() for s, v in pts]
     )
     return runs, evals
+
+
+def _results(runs: pd.DataFrame, evals: pd.DataFrame) -> Results:
+    """Hand-made runs and evaluations, without per-document losses."""
+    return Results(runs, evals, memory_documents({}))
 
 
 def test_step_units():
@@ -69,7 +75,7 @@ def test_frontier_known_answer_ties_and_too_short_deadlines():
         }
     )
     step = lambda b, g: step_units(b, g, micro_batch=4)  # noqa: E731  units: batch 4 -> 1, 8 -> 2, 16 -> 4 on one GPU
-    table = frontier(evals, runs, [1, 4], [5, 40, 50, 120, 400], step).set_index(
+    table = frontier(_results(runs, evals), [1, 4], [5, 40, 50, 120, 400], step).set_index(
         ["gpus", "deadline"]
     )
     assert math.isnan(table.loc[(1, 5), "best_val_loss"])  # shorter than any first evaluation
@@ -90,7 +96,7 @@ def test_crossover_found_from_data():
     # smaller batch on fewer GPUs wins at a long deadline, loses at a short one
     runs, evals = _curves({"b4": (4, [(20, 3.0), (200, 2.0)]), "b16": (16, [(20, 2.6), (60, 2.4)])})
     step = lambda b, g: step_units(b, g, micro_batch=4)  # noqa: E731
-    table = crossovers(evals, runs, [30, 300], step, micro_batch=4).set_index("deadline")
+    table = crossovers(_results(runs, evals), [30, 300], step, micro_batch=4).set_index("deadline")
     assert table.loc[30, ["small_gpus", "large_gpus"]].tolist() == [1, 4]
     assert not table.loc[30, "smaller_wins"] and table.loc[300, "smaller_wins"]
     assert np.isclose(table.loc[300, "small_loss"], 2.0) and np.isclose(
@@ -115,10 +121,10 @@ def test_a_side_is_training_until_its_longest_epoch_budget_ends():
             "b16-e2": (16, [(15, 3.1), (30, 2.8)]),
         }
     )
-    table = crossovers(evals, runs, [20, 30], unit_step_time(4), 4).set_index("deadline")
+    table = crossovers(_results(runs, evals), [20, 30], unit_step_time(4), 4).set_index("deadline")
     assert table.loc[20, "both_training"] and not table.loc[30, "both_training"]
     assert table.loc[20, ["large_run", "large_step"]].tolist() == ["b16-e1", 15]
-    best = best_per_batch(evals, runs, 4, 30, unit_step_time(4))
+    best = best_per_batch(_results(runs, evals), 4, 30, unit_step_time(4))
     assert best.loc[16, ["run_id", "step", "val_loss"]].tolist() == ["b16-e2", 30, 2.8]
 
 
@@ -148,7 +154,7 @@ def test_schedule_runs_are_priced_step_by_step():
     units = lambda b, g: step_units(b, g, micro_batch=2)  # noqa: E731
     costs = eval_costs(points, 1, units)
     assert costs.tolist() == [40, 80, 10, 10 + 40]
-    table = frontier(evals, runs, [1], [45, 80], units)
+    table = frontier(_results(runs, evals), [1], [45, 80], units)
     assert table["run_id"].tolist() == ["schedule", "schedule"] and table[
         "best_val_loss"
     ].tolist() == [2.8, 2.4]
@@ -163,7 +169,7 @@ def test_unit_step_time_is_step_units_with_the_micro_batch():
 def test_deadline_grid_spans_the_first_evaluation_on_most_gpus_to_the_last_on_one():
     runs, evals = _curves({"a": (4, [(10, 3.0), (100, 2.0)]), "b": (16, [(5, 3.0), (30, 2.2)])})
     step = unit_step_time(4)  # batch 4: 1 unit on any GPUs; batch 16: 4 units on 1 GPU, 1 on 4
-    grid = deadline_grid(evals, runs, [1, 4], step, n=5)
+    grid = deadline_grid(_results(runs, evals), [1, 4], step, n=5)
     assert grid[0] == 5.0 and grid[-1] == 120.0  # b's step 5 on 4 GPUs; b's step 30 x 4 on 1
     assert np.all(np.diff(grid) > 0) and len(grid) == 5
 
@@ -172,11 +178,11 @@ def test_schedule_policies_count_deadlines_where_a_schedule_beats_every_fixed_ba
     runs, evals = _curves({"f": (4, [(10, 3.0), (20, 2.5)])})
     step = unit_step_time(4)
     deadlines = [5.0, 10.0, 20.0]
-    table = frontier(evals, runs, [1], deadlines, step)
+    table = frontier(_results(runs, evals), [1], deadlines, step)
     schedule_runs = pd.DataFrame({"run_id": ["s"], "batch_size": [4], "batch_schedule": ["0:4"]})
     schedule_evals = pd.DataFrame({"run_id": ["s", "s"], "step": [10, 20], "val_loss": [2.8, 2.6]})
     fronts, summary = schedule_policies(
-        table, schedule_runs, schedule_evals, {"flat": "0:4"}, [1], deadlines, step
+        table, _results(schedule_runs, schedule_evals), {"flat": "0:4"}, [1], deadlines, step
     )
     assert fronts["policy"].unique().tolist() == ["flat (0:4)"] and len(fronts) == 3
     row = summary.iloc[0]

@@ -11,6 +11,7 @@ import torch
 
 from repro.analysis.cbs import ScheduleComparison, cbs_claims, noise_growth, noise_trajectory
 from repro.analysis.intervals import NOT_MEASURED
+from repro.analysis.results import Results, memory_documents
 from repro.errors import ReproError
 from repro.presets import PRESETS
 from repro.runtime.noise_scale import MicroBatchNorms, NoiseScaleEMA, two_batch_estimates
@@ -92,7 +93,7 @@ def test_noise_trajectory_orders_by_pool_batch_then_tokens():
             "b_simple": [1.0, 4.0, 2.0, 7.0],
         }
     )
-    out = noise_trajectory(runs, evals)
+    out = noise_trajectory(Results(runs, evals, memory_documents({})))
     assert out[["pool", "batch_size", "b_simple"]].values.tolist() == [
         ["p0", 8, 2.0],
         ["p0", 8, 4.0],

@@ -95,8 +95,7 @@ def _first_reaching(points: pd.DataFrame, target: float) -> pd.DataFrame:
 
 
 def steps_to_target(
-    runs: pd.DataFrame,
-    evals: pd.DataFrame,
+    results: Results,
     targets: list[float],
     by: tuple[str, ...] = ("batch_size",),
     seq_len: int | None = None,
@@ -110,8 +109,9 @@ def steps_to_target(
     the run's first evaluation, the crossing step then that evaluation's, an upper bound (a batch
     size's runs share one evaluation grid, so such a run is its group's fewest); run_id;
     sequences and tokens consumed at the crossing step. Unreached targets are left out."""
+    evals = results.evals
     points = evals.dropna(subset=["val_loss"]).merge(
-        runs[["run_id", *[c for c in by if c not in evals]]], on="run_id"
+        results.runs[["run_id", *[c for c in by if c not in evals]]], on="run_id"
     )
     points = points.sort_values(["run_id", "step"])
     previous = points.groupby("run_id")[["step", "val_loss"]].shift(1)
@@ -143,11 +143,11 @@ def _target_row(best: pd.Series, target: float, seq_len: int | None) -> dict:
     }
 
 
-def reachable_target(runs: pd.DataFrame, evals: pd.DataFrame, n_batches: int) -> float:
+def reachable_target(results: Results, n_batches: int) -> float:
     """The lowest validation loss (rounded up to 1e-3) that at least `n_batches` batch sizes
     reach."""
     best = (
-        evals.merge(runs[["run_id", "batch_size"]], on="run_id")
+        results.evals.merge(results.runs[["run_id", "batch_size"]], on="run_id")
         .groupby("batch_size")["val_loss"]
         .min()
         .sort_values()
@@ -290,18 +290,17 @@ def reach_count(n_batch_sizes: int) -> int:
     return max(3, round(2 * n_batch_sizes / 3))
 
 
-def target_losses(
-    runs: pd.DataFrame, evals: pd.DataFrame, n_batches: int, n_targets: int = 3
-) -> list[float]:
+def target_losses(results: Results, n_batches: int, n_targets: int = 3) -> list[float]:
     """Target validation losses (nats/token, rounded to 1e-3), the same on every pool (they share
     the validation documents): the lowest that `n_batches` batch sizes reach on every pool (the
     highest of the pools' reachable_target), then evenly spaced up to 60% of the way to the best
     first evaluation."""
+    runs = results.runs
     hardest = max(
-        reachable_target(mine, evals[evals["run_id"].isin(mine["run_id"])], n_batches)
-        for _, mine in runs.groupby("pool")
+        reachable_target(results.subset(runs["pool"] == pool), n_batches)
+        for pool in runs["pool"].unique()
     )
-    first_loss = float(evals.groupby("run_id")["val_loss"].first().min())
+    first_loss = float(results.evals.groupby("run_id")["val_loss"].first().min())
     top = hardest + 0.6 * (first_loss - hardest)
     return [round(t, 3) for t in np.linspace(hardest, top, n_targets)]
 
@@ -407,11 +406,11 @@ def fit_intervals(fits: pd.DataFrame) -> pd.DataFrame:
 # --- the gradient noise scale -------------------------------------------------------------------
 
 
-def noise_trajectory(runs: pd.DataFrame, evals: pd.DataFrame) -> pd.DataFrame:
-    """B_simple (sequences) per evaluation of the noise-scale runs: pool, batch_size, epoch,
-    tokens, val_loss, b_simple, in pool, batch, then token order."""
+def noise_trajectory(noise: Results) -> pd.DataFrame:
+    """B_simple (sequences) per evaluation of the noise-scale runs (`noise`): pool, batch_size,
+    epoch, tokens, val_loss, b_simple, in pool, batch, then token order."""
     columns = ["pool", "batch_size", "epoch", "tokens", "val_loss", "b_simple"]
-    merged = evals.merge(runs[["run_id", "pool", "batch_size"]], on="run_id")
+    merged = noise.evals.merge(noise.runs[["run_id", "pool", "batch_size"]], on="run_id")
     return merged[columns].sort_values(["pool", "batch_size", "tokens"], ignore_index=True)
 
 
@@ -500,8 +499,7 @@ def noise_scale_range(table: pd.DataFrame) -> tuple[float, float] | None:
 
 
 def pool_size_scaling(
-    runs: pd.DataFrame,
-    evals: pd.DataFrame,
+    results: Results,
     sized: dict[int, dict[str, int]],
     n_batches: int,
     seq_len: int,
@@ -514,10 +512,9 @@ def pool_size_scaling(
     rows, points = [], []
     for seed, pools in sized.items():
         for pool, tokens in pools.items():
-            mine = runs[runs["pool"] == str(pool)]
-            mine_evals = evals[evals["run_id"].isin(mine["run_id"])]
-            target = reachable_target(mine, mine_evals, n_batches)
-            part = steps_to_target(mine, mine_evals, [target], seq_len=seq_len)
+            mine = results.subset(results.runs["pool"] == str(pool))
+            target = reachable_target(mine, n_batches)
+            part = steps_to_target(mine, [target], seq_len=seq_len)
             points.append(part.assign(seed=seed, **{"pool tokens": tokens}))
             B, S = fitted_points(part)
             fits = len(np.unique(B)) >= 3

@@ -17,6 +17,7 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator
 from repro.analysis import plots
 from repro.analysis.analyses import across_replicates, endpoint_curve
 from repro.analysis.intervals import Difference
+from repro.analysis.results import Results
 from repro.data.pool import load_pool
 from repro.presets import ZHANG_LAW
 from repro.runtime.shapes import by_size
@@ -493,9 +494,10 @@ def _pool_name(pool: str) -> str:
 
 
 @plots.styled
-def noise_scale(runs: pd.DataFrame, evals: pd.DataFrame) -> plt.Figure:
-    """B_simple (sequences) against training tokens for each noise-scale run: one colour per
-    batch, one marker per pool."""
+def noise_scale(noise: Results) -> plt.Figure:
+    """B_simple (sequences) against training tokens for each noise-scale run of `noise`: one
+    colour per batch, one marker per pool."""
+    runs, evals = noise.runs, noise.evals
     colors = plots.batch_colors(runs["batch_size"])
     markers = plots.pool_markers(runs["pool"])
     fig, ax = plt.subplots()

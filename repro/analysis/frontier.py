@@ -31,6 +31,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from repro.analysis.results import Results
+
 # Link defaults for the ring all-reduce (per direction): NVLink 4 (H100/H200 within a node) and
 # NDR InfiniBand (400 Gb/s per GPU across nodes).
 NVLINK_BANDWIDTH_BYTES_PER_S = 450e9
@@ -112,23 +114,24 @@ def eval_costs(points: pd.DataFrame, gpus: int, step_time) -> pd.Series:
     return cost
 
 
-def _points(evals: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+def _points(results: Results) -> pd.DataFrame:
     """Evaluation points with a loss, with their run's batch size."""
-    return evals.dropna(subset=["val_loss"]).merge(runs[["run_id", "batch_size"]], on="run_id")
+    points = results.evals.dropna(subset=["val_loss"])
+    return points.merge(results.runs[["run_id", "batch_size"]], on="run_id")
 
 
 def frontier(
-    evals: pd.DataFrame, runs: pd.DataFrame, gpu_counts, deadlines, step_time, speedup: float = 1.0
+    results: Results, gpu_counts, deadlines, step_time, speedup: float = 1.0
 ) -> pd.DataFrame:
     """Best observed validation loss per (GPUs, deadline), with the batch size and run that reach
     it.
 
-    `evals` has run_id, step, val_loss; `runs` has run_id, batch_size. An evaluation point at step s
+    Every evaluation of `results` with a loss is a point. An evaluation point at step s
     of a run with batch B costs s * step_time(B, G) / speedup (a batch-size schedule: eval_costs).
     Deadlines shorter than every run's first evaluation give NaN loss (nothing is reachable). Ties
     go to the smaller batch, then the earlier step.
     """
-    points = _points(evals, runs)
+    points = _points(results)
     rows = []
     for g in gpu_counts:
         cost = eval_costs(points, g, step_time) / speedup
@@ -163,13 +166,11 @@ def frontier(
     return pd.DataFrame(rows)
 
 
-def best_per_batch(
-    evals: pd.DataFrame, runs: pd.DataFrame, gpus: int, deadline: float, step_time
-) -> pd.DataFrame:
+def best_per_batch(results: Results, gpus: int, deadline: float, step_time) -> pd.DataFrame:
     """Best observed evaluation of each batch size alone on `gpus` GPUs within `deadline` (units of
     `step_time`), over all its runs (every lr, weight decay and epoch budget): index batch_size,
     columns run_id, step, val_loss (nats/token). Ties go to the earlier step."""
-    points = _points(evals, runs)
+    points = _points(results)
     feasible = points[eval_costs(points, gpus, step_time) <= deadline]
     best = (
         feasible.sort_values(["val_loss", "step"], kind="mergesort").groupby("batch_size").head(1)
@@ -185,12 +186,12 @@ CROSS_COLUMNS = [
 ]
 
 
-def _arms(evals: pd.DataFrame, runs: pd.DataFrame, step_time, micro_batch: int) -> dict:
+def _arms(results: Results, step_time, micro_batch: int) -> dict:
     """Each batch size on the GPUs it fills, max(1, B / micro_batch): batch -> (GPUs, its
     evaluation points with their `time`, best loss first, and its horizon: the time of its last
     evaluation, when its longest run has finished)."""
     arms = {}
-    for b, part in _points(evals, runs).groupby("batch_size"):
+    for b, part in _points(results).groupby("batch_size"):
         gpus = max(1, int(b) // micro_batch)
         timed = part.assign(time=eval_costs(part, gpus, step_time))
         ranked = timed.sort_values(["val_loss", "step"], kind="mergesort")
@@ -205,9 +206,7 @@ def _arm_row(side: str, batch: int, gpus: int, best: pd.DataFrame) -> dict:
     return {f"{side}_{field}": v for field, v in zip(ARM_FIELDS, values)}
 
 
-def crossovers(
-    evals: pd.DataFrame, runs: pd.DataFrame, deadlines, step_time, micro_batch: int
-) -> pd.DataFrame:
+def crossovers(results: Results, deadlines, step_time, micro_batch: int) -> pd.DataFrame:
     """Deadlines at which a smaller batch on fewer GPUs beats a larger batch on more GPUs.
 
     Each batch B runs on the GPUs it can fill, G = max(1, B / micro_batch); for every deadline and
@@ -218,7 +217,7 @@ def crossovers(
     neither has finished, i.e. each side's longest run has its last evaluation after the deadline
     (beyond that a side's loss is frozen at its end and the comparison says nothing about time).
     """
-    arms = _arms(evals, runs, step_time, micro_batch)
+    arms = _arms(results, step_time, micro_batch)
     rows = []
     for t in deadlines:
         best = {b: pts[pts["time"] <= t] for b, (_, pts, _) in arms.items()}
@@ -256,12 +255,10 @@ def unit_step_time(micro_batch: int, allreduce_units: float = 0.0) -> Callable[[
     return step_time
 
 
-def deadline_grid(
-    evals: pd.DataFrame, runs: pd.DataFrame, gpu_counts, step_time, n: int = 24
-) -> np.ndarray:
+def deadline_grid(results: Results, gpu_counts, step_time, n: int = 24) -> np.ndarray:
     """`n` log-spaced deadlines (step units, rounded to 0.1, duplicates dropped) from the earliest
     evaluation on the most GPUs to the last evaluation on one GPU."""
-    points = evals.merge(runs[["run_id", "batch_size"]], on="run_id")
+    points = results.evals.merge(results.runs[["run_id", "batch_size"]], on="run_id")
     pairs = list(zip(points["batch_size"], points["step"]))
     first = min(step_time(int(b), max(gpu_counts)) * s for b, s in pairs)
     last = max(step_time(int(b), 1) * s for b, s in pairs)
@@ -270,24 +267,22 @@ def deadline_grid(
 
 def schedule_policies(
     table: pd.DataFrame,
-    schedule_runs: pd.DataFrame,
-    schedule_evals: pd.DataFrame,
+    scheduled: Results,
     schedules: dict[str, str],
     gpu_counts,
     deadlines,
     step_time,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Each batch-size schedule as a policy on each of `gpu_counts`, against the best fixed batch
-    (`table`: frontier of the fixed-batch runs). Returns (the schedules' frontiers with a `policy`
-    column, one row per policy x GPUs: deadlines reachable and deadlines where it beats every fixed
-    batch)."""
+    """Each batch-size schedule (its runs in `scheduled`) as a policy on each of `gpu_counts`,
+    against the best fixed batch (`table`: frontier of the fixed-batch runs). Returns (the
+    schedules' frontiers with a `policy` column, one row per policy x GPUs: deadlines reachable
+    and deadlines where it beats every fixed batch)."""
     frontiers, rows = [], []
     for g in gpu_counts:
         fixed = table[table["gpus"] == g]
         for name, schedule in schedules.items():
-            mine = schedule_runs[schedule_runs["batch_schedule"] == schedule]
-            mine_evals = schedule_evals[schedule_evals["run_id"].isin(mine["run_id"])]
-            policy = frontier(mine_evals, mine, [g], deadlines, step_time)
+            mine = scheduled.subset(scheduled.runs["batch_schedule"] == schedule)
+            policy = frontier(mine, [g], deadlines, step_time)
             frontiers.append(policy.assign(policy=f"{name} ({schedule})"))
             both = policy.merge(fixed, on="deadline", suffixes=("_schedule", "_fixed")).dropna(
                 subset=["best_val_loss_schedule"]
