@@ -29,6 +29,7 @@ import os
 preset = os.environ.get("REPRO_PRESET", "cpu")  # `repro preset list`, or FILE.yaml
 workers = None  # parallel runs; default: the preset's
 train = os.environ.get("REPRO_TRAIN", "0") in ("1", "true")  # else read results/<preset>.tar.xz
+dry_run = False  # the built-in preset shrunk to CPU size (`repro reproduce --dry-run`)
 
 # %%
 from IPython.display import Markdown
@@ -38,7 +39,7 @@ from repro.analysis.intervals import claim_count, claim_summary
 from repro.runtime.shapes import by_size
 from repro.study import open_study
 
-study = open_study(preset, workers=workers, train=train)
+study = open_study(preset, workers=workers, train=train, dry_run=dry_run)
 P = study.preset
 print(study.summary())
 

@@ -153,16 +153,14 @@ def _sweep_table(args: argparse.Namespace) -> None:
 
 
 def _reproduce(args: argparse.Namespace) -> None:
-    from repro.presets import DRY_RUN, PRESETS
     from repro.reproduce import reproduce
 
     only = args.only.split(",") if args.only else None
-    preset = args.preset + DRY_RUN if args.dry_run else args.preset
-    if args.dry_run and args.preset not in PRESETS:
-        raise ReproError(f"--dry-run takes a built-in preset ({', '.join(PRESETS)})")
     if args.dry_run and args.store_outputs:
         raise ReproError("--store-outputs would put a dry run's outputs in notebooks/; drop one")
-    times = reproduce(preset, only, args.workers, args.store_outputs, args.retry_failed)
+    times = reproduce(
+        args.preset, only, args.workers, args.store_outputs, args.retry_failed, args.dry_run
+    )
     print(f"\n{'stage':<28} {'wall s':>8}")
     for name, seconds in times:
         print(f"{name:<28} {seconds:8.1f}")
@@ -725,7 +723,7 @@ def _add_reproduce_command(commands) -> None:
     reproduce.add_argument(
         "--dry-run",
         action="store_true",
-        help="every run of the preset shrunk to CPU-seconds (repro.presets.dry_run), into "
+        help="every run of the preset shrunk to CPU-seconds (repro.presets.dry_run_preset), into "
         "runs/<preset>-dry-run/: checks every code path and notebook before a GPU run",
     )
     reproduce.set_defaults(func=_reproduce)

@@ -768,11 +768,11 @@ PRESETS: dict[str, Preset] = {
 }
 
 
-DRY_RUN = "-dry-run"  # get_preset("gpu-dry-run"): the gpu preset shrunk to a CPU (dry_run)
+DRY_RUN = "-dry-run"  # the name (runs/, figures/) of a preset shrunk to a CPU (dry_run_preset)
 CPU_SIZES = ("nano", "tiny", "cpu-xs", "cpu-s", "cpu-m", "cpu-l")  # smallest first
 
 
-def dry_run(preset: Preset) -> Preset:
+def dry_run_preset(preset: Preset) -> Preset:
     """`preset` with every run kept (models, batch sizes, lr and weight-decay grids, epoch budgets,
     ablations, schedules, noise-scale and pool-size runs) but shrunk to CPU-seconds: models become
     the CPU sizes of the same rank by parameters, batches (beta2_half_life_batch too) and epoch
@@ -838,10 +838,15 @@ def _phases(schedule: str) -> list[tuple[str, int]]:
     return [(at, int(b)) for at, b in (phase.split(":") for phase in schedule.split(","))]
 
 
-def get_preset(name: str | Path | None = None) -> Preset:
+def get_preset(name: str | Path | None = None, dry_run: bool = False) -> Preset:
     """A built-in preset by name, or a preset YAML file (a path ending in .yaml / .yml, relative
-    to the working directory or the project root); default: $REPRO_PRESET, else cpu."""
+    to the working directory or the project root); default: $REPRO_PRESET, else cpu. With
+    `dry_run`, the built-in preset shrunk to CPU size (dry_run_preset), named NAME-dry-run."""
     name = str(name or os.environ.get("REPRO_PRESET", "cpu"))
+    if dry_run:
+        if name not in PRESETS:
+            raise ReproError(f"--dry-run takes a built-in preset ({', '.join(PRESETS)})")
+        return dry_run_preset(PRESETS[name])
     if name.endswith((".yaml", ".yml")):
         candidates = [Path(name), project_root() / name]
         found = next((path for path in candidates if path.is_file()), None)
@@ -851,8 +856,6 @@ def get_preset(name: str | Path | None = None) -> Preset:
                 f"{project_root()})"
             )
         return load_preset(found)
-    if name.endswith(DRY_RUN) and name.removesuffix(DRY_RUN) in PRESETS:
-        return dry_run(PRESETS[name.removesuffix(DRY_RUN)])
     if name not in PRESETS:
         raise ReproError(
             f"unknown preset {name!r}; choose one of: {', '.join(PRESETS)}, or a preset .yaml file"

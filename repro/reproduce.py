@@ -118,13 +118,15 @@ def reproduce(
     workers: int | None = None,
     store_outputs: bool = False,
     retry_failed: bool = False,
+    dry_run: bool = False,
 ) -> list[tuple[str, float]]:
     """Run the notebooks in order; returns (stage, wall seconds). For the whole series (no `only`),
     the runs that follow from the preset alone train first as one sweep (Study.prefetch: the longest
     jobs first, no idle workers between notebooks). With `retry_failed`, the failed runs of the
-    preset's store train again (sweep.reset_failed). Raises ReproError naming the failing cell, or
-    the holder of the preset when another reproduction of it runs."""
-    chosen = get_preset(preset)  # fail fast on a bad name or preset file
+    preset's store train again (sweep.reset_failed); with `dry_run`, the built-in preset shrunk
+    to CPU size (presets.dry_run_preset) and every notebook with it. Raises ReproError naming the
+    failing cell, or the holder of the preset when another reproduction of it runs."""
+    chosen = get_preset(preset, dry_run)  # fail fast on a bad name or preset file
     if preset.endswith((".yaml", ".yml")):  # the kernels may run elsewhere: pass the file itself
         preset = str(Path(preset).resolve() if Path(preset).is_file() else project_root() / preset)
     root = project_root()
@@ -134,7 +136,7 @@ def reproduce(
             print(plan_text(chosen, root), flush=True)
         except ReproError as exc:  # a hub tokenizer's vocab: known once the pools are built
             print(f"plan: {exc}", flush=True)
-        study = open_study(preset, workers=workers)
+        study = open_study(preset, workers=workers, dry_run=dry_run)
         remove_leftovers(study.results_dir)
         if retry_failed:
             print(f"retrying {len(reset_failed(study.store))} failed run(s)", flush=True)
@@ -149,6 +151,7 @@ def reproduce(
         out_dir = study.results_dir / "notebooks"
         out_dir.mkdir(parents=True, exist_ok=True)
         parameters = {"preset": preset, "train": True} | ({"workers": workers} if workers else {})
+        parameters |= {"dry_run": True} if dry_run else {}
         for stage, nb in enumerate(selected, start=stages - len(selected) + 1):
             print(f"[{stage}/{stages}] {nb.stem}", flush=True)
             started = time.perf_counter()
@@ -184,10 +187,17 @@ def _execute(nb: Path, executed: Path, parameters: dict, study: Study) -> None:
     sockets; its figures and tables go to a staging folder, moved into study.figures only when
     every cell ran (one rename per file) and removed otherwise. A ReproError names the failing
     cell. Of `parameters`, a notebook gets the preset and those it declares (a user's notebook
-    without `train` or `workers` runs as it is, without papermill's unknown-parameter warning)."""
+    without `train` or `workers` runs as it is, without papermill's unknown-parameter warning); a
+    dry run needs a notebook that declares `dry_run`, else it is an error before the kernel
+    starts."""
     import papermill
 
     declared = set(papermill.inspect_notebook(str(nb)))
+    if parameters.get("dry_run") and "dry_run" not in declared:
+        raise ReproError(
+            f"{nb} has no dry_run parameter, so it would run the full preset: add "
+            "`dry_run = False` to its parameters cell"
+        )
     parameters = {k: v for k, v in parameters.items() if k in declared or k == "preset"}
     with (
         tempfile.TemporaryDirectory(prefix=f"{KERNEL_PREFIX}{os.getpid()}-") as sockets,

@@ -386,12 +386,14 @@ def open_study(
     workers: int | None = None,
     progress: bool = True,
     train: bool = True,
+    dry_run: bool = False,
 ) -> Study:
     """A study of `preset` (a built-in name or a preset YAML file; default $REPRO_PRESET, else cpu):
     pools under <project>/data/pools, runs under runs/<name>/, figures under figures/<name>/ (or
     $REPRO_FIGURES_DIR). Without `train`, it reads runs (the store's, else the shipped bundle's,
-    results/<name>.tar.xz) and trains none."""
-    chosen = get_preset(preset)
+    results/<name>.tar.xz) and trains none. With `dry_run`, the built-in preset shrunk to CPU size
+    (presets.dry_run_preset), under runs/<name>-dry-run/."""
+    chosen = get_preset(preset, dry_run)
     root = project_root()
     return Study(
         preset=chosen,

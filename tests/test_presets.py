@@ -16,7 +16,7 @@ from repro.presets import (
     PAPER_NOISE_SCALE,
     PAPER_REGIME,
     PRESETS,
-    dry_run,
+    dry_run_preset,
     get_preset,
     load_preset,
     preset_yaml,
@@ -346,7 +346,9 @@ def test_beta2_half_life_batch_scales_beta2_with_the_batch_in_every_grid(tmp_pat
     )
     runs = expand(other.batch_sweep_grid(["p0"]))
     assert {(c.batch_size, c.adam_beta2) for c in runs} == {(2, 0.99749), (8, 0.99)}
-    assert dry_run(replace(PRESETS["gpu"], beta2_half_life_batch=64)).beta2_half_life_batch == 3
+    assert (
+        dry_run_preset(replace(PRESETS["gpu"], beta2_half_life_batch=64)).beta2_half_life_batch == 3
+    )
 
 
 def test_the_beta2_ablation_runs_the_other_setting_at_the_smallest_batches():
@@ -369,7 +371,7 @@ def test_the_beta2_ablation_runs_the_other_setting_at_the_smallest_batches():
     assert [ruled.beta2_ablation().beta2_at(b) for b in (1, 8)] == [0.95, 0.95]
     assert ruled.beta2_at(1) == 0.9873  # 0.95 ** (1 / 4) = 0.987259
     gpu = replace(PRESETS["gpu"], beta2_ablation_batch_sizes=(32, 16))
-    assert dry_run(gpu).beta2_ablation_batch_sizes == (2, 1)
+    assert dry_run_preset(gpu).beta2_ablation_batch_sizes == (2, 1)
 
 
 @pytest.mark.parametrize("name", ["gpu-small", "gpu"])
@@ -377,7 +379,7 @@ def test_a_dry_run_keeps_every_run_of_the_plan_at_cpu_size(name):
     from repro.plan import GpuSpeed, plan
     from repro.runtime.shapes import model_config, parameter_count
 
-    preset, dry = PRESETS[name], get_preset(name + "-dry-run")
+    preset, dry = PRESETS[name], get_preset(name, dry_run=True)
     speed = GpuSpeed(1e12, "test")
     runs = plan(dry, 300, speed)["runs"].tolist()
     assert runs == plan(preset, 8192, speed)["runs"].tolist()
@@ -399,6 +401,14 @@ def test_a_dry_run_takes_a_built_in_preset_and_keeps_the_notebooks_outputs(capsy
             main(["reproduce", *args])
     errors = capsys.readouterr().err.splitlines()
     assert "--dry-run takes a built-in preset" in errors[0] and "--store-outputs" in errors[1]
+
+
+def test_a_dry_run_is_a_flag_not_a_preset_name():
+    """`--dry-run` (get_preset's dry_run) shrinks a built-in preset; its name with a -dry-run
+    suffix is not a preset of its own."""
+    assert get_preset("smoke", dry_run=True).name == "smoke-dry-run"
+    with pytest.raises(ReproError, match="unknown preset 'smoke-dry-run'"):
+        get_preset("smoke-dry-run")
 
 
 def test_a_preset_file_that_is_not_utf8_is_one_line(tmp_path):

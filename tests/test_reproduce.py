@@ -61,6 +61,17 @@ def test_failure_names_notebook_and_cell(tmp_path, monkeypatch, capsys):
     assert "no notebook numbered 07" in capsys.readouterr().err
 
 
+def test_a_dry_run_refuses_a_notebook_without_a_dry_run_parameter(tmp_path, monkeypatch, capsys):
+    """A notebook that does not declare `dry_run` would train the full preset in a dry run."""
+    _project(tmp_path, "raise RuntimeError('the kernel started')")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit):
+        main(["reproduce", "--preset", "smoke", "--only", "01", "--dry-run"])
+    err = capsys.readouterr().err
+    assert "01_only.ipynb has no dry_run parameter" in err and "kernel started" not in err
+    assert not list((tmp_path / "runs").glob("smoke/*")), "the full preset's folder was used"
+
+
 def test_a_notebook_replaces_its_figures_only_when_it_succeeds(tmp_path, monkeypatch, capsys):
     """A failing notebook leaves figures/<preset>/ as it was (its new table is staged, then
     dropped); a succeeding one replaces its files there. No staging folder stays behind."""
