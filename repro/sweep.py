@@ -168,18 +168,18 @@ def plan_grid(grid: dict, store: Path) -> list[PlannedRun]:
             )
         families.setdefault(run_id(replace(c, epochs=0)), []).append(c)
     planned: list[PlannedRun] = []
-    for members in families.values():
-        members.sort(key=lambda c: c.epochs)
-        sequences = _sequences_per_epoch(members[-1])
-        if not members[-1].warmup_steps:  # the family's warmup: `warmup` of its longest run
-            warmup = math.ceil(members[-1].warmup * _total_steps(members[-1], sequences))
-            members = [replace(c, warmup_steps=warmup) for c in members]
-        longest = members[-1]
-        starts = {c.epochs: _decay_start(c, _total_steps(c, sequences)) for c in members[:-1]}
+    for family in families.values():
+        family.sort(key=lambda c: c.epochs)
+        sequences = _sequences_per_epoch(family[-1])
+        if not family[-1].warmup_steps:  # the family's warmup: `warmup` of its longest run
+            warmup = math.ceil(family[-1].warmup * _total_steps(family[-1], sequences))
+            family = [replace(c, warmup_steps=warmup) for c in family]
+        longest = family[-1]
+        starts = {c.epochs: _decay_start(c, _total_steps(c, sequences)) for c in family[:-1]}
         trunk = replace(longest, save_steps=tuple(sorted(set(starts.values()))))
         trunk_id = run_id(trunk)
         planned.append(PlannedRun(trunk, trunk_id))
-        for c in members[:-1]:
+        for c in family[:-1]:
             branch = replace(
                 c, init_from=str(store / trunk_id / "checkpoints" / f"step-{starts[c.epochs]}.pt")
             )
@@ -221,15 +221,16 @@ def run_status(run_dir: Path) -> str:
 
 
 def execute_stack(
-    store: str, members: list[tuple[str, dict]], retry_failed: bool = False, threads: int = 0
+    store: str, job: list[tuple[str, dict]], retry_failed: bool = False, threads: int = 0
 ) -> dict[str, str]:
-    """Claim and run configs (run_id, config) that may train as one stack (train_stacked); a member
-    that is finished or held by another process is left out. A run on several processes (gpus > 1,
-    alone in its job) starts them with torchrun. Returns what happened to each, by run id."""
+    """Claim and run a job: configs (run_id, config) that may train as one stack (train_stacked);
+    a run that is finished or held by another process is left out. A run on several processes
+    (gpus > 1, alone in its job) starts them with torchrun. Returns what happened to each, by run
+    id."""
     from repro.runtime.train import train_stacked  # the runtime, loaded only where runs execute
 
     with ExitStack() as locks:
-        claimed, outcomes = _claim(Path(store), members, retry_failed, locks)
+        claimed, outcomes = _claim(Path(store), job, retry_failed, locks)
         if claimed and claimed[0][1].gpus > 1:
             config, run_dir = claimed[0][1], Path(store) / claimed[0][0]
             outcomes |= _train_claimed(
@@ -244,11 +245,11 @@ def execute_stack(
             outcomes |= _train_claimed(
                 Path(store), claimed, lambda: train_stacked(configs, outs, progress=False)
             )
-    return {rid: outcomes[rid] for rid, _ in members}
+    return {rid: outcomes[rid] for rid, _ in job}
 
 
 def execute_distributed(
-    store: str, members: list[tuple[str, dict]], retry_failed: bool = False
+    store: str, job: list[tuple[str, dict]], retry_failed: bool = False
 ) -> dict[str, str]:
     """One task of a submitit job that trains one run on several processes (gpus > 1): every
     task joins the process group (repro.launch); rank 0 claims the run and tells the others."""
@@ -256,12 +257,10 @@ def execute_distributed(
 
     from repro.runtime.train import train_stacked
 
-    rank = join_job_processes(members[0][1].get("device", "auto"))
+    rank = join_job_processes(job[0][1].get("device", "auto"))
     try:
         with ExitStack() as locks:
-            shared = (
-                list(_claim(Path(store), members, retry_failed, locks)) if rank == 0 else [0, 0]
-            )
+            shared = list(_claim(Path(store), job, retry_failed, locks)) if rank == 0 else [0, 0]
             dist.broadcast_object_list(shared, src=0)
             claimed, outcomes = shared
             if claimed:
@@ -271,16 +270,16 @@ def execute_distributed(
                 )
     finally:
         dist.destroy_process_group()
-    return {rid: outcomes[rid] for rid, _ in members}
+    return {rid: outcomes[rid] for rid, _ in job}
 
 
 def _claim(
-    store: Path, members: list[tuple[str, dict]], retry_failed: bool, locks: ExitStack
+    store: Path, job: list[tuple[str, dict]], retry_failed: bool, locks: ExitStack
 ) -> tuple[list[tuple[str, RunConfig]], dict[str, str]]:
-    """The members this process may train, each under its exclusive lock (held until `locks`
+    """The runs of `job` this process may train, each under its exclusive lock (held until `locks`
     closes), and the outcomes of those it may not: busy, or skipped as finished or failed."""
     claimed, outcomes = [], {}
-    for rid, config in members:
+    for rid, config in job:
         run_dir = store / rid
         run_dir.mkdir(parents=True, exist_ok=True)
         lock = locks.enter_context(open(run_dir / ".lock", "w"))
@@ -355,7 +354,7 @@ def estimated_cost(config: RunConfig) -> float:
 def longest_first(jobs: list[list[PlannedRun]]) -> list[list[PlannedRun]]:
     """Jobs (stacks) by decreasing estimated cost, so the longest start first and the workers finish
     together."""
-    return sorted(jobs, key=lambda members: -sum(estimated_cost(p.config) for p in members))
+    return sorted(jobs, key=lambda job: -sum(estimated_cost(p.config) for p in job))
 
 
 def stacks(
@@ -374,10 +373,10 @@ def stacks(
         groups.setdefault(stack_key(p.config) if stackable else p.run_id, []).append(p)
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / (2 * workers)
     jobs = []
-    for members in groups.values():
-        members = sorted(members, key=lambda p: -estimated_cost(p.config))
-        fits = max(1, min(size, int(memory // member_bytes(members[0].config))))
-        jobs += [members[i : i + fits] for i in range(0, len(members), fits)]
+    for group in groups.values():
+        group = sorted(group, key=lambda p: -estimated_cost(p.config))
+        fits = max(1, min(size, int(memory // member_bytes(group[0].config))))
+        jobs += [group[i : i + fits] for i in range(0, len(group), fits)]
     return jobs
 
 

@@ -87,14 +87,14 @@ def step_past(values: list[float], top: bool) -> float | None:
 
 
 def untried_neighbours(
-    group: pd.DataFrame, best: pd.Series, name: str, tuned: tuple[str, ...]
+    group: pd.DataFrame, best: pd.Series, name: str, axes: tuple[str, ...]
 ) -> list[float]:
     """The values beside the choice along `name` (lr or weight decay) that were not tried at the
     best run's other values (its epoch budget aside; a diverged run counts as tried): the nearest
     value below and above among all that runs like the best (in every other tuned value but lr,
     weight decay and budget, such as a batch size tuned with them) tried on this axis, or past an
     end of those, step_past. Empty when the choice is bracketed."""
-    same = [t for t in tuned if t not in (*GROWN, "epochs")]
+    same = [t for t in axes if t not in (*GROWN, "epochs")]
     cell = group[_matching(group, best, same)]
     values = sorted(cell[name].unique())
     if len(values) < 2:
@@ -106,7 +106,7 @@ def untried_neighbours(
         below[-1] if below else step_past(values, top=False),
         above[0] if above else step_past(values, top=True),
     ]
-    other = [t for t in GROWN if t != name and t in tuned]
+    other = [t for t in GROWN if t != name and t in axes]
     tried = set(cell.loc[_matching(cell, best, other), name])
     return [float(v) for v in beside if v is not None and v not in tried]
 
@@ -119,16 +119,16 @@ def _matching(frame: pd.DataFrame, best: pd.Series, fields: list[str]) -> np.nda
     return match
 
 
-def _edges(group: pd.DataFrame, best: pd.Series, tuned: tuple[str, ...]) -> list[str]:
+def _edges(group: pd.DataFrame, best: pd.Series, axes: tuple[str, ...]) -> list[str]:
     """Where the grid must be widened: lr or weight decay not bracketed around the choice (growth
     adds the runs named), or at the top of a grid that has no step to grow by; any other tuned
     value at the top of what the group finished, or at its bottom (weight decay 0 is a floor)."""
     notes = []
     done = group[group["status"] == "done"]
-    for name in tuned:
+    for name in axes:
         tried = sorted((group if name in GROWN else done)[name].unique())
         grid = ", ".join(f"{float(t):g}" for t in tried)
-        missing = untried_neighbours(group, best, name, tuned) if name in GROWN else []
+        missing = untried_neighbours(group, best, name, axes) if name in GROWN else []
         if missing:
             runs = ", ".join(f"{v:g}" for v in missing)
             notes.append(f"{name}={best[name]:g} is not bracketed: no run at {runs} beside it")
@@ -141,20 +141,20 @@ def _edges(group: pd.DataFrame, best: pd.Series, tuned: tuple[str, ...]) -> list
     return notes
 
 
-def _candidates(group: pd.DataFrame, results: Results, tuned: tuple[str, ...]) -> Candidates:
+def _candidates(group: pd.DataFrame, results: Results, axes: tuple[str, ...]) -> Candidates:
     """The finished runs of one replicate's group at their final evaluations."""
     done = group[group["status"] == "done"]
-    clash = done[done.duplicated(list(tuned), keep=False)]
+    clash = done[done.duplicated(list(axes), keep=False)]
     if len(clash):
         raise ReproError(
             f"runs {', '.join(clash['run_id'][:2])} of one group share every tuned value "
-            f"({', '.join(tuned)}): group by the run field that tells them apart"
+            f"({', '.join(axes)}): group by the run field that tells them apart"
         )
     finals = results.evals[results.evals["run_id"].isin(done["run_id"])]
     steps = finals.groupby("run_id")["step"].max().to_dict()
     return {
-        tuple(run[name] for name in tuned): (rid, results.documents(rid, int(steps[rid]))[0])
-        for run in done[["run_id", *tuned]].to_dict("records")
+        tuple(run[name] for name in axes): (rid, results.documents(rid, int(steps[rid]))[0])
+        for run in done[["run_id", *axes]].to_dict("records")
         if (rid := run["run_id"]) in steps
     }
 
@@ -162,7 +162,7 @@ def _candidates(group: pd.DataFrame, results: Results, tuned: tuple[str, ...]) -
 def _endpoint(
     group: pd.DataFrame,
     results: Results,
-    tuned: tuple[str, ...],
+    axes: tuple[str, ...],
     mine: Candidates,
     others: list[Candidates],
 ) -> dict:
@@ -179,12 +179,12 @@ def _endpoint(
     best = done.set_index("run_id").loc[rid]
     curve = results.evals[results.evals["run_id"] == rid]
     early = curve.loc[curve["val_loss"].idxmin()]
-    edges = _edges(group[group["status"].isin(["done", "diverged"])], best, tuned)
-    censored = "epochs" in tuned and best["epochs"] == done["epochs"].max()
+    edges = _edges(group[group["status"].isin(["done", "diverged"])], best, axes)
+    censored = "epochs" in axes and best["epochs"] == done["epochs"].max()
     return row | {
         "val_loss": _mean(reported, tokens, everything),
         "train_loss": _final_train_loss(results, chosen),
-        **{name: best[name] for name in tuned},
+        **{name: best[name] for name in axes},
         "run_id": rid,
         "chosen_on_halves": chosen,
         "held_out": "replicates, documents" if held_out else "documents",
