@@ -662,31 +662,33 @@ PRESETS: dict[str, Preset] = {
     # | batch / noise scale        | 0.36 .. 15 (estimate)    | measured by 05 (README)        |
     # | pool tokens per parameter  | 0.13 .. 1.3 (5 sizes)    | 0.18 (cpu-xs), 0.50 (tiny)     |
     # | epochs                     | 1 .. 32 (cosine per run) | 1 .. 8, grown to 16 (WSD)      |
-    # | batch tokens / pool tokens | 3.3e-4 .. 1.0e-2         | 0.017 .. 0.55: given up, 55x   |
+    # | batch tokens / pool tokens | 3.3e-4 .. 1.0e-2         | 0.0043 .. 0.55: given up       |
     # | pools                      | 2 (DCLM samples)         | 3 (synthetic samples)          |
-    # Scouting (cpu-xs, seq_len 16, beta2 by the half-life rule): B_simple grows as the model fits
-    # its pool, to 200-500 sequences of 16 tokens at the losses 6-8 epochs reach, on a 30k- and a
-    # 60k-token pool alike, so the grid spans about 6-16x below it to 2-5x above; the top batch is
-    # half the pool (1.8 steps an epoch): batch / pool is the ratio this study gives up. Cost sets
-    # the rest: a 30k-token pool (half the last form's: 16 epochs of it cost 8 of 60k), 8-epoch
-    # trunks grown once (to 16 where 8 wins), 03-05 at the smaller model (README: its measured
-    # from-scratch time). The first lr grid
-    # moves with batch ** 0.25 (a scouting sweep at batches 1-64 found sqrt(batch) too steep here).
+    # Its batches, 8-1024 sequences of 16 tokens, straddle the noise scale that notebook 05
+    # measures at the tuned endpoints' loss (B_simple about 45-58 sequences on these pools, at
+    # batches 32-1024), from about 6x below it to 18x above; the top batch is half the pool (1.8
+    # steps an epoch): batch / pool is the ratio this study gives up. Cost sets the rest: 30k-token
+    # pools, 8-epoch trunks grown once (to 16 where 8 wins), 03-05 at the smaller model (README:
+    # its measured from-scratch time). The first lr grid moves with batch ** 0.25 (a scouting
+    # sweep at batches 1-64 found sqrt(batch) too steep here).
     "cpu-regime": Preset(
         name="cpu-regime",
         pool=PoolSpec(source=SHORT_DOCUMENTS, tokens=30_000, val_tokens=16_000, vocab_size=512),
         pool_seeds=(0, 1, 2),
         models=("tiny", "cpu-xs"),  # 03-05 study the first (the paper's ablations: its smallest)
         seq_len=16,
-        batch_sizes=(32, 64, 128, 256, 512, 1024),
-        lrs=_lr_ladder((32, 64, 128, 256, 512, 1024), 1024, (6e-4, 1.5e-3, 4e-3), exponent=0.25),
+        batch_sizes=(8, 16, 32, 64, 128, 256, 512, 1024),
+        # below batch 32 the ladder's lr is too low (batch 32 chose the top of its grid and past
+        # it): batches 8 and 16 start at batch 32's grid one step up
+        lrs={b: (6.3e-4, 1.7e-3, 4.5e-3) for b in (8, 16)}
+        | _lr_ladder((32, 64, 128, 256, 512, 1024), 1024, (6e-4, 1.5e-3, 4e-3), exponent=0.25),
         weight_decays=(0.1, 1.0),
         epochs=(1, 2, 4, 8),
         wsd_branches=True,
         eval_every=1.0,
         ablation_batch_sizes=(64, 512),
         beta2_half_life_batch=1024,
-        beta2_ablation_batch_sizes=(32,),
+        beta2_ablation_batch_sizes=(8,),
         embedding_weight_decays=(0.0, 0.3),
         frontier_micro_batch=32,
         gpu_counts=(1, 2, 4, 8, 16, 32),

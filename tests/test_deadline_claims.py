@@ -74,7 +74,9 @@ def test_tight_deadlines_claim_in_all_three_directions(small, large, verdict):
     spec = {2: list(zip(steps[0], small)), 8: list(zip(steps[1], large))}
     claims = _claims(spec, noise=0.5 if verdict == "undetermined" else 0.01)
     assert claims.loc["tight", "agrees?"] == verdict
-    assert "difference-in-differences (loose - tight)" in claims.loc["tight", "measured here"]
+    measured = claims.loc["tight", "measured here"]
+    assert "difference-in-differences (loose - tight)" in measured
+    assert "batches [2] - [8]" in measured  # plain numbers, not numpy reprs
     assert claims.loc["latency", "agrees?"] == "undetermined"  # projected only
 
 

@@ -133,7 +133,7 @@ def deadline_claim(
     tightest): below 0 (the smaller batches gain as the deadline loosens) agrees, above 0
     disagrees."""
     claim = "tight deadlines favour larger batches"
-    small, large = _split(sorted(points["batch_size"].unique()))
+    small, large = _split(sorted(int(b) for b in points["batch_size"].unique()))
     if not small:
         return Claim("tight-favours-large", claim, "yes", "a single batch size", "undetermined")
     replicates = points["replicate"].nunique()
