@@ -23,3 +23,11 @@ def parse_count(text: str | int, what: str = "token count") -> int:
     if value <= 0:
         raise ReproError(f"{what} must be positive, got {text!r}")
     return value
+
+
+def parse_integers(text: str) -> list[int]:
+    """ "1,2,4" -> [1, 2, 4]; a one-line ReproError otherwise."""
+    try:
+        return [int(x) for x in text.split(",")]
+    except ValueError:
+        raise ReproError(f"{text!r} is not a comma-separated list of whole numbers") from None
