@@ -108,7 +108,7 @@ endpoints = analyses.batch_endpoints(model_results)
 noise_regime = cbs.noise_scale_regime(trajectory, endpoints, P.batch_sizes, P.seq_len)
 study.save_table(noise_regime.round(4), cbs.NOISE_SCALE_TABLE)
 regime = P.regime(analyses.pool_vocab_size(pools[0]), cbs.noise_scale_range(noise_regime))
-print(describe_regime({NOISE_RATIO: regime[NOISE_RATIO]}))
+print(describe_regime({NOISE_RATIO: regime[NOISE_RATIO]}, cbs.noise_scale_gap(noise_regime)))
 noise_regime.round(4)
 
 # %% [markdown]

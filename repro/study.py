@@ -71,8 +71,10 @@ class Study:
         P = self.preset
         meta = built_meta(P.pool_dir(self.data_dir, P.pool_seeds[0]))
         vocab = meta["vocab_size"] if meta else (None if P.pool.tokenizer else P.pool.vocab_size)
+        noise = self._noise_scale()
+        measured, gap = (noise[:2], noise[2]) if noise else (None, 0.0)
         regime = (
-            f"\nregime (vocab {vocab:,}):\n" + describe_regime(P.regime(vocab, self._noise_scale()))
+            f"\nregime (vocab {vocab:,}):\n" + describe_regime(P.regime(vocab, measured), gap)
             if vocab
             else "\nregime: build the pools to know the tokenizer's vocab"
         )
@@ -93,14 +95,17 @@ class Study:
             + deviations
         )
 
-    def _noise_scale(self) -> tuple[float, float] | None:
+    def _noise_scale(self) -> tuple[float, float, float] | None:
         """The lowest and highest B_simple (tokens) over pools that notebook 05 saved
         (cbs.NOISE_SCALE_TABLE) in this study's figures folder, else in figures/<preset>/ (a
-        reproduction saves into a fresh folder); None before it is measured."""
+        reproduction saves into a fresh folder), and how far above the tuned loss (nats/token)
+        it was measured; None before it is measured."""
         for folder in (self.figures, self.root / "figures" / self.preset.name):
             path = folder / f"{cbs.NOISE_SCALE_TABLE}.csv"
             if path.is_file():
-                return cbs.noise_scale_range(pd.read_csv(path))
+                table = pd.read_csv(path)
+                measured = cbs.noise_scale_range(table)
+                return (*measured, cbs.noise_scale_gap(table)) if measured else None
         return None
 
     def _validation_summary(self) -> str:

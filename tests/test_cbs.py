@@ -24,6 +24,7 @@ from repro.analysis.cbs import (
     fit_wsd,
     fit_zhang,
     interval_of,
+    noise_scale_gap,
     noise_scale_range,
     noise_scale_regime,
     pool_interval,
@@ -263,8 +264,9 @@ def test_the_presets_noise_scale_is_b_simple_nearest_the_best_tuned_loss_on_each
     assert table["smallest batch / B_simple"].tolist() == pytest.approx([1 / 6, 1 / 12])
     assert table["largest batch / B_simple"].tolist() == pytest.approx([32 / 6, 32 / 12])
     assert noise_scale_range(table) == pytest.approx((96.0, 192.0))
+    assert noise_scale_gap(table) == pytest.approx(0.05)
     unmeasured = table.assign(**{"B_simple (tokens)": [np.nan, -5.0]})
-    assert noise_scale_range(unmeasured) is None
+    assert noise_scale_range(unmeasured) is None and math.isnan(noise_scale_gap(unmeasured))
 
 
 def _summary_study(tmp_path, figures_dir=None) -> Study:
@@ -283,9 +285,11 @@ def test_summary_states_batch_over_noise_scale_once_notebook_05_saved_it(tmp_pat
     paper = "(paper's estimate 0.36 to 15"
     study = _summary_study(tmp_path)
     assert f"{line}not measured yet, notebook 05 measures it {paper})" in study.summary()
-    study.save_table(
-        pd.DataFrame({"pool": ["a", "b"], "B_simple (tokens)": [128.0, 32.0]}), NOISE_SCALE_TABLE
-    )
+    table = pd.DataFrame({"pool": ["a", "b"], "B_simple (tokens)": [128.0, 32.0]})
+    study.save_table(table.assign(**{"loss gap": [0.9, 0.2]}), NOISE_SCALE_TABLE)
+    above = f"{line}0.5 to 8, notebook 05's measurement 0.9 nats/token above the tuned loss, not at"
+    assert above in study.summary()  # its evaluations lie 0.9 nats/token from the tuned loss
+    study.save_table(table.assign(**{"loss gap": [0.01, 0.02]}), NOISE_SCALE_TABLE)
     measured = f"{line}0.5 to 8, notebook 05's measurement {paper}: inside)"
     assert measured in study.summary()
     assert measured in _summary_study(tmp_path, tmp_path / "staged").summary()

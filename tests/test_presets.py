@@ -203,6 +203,9 @@ def test_describe_regime_compares_batch_over_noise_scale_with_the_papers_estimat
 
     line = describe_regime({NOISE_RATIO: ratio})
     assert line.endswith(f", notebook 05's measurement (paper's estimate 0.36 to 15: {verdict})")
+    above = describe_regime({NOISE_RATIO: ratio}, noise_gap=0.9)
+    assert ", notebook 05's measurement 0.9 nats/token above the tuned loss, not at it (" in above
+    assert describe_regime({NOISE_RATIO: ratio}, noise_gap=0.05) == line  # within the limit
     not_measured = describe_regime({NOISE_RATIO: (math.nan, math.nan)})
     assert not_measured == (
         f"  {NOISE_RATIO}: not measured yet, notebook 05 measures it (paper's estimate 0.36 to 15)"
@@ -231,7 +234,7 @@ def test_readme_states_every_built_in_presets_regime():
     """The block, with each preset's batch / noise scale from its committed notebook 05 table
     (else "not measured yet"; smoke's figures are git-ignored), and the prose's numbers for the
     paper's estimated noise scale."""
-    from repro.analysis.cbs import NOISE_SCALE_TABLE, noise_scale_range
+    from repro.analysis.cbs import NOISE_SCALE_TABLE, noise_scale_gap, noise_scale_range
     from repro.presets import describe_regime
 
     readme = (EXAMPLES.parent / "README.md").read_text()
@@ -253,8 +256,9 @@ def test_readme_states_every_built_in_presets_regime():
         table = EXAMPLES.parent / "figures" / name / f"{NOISE_SCALE_TABLE}.csv"
         committed = table.is_file() and name != "smoke"  # figures/smoke/: CI's, never committed
         noise = noise_scale_range(pd.read_csv(table)) if committed else None
+        gap = noise_scale_gap(pd.read_csv(table)) if committed else 0.0
         regime = preset.regime(vocab[name], noise)
-        block = f"{name} (vocab {vocab[name]:,}):\n" + describe_regime(regime)
+        block = f"{name} (vocab {vocab[name]:,}):\n" + describe_regime(regime, gap)
         assert NOISE_RATIO in regime
         assert block in readme, f"README's regime block is stale for {name}:\n{block}"
 

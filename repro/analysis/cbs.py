@@ -495,6 +495,15 @@ def noise_scale_range(table: pd.DataFrame) -> tuple[float, float] | None:
     return (float(tokens.min()), float(tokens.max())) if len(tokens) else None
 
 
+def noise_scale_gap(table: pd.DataFrame) -> float:
+    """The largest loss gap (nats/token) over the pools of `table` (noise_scale_regime, or its
+    saved CSV) that have a positive B_simple: how far from the tuned loss the B_simple of
+    noise_scale_range was measured; NaN where no pool has one."""
+    tokens = table["B_simple (tokens)"].astype(float)
+    measured = np.isfinite(tokens) & (tokens > 0)
+    return float(table.loc[measured, "loss gap"].max()) if measured.any() else math.nan
+
+
 # --- critical batch size vs pool size -----------------------------------------------------------
 
 
