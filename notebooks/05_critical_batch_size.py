@@ -16,7 +16,9 @@
 # the mean over pools, of its log for batch sizes and ratios: `cbs.pool_interval`), so the spread
 # between pools, which holds each fit's own noise, sets its width. A verdict needs
 # `intervals.MIN_REPLICATES` pools. (1) Runs that log B_simple from micro-batch and global-batch
-# gradient norms (each EMA-smoothed before the ratio), on every pool, for `P.noise_epochs()` epochs.
+# gradient norms (each EMA-smoothed before the ratio), on every pool, each noise-scale batch at its
+# tuned lr, weight decay and epoch budget from notebook 02's sweep (`cbs.noise_scale_choices`: the
+# run the growth would choose on that pool), so that their losses reach the tuned endpoints'.
 # (2) Steps-to-target from notebook 02's sweep: for each target loss (the same on every pool:
 # they share the validation documents), pool and batch size, the fewest steps over the batch's
 # runs (lr, weight decay and epoch budget; each budget is its own annealed run) in which the val
@@ -63,14 +65,14 @@ from repro.analysis import cbs
 
 model = P.models[0]
 pools = study.pools()
-noise = study.sweep(study.noise_scale_grid())
 results = study.sweep(study.batch_sweep_grid())
 model_results = results.subset(results.runs["model"] == model)
+noise = study.sweep(study.noise_scale_grid(model_results))
 print(
-    f"model {model}: {len(noise.runs)} noise-scale runs ({P.noise_epochs()} epochs) and "
-    f"{len(model_results.runs)} sweep runs on {len(pools)} pools; noise-scale evaluations: "
-    f"{len(noise.evals)}, with B_simple: {int(noise.evals['b_simple'].notna().sum())}"
+    f"model {model}: {len(model_results.runs)} sweep runs on {len(pools)} pools; "
+    f"{len(noise.runs)} noise-scale runs at their tuned points:"
 )
+cbs.noise_runs(noise)
 
 # %% [markdown]
 # ## The gradient noise scale over training

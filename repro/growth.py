@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import pandas as pd
 
-from repro.analysis.results import REPLICATE_FIELDS, TUNED, Results, default_group_by
+from repro.analysis.results import (
+    REPLICATE_FIELDS,
+    TUNED,
+    Results,
+    default_group_by,
+    plain_value,
+)
 from repro.analysis.selection import GROWN, tuned, untried_neighbours
-
-
-def _plain(value):
-    """A pandas cell as a plain Python value (run fields go through make_run_config)."""
-    return value.item() if hasattr(value, "item") else value
 
 
 def extension_grids(grid: dict, results: Results, epochs: bool = False) -> list[dict]:
@@ -53,7 +54,7 @@ def extension_grids(grid: dict, results: Results, epochs: bool = False) -> list[
     for _, end in ends.dropna(subset=["run_id"]).iterrows():
         group = finished[(finished[group_by] == end[group_by]).all(axis=1)]
         best = group.set_index("run_id").loc[end["run_id"]]
-        fixed = dict(grid.get("fixed", {})) | {k: _plain(best[k]) for k in axes}
+        fixed = dict(grid.get("fixed", {})) | {k: plain_value(best[k]) for k in axes}
         branches = {"wsd_branches": True} if grid.get("wsd_branches") else {}
         for name in GROWN:
             for value in untried_neighbours(group, best, name, TUNED):

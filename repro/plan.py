@@ -23,7 +23,7 @@ import pandas as pd
 
 from repro.data.pool import built_meta
 from repro.errors import ReproError
-from repro.presets import Preset
+from repro.presets import ORIGINAL_RECIPE, Preset
 from repro.runtime.config import run_id
 from repro.runtime.files import read_json, write_json
 from repro.runtime.shapes import flops_per_token, model_config, parameter_count
@@ -156,17 +156,31 @@ class _Unbuilt(Study):
 
 def notebook_grids(preset: Preset) -> dict[str, list[dict]]:
     """The grids each notebook sweeps, in the order the notebooks run: Study.notebook_grids and
-    stand-ins for the two that depend on results. 03's tying grid trains at 02's optimal batch;
+    stand-ins for the three that depend on results. 03's tying grid trains at 02's optimal batch;
     its cost does not depend on the batch, so it is planned at the first ablation batch. The
-    schedules train at the best fixed batch's epoch budget: planned at the largest (an upper
-    bound)."""
+    schedules train at the best fixed batch's epoch budget, and 05's noise-scale runs at each
+    batch's tuned one: both planned at the largest (an upper bound)."""
     study = _Unbuilt(preset, Path("."), Path("data/pools"), Path("runs") / preset.name, 1)
     grids = study.notebook_grids()
     grids["03"].insert(1, study.embedding_grid(preset.ablation_batch_sizes[0]))
     if preset.batch_schedules:
         slices = {str(p): (max(preset.epochs), preset.weight_decays[0]) for p in study.pools()}
         grids["04"] = study.schedule_grid(slices)
+    grids["05"][:0] = preset.noise_scale_grid(_noise_stand_ins(preset, study.pools()))
     return {notebook: grids.get(notebook, []) for notebook in ("02", "03", "04", "05")}
+
+
+def _noise_stand_ins(preset: Preset, pools: list[Path]) -> list[dict]:
+    """05's noise-scale runs as planned before 02 has tuned them: each noise-scale batch on every
+    pool at its middle lr, the first weight decay and the largest epoch budget."""
+    return [
+        preset.run_fields(model=preset.models[0], batch_size=b, **ORIGINAL_RECIPE)
+        | {"pool": str(pool), "lr": preset.lrs[b][len(preset.lrs[b]) // 2]}
+        | {"weight_decay": preset.weight_decays[0]}
+        | preset.beta2_fields(b)
+        for pool in pools
+        for b in preset.noise_scale_batches
+    ]
 
 
 def run_rows(grid: dict, pool_tokens: dict[str, int], val_tokens: int, vocab: int) -> list[dict]:

@@ -63,13 +63,12 @@ class Preset:
     one_pass_batch_size: int = 0
     extra: dict = field(default_factory=dict)  # run fields added to every run (device, compile)
     # notebook 05 (critical batch size): smaller pools (training tokens) for CBS vs data size, one
-    # set per pool seed; the batch sizes whose runs log the gradient noise scale (on every pool),
-    # their micro-batch (the estimator's small batch, sequences) and their epochs (0: the largest
-    # of epochs)
+    # set per pool seed; the batch sizes whose runs log the gradient noise scale (on every pool,
+    # each at its tuned lr, weight decay and epoch budget) and their micro-batch (the estimator's
+    # small batch, sequences)
     scaling_pool_tokens: tuple[int, ...] = ()
     noise_scale_batches: tuple[int, ...] = ()
     noise_micro_batch: int = 2
-    noise_scale_epochs: int = 0
     # notebooks 04, 05: name -> batch_schedule, run with the lr grid of schedule_batch
     # (lr * sqrt(B / schedule_batch) as B changes)
     batch_schedules: dict[str, str] = field(default_factory=dict)
@@ -124,7 +123,7 @@ class Preset:
             )
         if len(set(self.pool_seeds)) < len(self.pool_seeds):
             raise ReproError(f"{where}: pool_seeds repeat a seed; independent pools need distinct")
-        needs_lrs = {*self.batch_sizes, *self.noise_scale_batches}
+        needs_lrs = set(self.batch_sizes)
         needs_lrs |= {self.schedule_batch} if self.batch_schedules else set()
         missing = sorted(needs_lrs - set(self.lrs))
         if missing:
@@ -135,6 +134,12 @@ class Preset:
         outside = sorted(set(self.ablation_batch_sizes) - set(self.batch_sizes))
         if outside:
             raise ReproError(f"{where}: ablation batch size {outside[0]} is not one of batch_sizes")
+        outside = sorted(set(self.noise_scale_batches) - set(self.batch_sizes))
+        if outside:
+            raise ReproError(
+                f"{where}: noise-scale batch size {outside[0]} is not one of batch_sizes (its "
+                "runs take the batch's tuned lr, weight decay and epoch budget)"
+            )
         unknown = sorted(set(self.gpus_per_run) - set(self.models))
         if unknown or min(self.gpus_per_run.values(), default=1) < 1:
             raise ReproError(f"{where}: gpus_per_run needs models of this preset and values >= 1")
@@ -147,10 +152,6 @@ class Preset:
         if self.beta2_half_life_batch < 0:
             raise ReproError(
                 f"{where}: beta2_half_life_batch must be >= 0 (sequences; 0 keeps beta2 fixed)"
-            )
-        if self.noise_scale_epochs < 0:
-            raise ReproError(
-                f"{where}: noise_scale_epochs must be >= 0 (epochs; 0: the largest of epochs)"
             )
         ablated = self.beta2_ablation_batch_sizes
         outside = sorted(set(ablated) - set(self.batch_sizes))
@@ -204,11 +205,7 @@ class Preset:
         runs += [
             self.run_fields(model=self.models[0], batch_size=b, lr=self.lrs[b][0])
             | self.beta2_fields(b)
-            | {
-                "noise_scale": True,
-                "micro_batch": self.noise_micro_batch,
-                "epochs": self.noise_epochs(),
-            }
+            | {"noise_scale": True, "micro_batch": self.noise_micro_batch}
             for b in self.noise_scale_batches
         ]
         runs += [
@@ -299,10 +296,6 @@ class Preset:
     def sized_pool_dir(self, data_dir: str | Path, seed: int, tokens: int) -> Path:
         """Pool `seed` cut to `tokens` training tokens (notebook 05's CBS vs data size)."""
         return Path(str(self.pool_dir(data_dir, seed)) + f"-{tokens}tok")
-
-    def noise_epochs(self) -> int:
-        """The epochs of the noise-scale runs: noise_scale_epochs, or the largest budget."""
-        return self.noise_scale_epochs or max(self.epochs)
 
     def run_fields(self, **changes) -> dict:
         """The fields every run of this preset shares, with `changes`; a run of a model in
@@ -441,33 +434,12 @@ class Preset:
             grids.append(grid)
         return grids
 
-    def noise_scale_grid(self, pools: list[str | Path], **recipe) -> dict:
-        """Runs that log the gradient noise scale on every one of `pools`: each noise-scale batch
-        at its middle lr for noise_epochs() epochs, evaluated 4x per epoch."""
-        rules = [
-            {
-                "if": {"batch_size": b},
-                "axes": {"lr": [self.lrs[b][len(self.lrs[b]) // 2]]} | self._beta2_axes(b),
-            }
-            for b in self.noise_scale_batches
-        ]
-        return {
-            "fixed": self.run_fields(model=self.models[0], **recipe)
-            | {
-                "model": self.models[0],
-                "noise_scale": True,
-                "micro_batch": self.noise_micro_batch,
-                "eval_every": 0.25,
-                "weight_decay": self.weight_decays[0],
-                "epochs": self.noise_epochs(),
-            },
-            "axes": {
-                "pool": [str(p) for p in pools],
-                "batch_size": list(self.noise_scale_batches),
-                "lr": [0.0],
-            },
-            "when": rules,
-        }
+    def noise_scale_grid(self, choices: list[dict]) -> list[dict]:
+        """Runs that log the gradient noise scale: one per choice (complete run fields, such as
+        cbs.noise_scale_choices' tuned runs), evaluated 4x per epoch, with the preset's noise
+        micro-batch."""
+        noise = {"noise_scale": True, "micro_batch": self.noise_micro_batch, "eval_every": 0.25}
+        return [{"fixed": choice | noise, "axes": {}} for choice in choices]
 
     def schedule_grid(
         self, pools: list[str | Path], epochs: int, weight_decay: float, **recipe
@@ -658,7 +630,6 @@ PRESETS: dict[str, Preset] = {
         max_stacked_batch=4,
         scaling_pool_tokens=(4_000, 8_000),
         noise_scale_batches=(8, 32),
-        noise_scale_epochs=8,  # the budget the tuned endpoints reach their loss at, not 32
         noise_micro_batch=2,
         batch_schedules={"ramp-up": "0:2,0.5:8,0.75:32", "ramp-down": "0:32,0.5:8,0.75:2"},
         schedule_batch=8,
@@ -668,18 +639,18 @@ PRESETS: dict[str, Preset] = {
     # the paper's regime on a 2-core machine: its ratio of batch to gradient noise scale, tokens
     # per parameter and epochs, not its sizes.
     # | ratio                      | paper (Kim et al.)       | cpu-regime                     |
-    # | batch / noise scale        | 0.36 .. 15 (estimate)    | measured by 05 (README)        |
+    # | batch / noise scale        | 0.36 .. 15 (estimate)    | 0.013 .. 2.9: top given up     |
     # | pool tokens per parameter  | 0.13 .. 1.3 (5 sizes)    | 0.18 (cpu-xs), 0.50 (tiny)     |
     # | epochs                     | 1 .. 32 (cosine per run) | 1 .. 8, grown to 16 (WSD)      |
     # | batch tokens / pool tokens | 3.3e-4 .. 1.0e-2         | 0.0043 .. 0.55: given up       |
     # | pools                      | 2 (DCLM samples)         | 3 (synthetic samples)          |
-    # Its batches, 8-1024 sequences of 16 tokens, run from about 6x below to 18x above the B_simple
-    # that notebook 05 measured (45-58 sequences), though its noise-scale runs end 2.4 nats/token
-    # above the tuned loss (README, Regime); the top batch is half the pool (1.7 steps an epoch):
-    # batch / pool is the ratio this study gives up. Cost sets the rest: 30k-token
-    # pools, 8-epoch trunks grown once (to 16 where 8 wins), 03-05 at the smaller model (README:
-    # its measured from-scratch time). The first lr grid moves with batch ** 0.25 (a scouting
-    # sweep at batches 1-64 found sqrt(batch) too steep here).
+    # Its batches, 8-1024 sequences of 16 tokens, run from 44-75x below to 1.7-2.9x above the
+    # B_simple that notebook 05 measured at the tuned loss (351-601 sequences, README, Regime);
+    # the top batch is half the pool (1.7 steps an epoch), so neither batch / pool nor the top of
+    # batch / noise scale can match here (4 B_simple is 0.75-1.3 pools). Cost sets the rest:
+    # 30k-token pools, 8-epoch trunks grown once (to 16 where 8 wins), 03-05 at the smaller model
+    # (README: its measured from-scratch time). The first lr grid moves with batch ** 0.25 (a
+    # scouting sweep at batches 1-64 found sqrt(batch) too steep here).
     "cpu-regime": Preset(
         name="cpu-regime",
         pool=PoolSpec(source=SHORT_DOCUMENTS, tokens=30_000, val_tokens=16_000, vocab_size=512),
@@ -706,7 +677,6 @@ PRESETS: dict[str, Preset] = {
         max_stacked_batch=64,
         scaling_pool_tokens=(7_500, 15_000),
         noise_scale_batches=(64, 256),
-        noise_scale_epochs=8,
         noise_micro_batch=8,
         batch_schedules={
             "ramp-up": "0:64,0.5:256,0.75:1024",
@@ -799,7 +769,7 @@ def dry_run_preset(preset: Preset) -> Preset:
     phases = [p for s in preset.batch_schedules.values() for p in _phases(s)]
     half_life = [preset.beta2_half_life_batch] if preset.beta2_half_life_batch else []
     batch = _ranks([*preset.lrs, preset.schedule_batch, *(b for _, b in phases), *half_life])
-    epochs = _ranks([*preset.epochs, preset.noise_epochs()])
+    epochs = _ranks(list(preset.epochs))
     largest = max(batch.values()) * 17  # tokens of one batch of 16-token sequences (+1 target)
     share = min(preset.scaling_pool_tokens, default=preset.pool.tokens) / preset.pool.tokens
     tokens = max(2 * largest, math.ceil(largest / share))  # every pool holds a largest batch
@@ -820,7 +790,6 @@ def dry_run_preset(preset: Preset) -> Preset:
         frontier_micro_batch=1,
         noise_micro_batch=1,
         noise_scale_batches=tuple(batch[b] for b in preset.noise_scale_batches),
-        noise_scale_epochs=epochs[preset.noise_epochs()] if preset.noise_scale_epochs else 0,
         scaling_pool_tokens=tuple(
             tokens * t // preset.pool.tokens for t in preset.scaling_pool_tokens
         ),

@@ -199,9 +199,14 @@ class Study:
             for pool, (epochs, weight_decay) in slices.items()
         ]
 
-    def noise_scale_grid(self) -> dict:
-        """05's runs that log the gradient noise scale, on every pool, original recipe."""
-        return self.preset.noise_scale_grid(self.pools(), **ORIGINAL_RECIPE)
+    def noise_scale_grid(self, sweep: Results) -> list[dict]:
+        """05's runs that log the gradient noise scale: on every pool, each noise-scale batch at
+        its tuned lr, weight decay and epoch budget in `sweep` (02's batch sweep at the first
+        model: cbs.noise_scale_choices), so that B_simple is measured at the loss the tuned
+        endpoints reach."""
+        P = self.preset
+        first = sweep.subset(sweep.runs["model"] == P.models[0])
+        return P.noise_scale_grid(cbs.noise_scale_choices(first, P.noise_scale_batches))
 
     def scaling_grids(self) -> list[dict]:
         """05's batch sweeps on the pools of several sizes of every pool seed (sized_pools), one
@@ -215,17 +220,15 @@ class Study:
 
     def notebook_grids(self) -> dict[str, list[dict]]:
         """The grids of each notebook that follow from the preset alone, by notebook number (the
-        noise-scale and scaling grids where the preset has their batches and pools). Two depend on
-        results and are missing here: 03's tying grid (at 02's optimal batch) and the schedules
-        (at the best fixed batch's budget); repro.plan adds stand-ins to price them."""
+        scaling grids where the preset has their pools). Three depend on results and are missing
+        here: 03's tying grid (at 02's optimal batch), the schedules (at the best fixed batch's
+        budget) and 05's noise-scale runs (at each batch's tuned point); repro.plan adds
+        stand-ins to price them."""
         P = self.preset
         return {
             "02": [self.batch_sweep_grid(), self.beta2_ablation_grid()],
             "03": [self.loader_grid(), self.combined_grid()],
-            "05": [
-                *([self.noise_scale_grid()] if P.noise_scale_batches else []),
-                *(self.scaling_grids() if P.scaling_pool_tokens else []),
-            ],
+            "05": self.scaling_grids() if P.scaling_pool_tokens else [],
         }
 
     def preset_grids(self) -> list[dict]:

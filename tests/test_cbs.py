@@ -234,6 +234,8 @@ def test_b_simple_near_takes_each_runs_evaluation_nearest_the_target():
         }
     )
     assert b_simple_near(trajectory, 2.45) == pytest.approx((4.0, 0.05))  # median of 2 and 6
+    short = trajectory.assign(val_loss=[3.0, 2.5, 2.0, 3.2, 3.1, 3.0])  # batch 32 stops at 3.1
+    assert b_simple_near(short, 2.45) == pytest.approx((2.0, 0.05))  # batch 8's alone
     assert all(math.isnan(v) for v in b_simple_near(EMPTY_TRAJECTORY, 2.0))
 
 
@@ -773,7 +775,7 @@ def test_every_pool_seed_gets_sized_pools_that_share_its_tokenizer_and_the_valid
 ):
     """The smoke preset's two seeds: each has pools of 2,000 and 4,000 tokens cut with its own
     seed, its main pool's tokenizer and the shared validation documents; the pool-size sweep and
-    the noise-scale runs cover every seed."""
+    the main pools are every seed's."""
     preset = replace(PRESETS["smoke"], scaling_pool_tokens=(2_000,))
     study = Study(preset, tmp_path, tmp_path / "pools", tmp_path / "runs", 1, progress=False)
     sized = study.sized_pools()
@@ -790,6 +792,3 @@ def test_every_pool_seed_gets_sized_pools_that_share_its_tokenizer_and_the_valid
     assert mains[0].meta["seed"] != mains[1].meta["seed"]
     swept = {c.pool for grid in study.scaling_grids() for c in expand(grid)}
     assert swept == {str(p) for pools in sized.values() for p in pools}
-    assert {c.pool for c in expand(study.noise_scale_grid())} == {
-        str(p[-1]) for p in sized.values()
-    }

@@ -9,7 +9,14 @@ import pandas as pd
 import pytest
 import torch
 
-from repro.analysis.cbs import ScheduleComparison, cbs_claims, noise_growth, noise_trajectory
+from repro.analysis.cbs import (
+    NOISE_RUN_FIELDS,
+    ScheduleComparison,
+    cbs_claims,
+    noise_growth,
+    noise_scale_choices,
+    noise_trajectory,
+)
 from repro.analysis.intervals import NOT_MEASURED
 from repro.analysis.results import Results, memory_documents
 from repro.errors import ReproError
@@ -54,15 +61,36 @@ def test_two_batch_estimates_are_exact_on_expected_norms():
 # --- notebook 05: the noise-scale runs on every pool, and their claim over pools ----------------
 
 
-def test_noise_scale_runs_on_every_pool_for_noise_scale_epochs():
+def test_noise_scale_runs_take_each_pools_tuned_run(hand_made):
+    """Batch 8 is best at lr 3e-3 for 4 epochs on p0 and at lr 1e-3 for 8 epochs on p1 (a WSD
+    branch: warmup_steps 18, from a trunk's checkpoint); on p2 every batch-8 run diverged: no
+    choice. Batch 4 is not a noise-scale batch. Each run copies its tuned run's fields but trains
+    from scratch with the noise-scale micro-batch, evaluated 4x per epoch."""
+    tiny = {"model": "tiny", "seq_len": 16, "schedule": "wsd", "warmup_steps": 0}
+    branch = {"warmup_steps": 18, "init_from": "trunk/checkpoints/step-9.pt", "save_steps": ""}
+    hand_made.add(2.8, pool="p0", batch_size=8, lr=3e-3, **tiny)
+    hand_made.add(3.0, pool="p0", batch_size=8, lr=1e-3, **tiny)
+    hand_made.add(2.5, pool="p0", batch_size=4, lr=1e-3, **tiny)
+    hand_made.add(2.9, pool="p1", batch_size=8, lr=3e-3, **tiny)
+    hand_made.add(2.7, pool="p1", batch_size=8, lr=1e-3, epochs=8, **tiny | branch)
+    hand_made.add(2.0, pool="p2", batch_size=8, status="diverged", **tiny)
+    choices = noise_scale_choices(hand_made.results(), [8])
+    assert [(c["pool"], c["lr"], c["epochs"], c["warmup_steps"]) for c in choices] == [
+        ("p0", 3e-3, 4, 0),
+        ("p1", 1e-3, 8, 18),
+    ]
+    assert not any(set(c) & set(NOISE_RUN_FIELDS) for c in choices)
     smoke = PRESETS["smoke"]
-    runs = expand(smoke.noise_scale_grid(["p0", "p1", "p2"]))
-    assert sorted((c.pool, c.batch_size) for c in runs) == [("p0", 8), ("p1", 8), ("p2", 8)]
-    assert {c.epochs for c in runs} == {max(smoke.epochs)} and all(c.noise_scale for c in runs)
-    short = replace(smoke, noise_scale_epochs=1)
-    assert {c.epochs for c in expand(short.noise_scale_grid(["p0"]))} == {1}
-    with pytest.raises(ReproError, match="noise_scale_epochs must be >= 0"):
-        replace(smoke, noise_scale_epochs=-1)
+    runs = [c for grid in smoke.noise_scale_grid(choices) for c in expand(grid)]
+    assert [(c.pool, c.lr, c.epochs, c.warmup_steps, c.init_from) for c in runs] == [
+        ("p0", 3e-3, 4, 0, ""),
+        ("p1", 1e-3, 8, 18, ""),
+    ]
+    assert all(c.noise_scale and c.micro_batch == 2 and c.eval_every == 0.25 for c in runs)
+    assert {c.adam_beta2 for c in runs} == {0.95}  # copied (the hand-made runs have none)
+    assert noise_scale_choices(hand_made.results(), [8]) == []
+    with pytest.raises(ReproError, match="noise-scale batch size 3 is not one of batch_sizes"):
+        replace(smoke, noise_scale_batches=(3,))
 
 
 def _trajectory(b_simple, losses=None, batch=8, pool="p0") -> pd.DataFrame:

@@ -46,13 +46,13 @@ def test_an_edit_on_one_side_is_detected(tmp_path):
 @pytest.mark.parametrize(
     "notebook", sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")), ids=lambda p: p.stem
 )
-def test_committed_notebook_shows_the_cpu_preset_without_running(notebook):
-    """Opened on a code host or in JupyterLab, a notebook shows the cpu preset's results:
-    `repro reproduce --preset cpu --store-outputs` put them there."""
+def test_committed_notebook_shows_the_cpu_regime_study_without_running(notebook):
+    """Opened on a code host or in JupyterLab, a notebook shows the cpu-regime study's results:
+    `repro reproduce --preset cpu-regime --store-outputs` put them there."""
     cells = [c for c in nbformat.read(notebook, as_version=4).cells if c.cell_type == "code"]
     outputs = [output for cell in cells for output in cell.get("outputs", [])]
     printed = "".join(output.get("text", "") for output in outputs)
-    assert printed.startswith("preset cpu:")
+    assert printed.startswith("preset cpu-regime:")
     assert any("image/png" in output.get("data", {}) for output in outputs)
     assert "claims" in cells[-1].source and cells[-1].outputs
     assert not any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in outputs)

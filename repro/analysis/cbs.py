@@ -52,7 +52,7 @@ from repro.analysis.intervals import (
     lower_verdict,
     t_interval,
 )
-from repro.analysis.results import REPLICATE_FIELDS, Results
+from repro.analysis.results import CONFIG_FIELDS, REPLICATE_FIELDS, Results, plain_value
 from repro.errors import ReproError
 from repro.runtime.config import make_run_config
 from repro.runtime.loaders import epoch_batches
@@ -305,16 +305,24 @@ def target_losses(results: Results, n_batches: int, n_targets: int = 3) -> list[
     return [round(t, 3) for t in np.linspace(hardest, top, n_targets)]
 
 
+NEAR_TARGET = 0.05
+"""How much farther (nats/token) than the nearest noise-scale run's evaluation another run's may
+lie from a target and still count in b_simple_near: runs that stop short of the target (a larger
+batch) do not move the estimate."""
+
+
 def b_simple_near(trajectory: pd.DataFrame, target: float) -> tuple[float, float]:
-    """McCandlish's prediction of the critical batch: the median over the noise-scale runs of
-    B_simple (sequences) at each run's evaluation nearest `target` (val loss, nats/token), and the
-    largest |val loss - target| of those evaluations; NaN without noise-scale estimates."""
+    """McCandlish's prediction of the critical batch at `target` (val loss, nats/token): per
+    noise-scale run, its evaluation nearest the target; then the median B_simple (sequences) over
+    the runs whose nearest evaluation lies within NEAR_TARGET of the closest run's, and the largest
+    |val loss - target| among those ("loss gap"); NaN without noise-scale estimates."""
     points = trajectory.dropna(subset=["b_simple", "val_loss"])
     if points.empty:
         return math.nan, math.nan
     gap = (points["val_loss"] - target).abs()
-    nearest = gap.groupby(points["batch_size"]).idxmin()
-    return float(points.loc[nearest, "b_simple"].median()), float(gap[nearest].max())
+    nearest = gap[gap.groupby(points["batch_size"]).idxmin()]
+    kept = nearest.index[nearest <= nearest.min() + NEAR_TARGET]
+    return float(points.loc[kept, "b_simple"].median()), float(gap[kept].max())
 
 
 def fitted_points(part: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -404,6 +412,58 @@ def fit_intervals(fits: pd.DataFrame) -> pd.DataFrame:
 
 
 # --- the gradient noise scale -------------------------------------------------------------------
+
+
+NOISE_RUN_FIELDS = ("init_from", "save_steps", "noise_scale", "micro_batch", "eval_every")
+"""Run fields a noise-scale run sets for itself rather than copying from its tuned run: it trains
+from scratch (a WSD branch keeps its warmup_steps, so the schedule is the branch's), keeps no
+checkpoints, and logs the noise scale from micro-batches at its own evaluation interval."""
+
+
+def noise_scale_choices(sweep: Results, batch_sizes: Iterable[int]) -> list[dict]:
+    """Where notebook 05 measures the noise scale: per pool of `sweep` (one model's batch sweep)
+    and each of `batch_sizes` (sequences) it has, the run fields of the batch's tuned run (lr,
+    weight decay and epoch budget chosen on all of the pool's documents, as the growth chooses:
+    selection.tuned), less NOISE_RUN_FIELDS, so that a noise-scale run with those fields reaches
+    the loss of the tuned endpoint. A batch with no finished run on a pool has no choice there."""
+    if sweep.runs.empty:
+        return []
+    done = sweep.subset(sweep.runs["status"] == "done")
+    done = done.subset(done.runs["batch_size"].isin(list(batch_sizes)))
+    if done.runs.empty:
+        return []
+    group_by = ["pool", "model", "batch_size", *(["seed"] if "seed" in done.runs else [])]
+    ends = selection.tuned(done, group_by).dropna(subset=["run_id"])
+    runs = done.runs.set_index("run_id")
+    copied = [f for f in CONFIG_FIELDS if f in runs and f not in NOISE_RUN_FIELDS]
+    return [
+        {f: plain_value(runs.loc[rid, f]) for f in copied}
+        for rid in ends.sort_values(group_by)["run_id"]
+    ]
+
+
+def noise_runs(noise: Results) -> pd.DataFrame:
+    """One row per noise-scale run of `noise`: pool (folder name), batch size (sequences), its
+    tuned lr, weight decay and epoch budget, its last val loss (nats/token) and how many of its
+    evaluations have a B_simple estimate."""
+    evals = noise.evals.sort_values("step")
+    last = evals.groupby("run_id")["val_loss"].last()
+    estimates = evals.groupby("run_id")["b_simple"].count()
+    runs = noise.runs.sort_values(["pool", "batch_size"])
+    return pd.DataFrame(
+        {
+            "pool": [Path(p).name for p in runs["pool"]],
+            "batch size": runs["batch_size"].to_numpy(),
+            "lr": runs["lr"].to_numpy(),
+            "weight decay": runs["weight_decay"].to_numpy(),
+            "epochs": runs["epochs"].to_numpy(),
+            "last val loss": last.reindex(runs["run_id"]).round(4).to_numpy(),
+            "B_simple estimates": estimates.reindex(runs["run_id"])
+            .fillna(0)
+            .astype(int)
+            .to_numpy(),
+        }
+    )
 
 
 def noise_trajectory(noise: Results) -> pd.DataFrame:

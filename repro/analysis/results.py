@@ -254,6 +254,11 @@ def _downstream(run_dir: Path) -> dict:
     }
 
 
+def plain_value(value):
+    """A pandas cell as a plain Python value (run fields go through make_run_config)."""
+    return value.item() if hasattr(value, "item") else value
+
+
 def varying_fields(runs: pd.DataFrame) -> list[str]:
     """Config fields that take more than one value across the runs."""
     return [c for c in CONFIG_FIELDS if c in runs and runs[c].astype(str).nunique() > 1]
