@@ -17,9 +17,11 @@ import torch
 from repro.data.pool import Split, load_pool
 from repro.runtime.config import make_run_config
 from repro.runtime.loaders import EpochLoader
+from repro.runtime.member import Member
 from repro.runtime.model import Transformer
+from repro.runtime.run_dir import RunDir
 from repro.runtime.shapes import flops_per_token, model_config
-from repro.runtime.train import Member, attach_optimizers, build_engine, training_step
+from repro.runtime.step import attach_optimizers, build_engine, training_step
 
 
 def repack(
@@ -102,7 +104,7 @@ def throughput(
     bf16: bool = False,
 ) -> dict:
     """Training tokens/s of one model size through the trainer's own step
-    (repro.runtime.train.training_step: forward, backward, clipping and AdamW; float32 on CPU,
+    (repro.runtime.step.training_step: forward, backward, clipping and AdamW; float32 on CPU,
     bf16 autocast on CUDA, and on CPU too with `bf16`). With stack = K, K configs of the size train
     at once (repro.runtime.stacked) and tokens/s counts all K. With `peak_flops` (FLOP/s, measured
     in the same run), also model FLOPs utilisation: flops_per_token * tokens/s / peak_flops.
@@ -344,13 +346,11 @@ def load_results_speed(n_runs: int = 10_000, evals_per_run: int = 16) -> dict:
 
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(n_runs):
-            run = Path(tmp) / f"{i:012x}"
-            run.mkdir()
-            (run / "config.json").write_text(
-                json.dumps({"pool": "p", "lr": 1e-3 * (1 + i % 7), "batch_size": 2 ** (i % 8)})
-            )
-            (run / "status.json").write_text(json.dumps({"status": "done", "best_val_loss": 3.0}))
-            (run / "metrics.jsonl").write_text(
+            run = RunDir(Path(tmp) / f"{i:012x}")
+            run.path.mkdir()
+            run.write_config({"pool": "p", "lr": 1e-3 * (1 + i % 7), "batch_size": 2 ** (i % 8)})
+            run.write_status({"status": "done", "best_val_loss": 3.0})
+            run.metrics_file.write_text(
                 "".join(
                     json.dumps(
                         {

@@ -5,7 +5,6 @@ separate `repro train` processes against one stack of the K (repro.runtime.stack
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import tempfile
@@ -22,6 +21,7 @@ from repro.errors import ReproError
 from repro.runtime.config import make_run_config
 from repro.runtime.model import Transformer
 from repro.runtime.optim import GRAD_CLIP
+from repro.runtime.run_dir import RunDir
 from repro.runtime.shapes import ModelConfig, model_config
 
 
@@ -234,8 +234,7 @@ def sweep_processes_vs_stack(
     with tempfile.TemporaryDirectory() as tmp:
         processes_s = _timed_processes(pool, fields, lrs, Path(tmp))
         alone = [
-            json.loads((Path(tmp) / f"process-{k}" / "status.json").read_text())["best_val_loss"]
-            for k in range(configs)
+            RunDir(Path(tmp) / f"process-{k}").status()["best_val_loss"] for k in range(configs)
         ]
         run_configs = [make_run_config(fields | {"pool": pool, "lr": lr}) for lr in lrs]
         torch.set_num_threads(threads or previous_threads)

@@ -24,7 +24,8 @@ from pathlib import Path
 
 from repro.errors import ReproError
 from repro.runtime.config import NUMERICS
-from repro.runtime.files import atomic_write, fsync_tree, is_finished, process_alive
+from repro.runtime.files import atomic_write, fsync_tree, process_alive
+from repro.runtime.run_dir import RunDir
 
 FORMAT = 1
 MANIFEST = "bundle.json"
@@ -36,10 +37,9 @@ RUN_FILE = re.compile(
 
 
 def _run_files(run: Path) -> list[Path]:
-    """A run's files that RUN_FILE names, sorted."""
-    candidates = [run / "config.json", run / "status.json", run / "metrics.jsonl"]
-    candidates += [run / "downstream.json", *sorted((run / "val_docs").glob("*.npy"))]
-    return [p for p in candidates if p.is_file() and RUN_FILE.fullmatch(_name(run.parent, p))]
+    """A run's files that the analyses read (RunDir.analysed_files) and RUN_FILE names."""
+    files = RunDir(run).analysed_files()
+    return [p for p in files if RUN_FILE.fullmatch(_name(run.parent, p))]
 
 
 def _name(store: Path, path: Path) -> str:
@@ -64,7 +64,7 @@ def export_bundle(store: str | Path, out: str | Path) -> int:
     runs = [
         run
         for run in sorted(store.iterdir())
-        if re.fullmatch(r"[0-9a-f]{12}", run.name) and is_finished(run)
+        if re.fullmatch(r"[0-9a-f]{12}", run.name) and RunDir(run).is_finished()
     ]
     if not runs:
         raise ReproError(f"{store} has no finished runs to export")

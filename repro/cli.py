@@ -13,7 +13,8 @@ from pathlib import Path
 
 from repro import bench_cli
 from repro.errors import ReproError
-from repro.runtime.files import FINISHED, NO_SPACE
+from repro.runtime.files import NO_SPACE
+from repro.runtime.run_dir import FINISHED, RunDir
 from repro.units import parse_count, parse_integers
 
 
@@ -122,7 +123,7 @@ def _sweep_table(args: argparse.Namespace) -> None:
     runs, evals = results.runs, results.evals
     errors = (
         f"{len(failed)} run(s) failed; their errors: "
-        + ", ".join(f"{args.dir}/{rid}/status.json" for rid in failed[:3])
+        + ", ".join(str(RunDir(Path(args.dir) / rid).status_file) for rid in failed[:3])
         + (" ..." if len(failed) > 3 else "")
     )
     if evals.empty:
@@ -180,7 +181,7 @@ def _eval(args: argparse.Namespace) -> None:
     )
     for task, r in results.items():
         print(f"{task:<24} acc {r['acc']:.4f} +- {r['acc_stderr']:.4f} ({r['n']} examples)")
-    print(f"written: {Path(args.run) / 'downstream.json'}")
+    print(f"written: {RunDir(args.run).downstream_file}")
 
 
 def _results_export(args: argparse.Namespace) -> None:

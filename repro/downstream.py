@@ -22,8 +22,8 @@ from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from tokenizers import Tokenizer
 
 from repro.errors import ReproError
-from repro.runtime.files import read_downstream, write_json
-from repro.runtime.train import load_final_model
+from repro.runtime.member import load_final_model
+from repro.runtime.run_dir import RunDir
 
 
 class ReproLM(LM):
@@ -116,12 +116,13 @@ def evaluate_run(
             f"--batch-size (sequences) and --limit (examples per task) must be at least 1; got "
             f"{batch_size} and {limit}"
         )
-    if not (Path(run) / "config.json").is_file():
+    folder = RunDir(run)
+    if not folder.has_config():
         raise ReproError(
             f"{run} is not a run (it has no config.json); pass a folder that repro train or "
             "repro sweep run trained"
         )
-    earlier = read_downstream(Path(run))
+    earlier = folder.downstream()
 
     local = {path.stem for path in Path(include).glob("*.yaml")} if include else set()
     manager = TaskManager(  # lm-eval's own task index (seconds to build) only when needed
@@ -149,7 +150,7 @@ def evaluate_run(
         for task, values in output["results"].items()
         if task in output["n-samples"] and "acc,none" in values  # tasks, not their groups
     }
-    write_json(Path(run) / "downstream.json", earlier | results)
+    folder.write_downstream(earlier | results)
     return results
 
 

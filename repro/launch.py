@@ -21,7 +21,7 @@ from pathlib import Path
 
 from repro.errors import ReproError
 from repro.runtime.config import RunConfig, config_record
-from repro.runtime.files import FINISHED, read_status
+from repro.runtime.run_dir import FINISHED, RunDir
 
 
 def train_with_torchrun(config: RunConfig, run_dir: Path, threads: int = 0) -> dict:
@@ -55,7 +55,7 @@ def train_with_torchrun(config: RunConfig, run_dir: Path, threads: int = 0) -> d
     done = subprocess.run(
         command, env=env, capture_output=True, text=True, preexec_fn=_die_with_parent
     )
-    status = read_status(run_dir)
+    status = RunDir(run_dir).status()
     if done.returncode or status.get("status") not in FINISHED:
         lines = done.stderr.splitlines()
         errors = [line for line in lines if "repro: error:" in line] or [

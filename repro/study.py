@@ -29,7 +29,7 @@ from repro.errors import ReproError
 from repro.growth import extension_grids
 from repro.paths import project_root
 from repro.presets import ORIGINAL_RECIPE, Preset, describe_regime, get_preset
-from repro.runtime.files import is_finished, read_downstream
+from repro.runtime.run_dir import RunDir
 from repro.sweep import SweepResult, WorkBar, plan_grid, run_sweep
 
 FIGURES_ENV = "REPRO_FIGURES_DIR"
@@ -314,10 +314,10 @@ class Study:
         """Import the shipped bundle if the store lacks a run of `grids`; a run still missing is a
         one-line error saying how to train it."""
         planned = [p.run_id for grid in grids for p in plan_grid(grid, self.store)]
-        missing = [rid for rid in planned if not is_finished(self.store / rid)]
+        missing = [rid for rid in planned if not RunDir(self.store / rid).is_finished()]
         if missing and self.shipped.is_file():
             import_bundle(self.shipped, self.store)
-            missing = [rid for rid in missing if not is_finished(self.store / rid)]
+            missing = [rid for rid in missing if not RunDir(self.store / rid).is_finished()]
         if missing:
             shipped = f" nor in {self.shipped}" if self.shipped.is_file() else ""
             raise ReproError(
@@ -347,7 +347,7 @@ class Study:
             if not isinstance(run_id, str):  # every run of the group diverged: no accuracy
                 rows.append({})
                 continue
-            done = read_downstream(self.store / run_id)
+            done = RunDir(self.store / run_id).downstream()
             if not set(tasks) <= set(done):
                 done = evaluate_run(self.store / run_id, tasks, include)
             rows.append({f"{t} {k}": v for t in tasks for k, v in done[t].items()})

@@ -58,8 +58,9 @@ from repro.runtime.config import (
     run_id,
     stack_key,
 )
-from repro.runtime.files import FINISHED, NoSpace, read_json, read_status, write_json
+from repro.runtime.files import NoSpace, read_json, write_json
 from repro.runtime.loaders import epoch_steps
+from repro.runtime.run_dir import FINISHED, RunDir
 from repro.runtime.schedules import decay_start_step
 from repro.runtime.shapes import model_config, parameter_count
 
@@ -78,7 +79,7 @@ class SweepResult:
     def raise_if_failed(self, store: str | Path) -> None:
         """A one-line ReproError naming the failed runs and where their errors are."""
         if self.failed:
-            where = ", ".join(f"{Path(store) / rid}/status.json" for rid in self.failed[:3])
+            where = ", ".join(str(RunDir(Path(store) / rid).status_file) for rid in self.failed[:3])
             more = f" and {len(self.failed) - 3} more" if len(self.failed) > 3 else ""
             raise ReproError(
                 f"{len(self.failed)} run(s) failed; the error is in {where}{more}; fix its cause, "
@@ -181,7 +182,7 @@ def plan_grid(grid: dict, store: Path) -> list[PlannedRun]:
         planned.append(PlannedRun(trunk, trunk_id))
         for c in family[:-1]:
             branch = replace(
-                c, init_from=str(store / trunk_id / "checkpoints" / f"step-{starts[c.epochs]}.pt")
+                c, init_from=str(RunDir(store / trunk_id).checkpoint(starts[c.epochs]))
             )
             planned.append(PlannedRun(branch, run_id(branch), after=trunk_id))
     return planned
@@ -210,14 +211,6 @@ def _decay_start(config: RunConfig, total_steps: int) -> int:
 
 
 # --- the store ----------------------------------------------------------------------------------
-
-
-def run_status(run_dir: Path) -> str:
-    """done | diverged | failed | running (a run that was started, maybe interrupted) | pending;
-    a one-line ReproError for a damaged status.json (read_status)."""
-    if not (run_dir / "status.json").exists():
-        return "pending"
-    return read_status(run_dir).get("status", "running")
 
 
 def execute_stack(
@@ -280,20 +273,20 @@ def _claim(
     closes), and the outcomes of those it may not: busy, or skipped as finished or failed."""
     claimed, outcomes = [], {}
     for rid, config in job:
-        run_dir = store / rid
-        run_dir.mkdir(parents=True, exist_ok=True)
-        lock = locks.enter_context(open(run_dir / ".lock", "w"))
+        run = RunDir(store / rid)
+        run.path.mkdir(parents=True, exist_ok=True)
+        lock = locks.enter_context(open(run.lock_file, "w"))
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             outcomes[rid] = "busy"
             continue
-        status = run_status(run_dir)
+        status = run.state()
         if status in FINISHED or (status == "failed" and not retry_failed):
             outcomes[rid] = f"skipped ({status})"
             continue
         if status == "failed":
-            (run_dir / "status.json").unlink()
+            run.forget_status()
         claimed.append((rid, make_run_config(config)))
     return claimed, outcomes
 
@@ -311,18 +304,18 @@ def _train_claimed(
     except Exception as exc:
         outcomes = {}
         for rid, _ in claimed:
-            if run_status(store / rid) not in FINISHED:
-                write_json(
-                    store / rid / "status.json",
+            run = RunDir(store / rid)
+            if run.state() not in FINISHED:
+                run.write_status(
                     {
                         "status": "failed",
                         "error": f"{type(exc).__name__}: {exc}",
                         "traceback": traceback.format_exc(),
-                    },
+                    }
                 )
                 outcomes[rid] = "failed"
             else:
-                outcomes[rid] = run_status(store / rid)
+                outcomes[rid] = run.state()
         return outcomes
 
 
@@ -449,7 +442,7 @@ def run_sweep(
     with nullcontext(bar) if bar else WorkBar(progress) as bar:
         bar.add(planned)
         for phase in (trunks, branches):  # a branch starts from its trunk's checkpoint
-            todo = [p for p in phase if run_status(store / p.run_id) not in FINISHED]
+            todo = [p for p in phase if RunDir(store / p.run_id).state() not in FINISHED]
             bar.done([p.run_id for p in phase if p not in todo])
             while todo:
                 jobs = [
@@ -669,22 +662,22 @@ def reset_failed(store: str | Path) -> list[str]:
     that the next sweep resumes or retrains it. Returns their run ids."""
     reset = []
     for rid in failed_runs(store):
-        with open(Path(store) / rid / ".lock", "w") as lock:
+        run = RunDir(Path(store) / rid)
+        with open(run.lock_file, "w") as lock:
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 continue
-            if run_status(Path(store) / rid) == "failed":
-                (Path(store) / rid / "status.json").unlink()
+            if run.state() == "failed":
+                run.forget_status()
                 reset.append(rid)
     return reset
 
 
 def failed_runs(store: str | Path) -> list[str]:
     """Run ids in a store whose status.json says failed."""
-    return sorted(
-        p.parent.name for p in Path(store).glob("*/status.json") if run_status(p.parent) == "failed"
-    )
+    runs = [RunDir(p) for p in sorted(Path(store).iterdir()) if p.is_dir()]
+    return [run.name for run in runs if run.state() == "failed"]
 
 
 def sweep_status(store: str | Path) -> dict[str, int]:
@@ -698,6 +691,6 @@ def sweep_status(store: str | Path) -> dict[str, int]:
         )
     counts: dict[str, int] = {}
     for entry in _read_manifest(store)["runs"]:
-        state = run_status(store / entry["run_id"])
+        state = RunDir(store / entry["run_id"]).state()
         counts[state] = counts.get(state, 0) + 1
     return counts

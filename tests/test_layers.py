@@ -11,7 +11,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "repro"
 ORCHESTRATION = ("repro.sweep", "repro.study", "repro.reproduce", "repro.cli", "repro.plan")
 ORCHESTRATION += ("repro.growth", "repro.launch", "repro.bench", "repro.downstream")
-TORCH_FREE_RUNTIME = ("config", "files", "loaders", "schedules", "shapes")
+TORCH_FREE_RUNTIME = ("config", "files", "loaders", "run_dir", "schedules", "shapes")
 
 
 def _imports(path: Path) -> set[str]:

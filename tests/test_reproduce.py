@@ -20,8 +20,9 @@ from nbformat.v4 import new_code_cell, new_notebook
 from repro.cli import main
 from repro.errors import ReproError
 from repro.reproduce import KERNEL_PREFIX, copy_outputs, remove_leftovers
+from repro.runtime.run_dir import RunDir
 from repro.study import TERMINAL_PROGRESS_ENV, Study, open_study
-from repro.sweep import plan_grid, run_status
+from repro.sweep import plan_grid
 
 
 def _project(root, *sources):
@@ -129,11 +130,11 @@ def test_retry_failed_lets_the_presets_failed_runs_train_again(tmp_path, monkeyp
         (store / status / "status.json").write_text(json.dumps({"status": status}))
     seen = []
     monkeypatch.setattr(
-        Study, "prefetch", lambda study: seen.append(run_status(study.store / "failed"))
+        Study, "prefetch", lambda study: seen.append(RunDir(study.store / "failed").state())
     )
     main(["reproduce", "--preset", "smoke"])
     main(["reproduce", "--preset", "smoke", "--retry-failed"])
-    assert seen == ["failed", "pending"] and run_status(store / "done") == "done"
+    assert seen == ["failed", "pending"] and RunDir(store / "done").state() == "done"
     assert "retrying 1 failed run(s)" in capsys.readouterr().out
 
 

@@ -16,13 +16,15 @@ import numpy as np
 import pytest
 import torch
 
+import repro.runtime.run_dir
 import repro.runtime.train
 from repro.cli import main
 from repro.data.build import PoolSpec, build_pool
 from repro.data.pool import load_pool, packed_sequences
 from repro.errors import ReproError
 from repro.runtime.config import config_record, load_run_config, make_run_config
-from repro.runtime.train import LATEST, check_config, train
+from repro.runtime.run_dir import LATEST
+from repro.runtime.train import check_config, train
 
 BASE = dict(
     model="tiny",
@@ -397,14 +399,14 @@ def test_a_checkpoint_that_would_run_code_is_refused(synthetic_pool, tmp_path, p
 
 
 def test_status_shows_progress_while_running(synthetic_pool, tmp_path, monkeypatch):
-    written, write_json = [], repro.runtime.train.write_json
+    written, write_json = [], repro.runtime.run_dir.write_json
 
     def recorded(path, obj):
         if path.name == "status.json":
             written.append(obj)
         write_json(path, obj)
 
-    monkeypatch.setattr(repro.runtime.train, "write_json", recorded)
+    monkeypatch.setattr(repro.runtime.run_dir, "write_json", recorded)
     final = train(make_run_config(BASE | {"pool": str(synthetic_pool)}), tmp_path, progress=False)
     evaluations = _metrics(tmp_path)
     start, *running, done = written
@@ -439,7 +441,7 @@ def test_a_kill_while_keeping_a_trunk_step_writes_it_on_resume(
     kept = check_config(make_run_config(fields), load_pool(synthetic_pool)).steps_per_epoch
     config = make_run_config(fields | {"save_steps": str(kept)})
     train(config, tmp_path / "straight", progress=False)
-    save = repro.runtime.train._save_checkpoint
+    save = repro.runtime.train.save_checkpoint
 
     def save_or_die(path, *args, **kwargs):
         if path.name == f"step-{kept}.pt":
@@ -447,7 +449,7 @@ def test_a_kill_while_keeping_a_trunk_step_writes_it_on_resume(
         save(path, *args, **kwargs)
 
     with monkeypatch.context() as patch:
-        patch.setattr(repro.runtime.train, "_save_checkpoint", save_or_die)
+        patch.setattr(repro.runtime.train, "save_checkpoint", save_or_die)
         with pytest.raises(KeyboardInterrupt):
             train(config, tmp_path / "killed", progress=False)
     train(config, tmp_path / "killed", progress=False)

@@ -21,8 +21,9 @@ from repro.cli import main
 from repro.data.build import PoolSpec, build_pool
 from repro.runtime.config import make_run_config
 from repro.runtime.model import Transformer
+from repro.runtime.run_dir import LATEST, PREVIOUS
 from repro.runtime.shapes import model_config
-from repro.runtime.train import LATEST, PREVIOUS, train, train_stacked
+from repro.runtime.train import train, train_stacked
 
 # seeds whose kill plans include the windows that matter: a kill between keeping the previous
 # checkpoint and installing the new one, and between two stack members' checkpoints

@@ -22,8 +22,8 @@ import pandas as pd
 
 from repro.data.pool import built_meta
 from repro.errors import ReproError
-from repro.runtime.config import RunConfig, config_record, make_run_config, run_id
-from repro.runtime.files import FINISHED, read_downstream, read_json, read_metrics, read_status
+from repro.runtime.config import RunConfig, make_run_config, run_id
+from repro.runtime.run_dir import DEFAULT_RECORD, FINISHED, RunDir
 
 TUNED = ("lr", "weight_decay", "epochs")
 BOOKKEEPING = (
@@ -38,7 +38,6 @@ BOOKKEEPING = (
 )
 EVAL_COLUMNS = ["run_id", "step", "epoch", "tokens", "lr_t", "train_loss", "val_loss", "wall_s"]
 CONFIG_FIELDS = [f.name for f in fields(RunConfig)]
-DEFAULTS = config_record(RunConfig())  # a field a run's config.json predates has its default
 
 
 def load_results(
@@ -52,18 +51,17 @@ def load_results(
         raise ReproError(f"{store} is not a directory of runs")
     run_rows, eval_rows = [], []
     dirs = [store / rid for rid in run_ids] if run_ids is not None else sorted(store.iterdir())
-    for run_dir in dirs:
-        rid = run_dir.name
-        fix = f"remove {run_dir} and rerun the sweep to retrain it"
-        status = read_status(run_dir) or {"status": "pending"}
-        if not (run_dir / "config.json").is_file():
+    for run in map(RunDir, dirs):
+        rid = run.name
+        status = run.status() or {"status": "pending"}
+        if not run.has_config():
             if status["status"] in ("done", "diverged", "running"):  # trained without a config
-                raise ReproError(f"run {rid} has no config.json; {fix}")
+                raise ReproError(f"run {rid} has no config.json; {run.retrain}")
             if run_ids is not None:  # asked for, but never started or failed before its config
-                run_rows.append(DEFAULTS | {"run_id": rid, "status": status["status"]})
+                run_rows.append(DEFAULT_RECORD | {"run_id": rid, "status": status["status"]})
             continue
-        config = DEFAULTS | read_json(run_dir / "config.json", fix)
-        _check_config(rid, config | ({"pool": pools[rid]} if pools and rid in pools else {}), fix)
+        config = run.config()
+        _check_config(rid, config | ({"pool": pools[rid]} if pools and rid in pools else {}), run)
         run_rows.append(
             {
                 "run_id": rid,
@@ -76,10 +74,10 @@ def load_results(
                 "steps_per_epoch": status.get("steps_per_epoch"),
                 "final_step": status.get("step"),
                 "wall_s": status.get("wall_s"),
-                **_downstream(run_dir),
+                **_downstream(run),
             }
         )
-        for record in read_metrics(run_dir / "metrics.jsonl", fix):
+        for record in run.metrics():
             if "val_loss" in record:  # lr_t: the scheduled lr at that step; lr: the run's peak
                 record["lr_t"] = record.pop("lr")
                 eval_rows.append({"run_id": rid, **record})
@@ -88,10 +86,11 @@ def load_results(
     return runs, evals
 
 
-def _check_config(rid: str, config: dict, fix: str) -> None:
-    """A run's config.json holds fields the trainer accepts, and, for a sweep's run whose pool is
-    built here, hashes to the run's id (a config edited after training does not, nor one of a
-    store trained under another config.NUMERICS)."""
+def _check_config(rid: str, config: dict, run: RunDir) -> None:
+    """A run's config.json (`config`, as read from `run`) holds fields the trainer accepts, and,
+    for a sweep's run whose pool is built here, hashes to the run's id (a config edited after
+    training does not, nor one of a store trained under another config.NUMERICS)."""
+    fix = run.retrain
     try:
         resolved = make_run_config(config)
     except ReproError as exc:
@@ -139,39 +138,12 @@ class Results:
 
 
 def store_documents(store: str | Path) -> DocumentLosses:
-    """Per-document losses of the runs under `store` (RUN/val_docs/step-N.npy and tokens.npy),
-    each file read once; a missing or damaged file is a one-line error naming it."""
+    """Per-document losses of the runs under `store` (RunDir.document_losses), each file read
+    once; a missing or damaged file is a one-line error naming it."""
 
     @functools.cache
     def load(run_id: str, step: int) -> tuple[np.ndarray, np.ndarray]:
-        folder = Path(store) / run_id / "val_docs"
-        losses, tokens = folder / f"step-{int(step)}.npy", folder / "tokens.npy"
-        if not losses.is_file():
-            raise ReproError(
-                f"{losses} is missing (deleted, or the run predates per-document losses): remove "
-                f"{folder.parent} and rerun the sweep to retrain it"
-            )
-
-        def damaged(why: str) -> ReproError:
-            return ReproError(
-                f"{folder} is damaged ({why}): remove {folder.parent} and rerun the sweep to "
-                "retrain it"
-            )
-
-        try:
-            pair = np.load(losses), np.load(tokens)
-        except ValueError:  # numpy's advice (an unsafe pickle load) is not ours to pass on
-            raise damaged("not a numeric array") from None
-        except (OSError, EOFError) as error:
-            raise damaged(str(error) or type(error).__name__) from None
-        if not all(np.issubdtype(a.dtype, np.number) for a in pair):
-            raise damaged("not a numeric array")
-        if pair[0].shape != pair[1].shape or pair[0].ndim != 1:
-            raise ReproError(
-                f"{losses} does not match {tokens}: remove {folder.parent} and "
-                "rerun the sweep to retrain it"
-            )
-        return pair
+        return RunDir(Path(store) / run_id).document_losses(step)
 
     return load
 
@@ -246,9 +218,9 @@ def open_results(
     return Results(runs, evals, store_documents(store), Path(store))
 
 
-def _downstream(run_dir: Path) -> dict:
+def _downstream(run: RunDir) -> dict:
     """RUN/downstream.json (repro eval) as columns "<task> acc", "<task> acc_stderr", "<task> n"."""
-    results = read_downstream(run_dir)
+    results = run.downstream()
     return {
         f"{task} {key}": value for task, result in results.items() for key, value in result.items()
     }

@@ -165,42 +165,6 @@ def read_metrics(path: Path, fix: str) -> list[dict]:
     return records
 
 
-def read_status(run: Path) -> dict:
-    """RUN/status.json, {} while there is none; a damaged one (not a JSON object, or a status that
-    is not a string) is a one-line error saying to remove it (the run then resumes from its
-    checkpoint, or starts over)."""
-    path = run / "status.json"
-    if not path.exists():
-        return {}
-    fix = "remove it: the run then resumes from its checkpoint or starts over"
-    status = read_json(path, fix)
-    if not isinstance(status.get("status", ""), str):
-        raise ReproError(f"{path} holds a status that is not a word; {fix}")
-    return status
-
-
-FINISHED = ("done", "diverged")
-"""The statuses of a run that will not train again (a diverged run is a result too)."""
-
-
-def is_finished(run: Path) -> bool:
-    """Whether RUN/status.json records a finished run (FINISHED); a damaged one is an error."""
-    return read_status(run).get("status") in FINISHED
-
-
-def read_downstream(run: Path) -> dict:
-    """RUN/downstream.json (repro eval): {task: {"acc", "acc_stderr", "n"}}, {} before the first
-    evaluation; a damaged one (not a JSON object of objects) is a one-line error naming it."""
-    path = run / "downstream.json"
-    if not path.exists():
-        return {}
-    fix = f"remove it and evaluate the run again (repro eval {run})"
-    results = read_json(path, fix)
-    if not all(isinstance(result, dict) for result in results.values()):
-        raise ReproError(f"{path} holds a task whose result is not an object; {fix}")
-    return results
-
-
 def check_out(
     out: Path, kind: str, entries: Collection[str], marker: str, scratch: Collection[str] = ()
 ) -> None:

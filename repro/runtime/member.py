@@ -1,0 +1,389 @@
+"""One run of a stack as the trainer holds it (Member): its model, optimizer state, progress and
+folder; how it opens (fresh, resumed from its checkpoint, or branched from a WSD trunk's), what it
+saves at an evaluation (checkpoint, status, per-document losses) and how it finishes. The files
+and their reading rules are repro.runtime.run_dir's; the loop that steps members is
+repro.runtime.train's. Units: steps are optimizer updates counted from 1; epochs are passes over
+the pool's training split.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from repro.data.pool import Pool, load_pool
+from repro.errors import ReproError
+from repro.runtime.config import RunConfig, micro_batches, run_identity
+from repro.runtime.files import atomic_write, no_space, read_metrics
+from repro.runtime.loaders import (
+    EpochLoader,
+    EpochSteps,
+    epoch_steps,
+    validation_documents,
+    validation_sequences,
+)
+from repro.runtime.model import Transformer
+from repro.runtime.noise_scale import NoiseScaleEMA
+from repro.runtime.run_dir import FINISHED, RunDir
+from repro.runtime.schedules import Schedule
+from repro.runtime.shapes import model_config
+
+# sequences per validation forward pass, at least (no gradients, so larger than tiny micro-batches)
+EVAL_BATCH = 16
+# what every checkpoint holds
+CHECKPOINT_KEYS = set(
+    "model optimizer torch_rng python_rng step wall_s best loss_sum loss_steps".split()
+)
+
+
+@dataclass
+class Member:
+    """One run of a (possibly one-member) stack: its model, optimizer and progress."""
+
+    config: RunConfig
+    out: Path
+    model: Transformer
+    checkpoint: dict | None  # loaded state to continue from; consumed once the optimizer exists
+    loader: EpochLoader | None = None  # its training data (None: a benchmark feeds batches)
+    timeline: Timeline | None = None
+    optimizer: torch.optim.Optimizer | None = None
+    step: int = 0
+    wall_offset: float = 0.0
+    loss_sum: float = 0.0  # training loss summed since the last evaluation
+    loss_steps: int = 0
+    best: dict = field(
+        default_factory=lambda: {"best_val_loss": None, "best_step": None, "best_epoch": None}
+    )
+    noise: NoiseScaleEMA = field(default_factory=NoiseScaleEMA)
+    started: float = 0.0  # perf_counter() at the run's start, less the wall time before a resume
+    latest_good: bool = False  # RUN/checkpoint.pt is good: the next save keeps it as the previous
+
+    @property
+    def run(self) -> RunDir:
+        """The run's folder (`out`)."""
+        return RunDir(self.out)
+
+    def wall_s(self) -> float:
+        """Seconds this run has trained, resumed pieces included."""
+        return time.perf_counter() - self.started
+
+    def log(self, record: dict) -> None:
+        """Append `record` to RUN/metrics.jsonl (a full disk: NoSpace, files.no_space)."""
+        path = self.run.metrics_file
+        try:
+            with path.open("a") as f:
+                f.write(json.dumps(record) + "\n")
+        except OSError as exc:
+            raise (no_space(path, exc) or exc) from exc
+
+
+@dataclass
+class Timeline:
+    """When things happen in a run (steps counted from 1) and what evaluation uses."""
+
+    steps: EpochSteps
+    schedule: Schedule
+    eval_steps: set[int]
+    save_steps: set[int]  # steps whose checkpoints are kept (a WSD trunk)
+    val_sequences: np.ndarray
+    val_documents: np.ndarray  # the document of each target token of val_sequences
+    val_docs: int  # documents in the validation split (the tail's may have no scored token)
+    eval_batch: int  # sequences per validation forward, the same in every schedule phase
+
+
+def build_timeline(config: RunConfig, pool: Pool, loader: EpochLoader, world_size: int) -> Timeline:
+    """The run's Timeline on `world_size` processes: its steps per epoch, lr schedule, evaluation
+    and kept steps, and the validation sequences every evaluation scores."""
+    steps = epoch_steps(
+        loader.sequences_per_epoch, config.epochs, config.batch_size, config.batch_schedule
+    )
+    return Timeline(
+        steps=steps,
+        schedule=config.schedule_for(steps.total_steps),
+        eval_steps=set(_evaluation_steps(steps, config.eval_every)),
+        save_steps=set(config.save_steps),
+        val_sequences=validation_sequences(pool.val, pool.eos_id, config.seq_len),
+        val_documents=validation_documents(pool.val, config.seq_len),
+        val_docs=pool.val.n_docs,
+        eval_batch=max(micro_batches(config, config.batch_size, world_size)[0], EVAL_BATCH),
+    )
+
+
+def _evaluation_steps(steps: EpochSteps, eval_every: float) -> list[int]:
+    """Steps (counted from 1) after which validation runs: evenly spaced in epochs, always at each
+    epoch end (EpochSteps.steps_at)."""
+    per_epoch = max(1, round(1 / eval_every))
+    points = {
+        steps.steps_at(Fraction(epoch * per_epoch + i, per_epoch))
+        for epoch in range(len(steps.batch_by_epoch))
+        for i in range(1, per_epoch + 1)
+    }
+    return sorted(points - {0})
+
+
+def progress_at(config: RunConfig, step: int, steps: EpochSteps) -> dict:
+    """Where a run is after `step` steps: step, epoch (fractional) and training tokens."""
+    return {
+        "step": step,
+        "epoch": steps.epochs_done(step),
+        "tokens": steps.sequences_done(step) * config.seq_len,
+    }
+
+
+def _running_status(progress: dict, total_steps: int) -> dict:
+    """status.json while training: step, total_steps, epoch, tokens [, val_loss] of `progress`
+    (a metrics line, or the starting point)."""
+    shown = {k: progress[k] for k in ("epoch", "tokens", "val_loss") if k in progress}
+    return {"status": "running", "step": progress["step"], "total_steps": total_steps} | shown
+
+
+def finished_status(config: RunConfig, out: Path) -> dict | None:
+    """The final status of a done or diverged run in `out`; None if it still has to train.
+    Raises if `out` holds a different run."""
+    run = RunDir(out)
+    if not run.config_file.exists():
+        return None
+    existing = run_identity(run.run_config())
+    wanted = run_identity(config)
+    if existing != wanted:
+        diff = sorted(k for k in wanted if existing.get(k) != wanted[k])
+        raise ReproError(
+            f"{out} holds a different run (differs in {', '.join(diff)}); choose another --out"
+        )
+    status = run.status()
+    return status if status.get("status") in FINISHED else None
+
+
+def open_member(
+    config: RunConfig,
+    out: Path,
+    pool: Pool,
+    loader: EpochLoader,
+    device: torch.device,
+    rank: int,
+    world_size: int = 1,
+) -> Member:
+    """Build the run's model (seeded) and load its checkpoint, or the trunk's for a WSD branch."""
+    torch.manual_seed(config.seed)
+    model = Transformer(model_config(config.model, pool.vocab_size, config.tie_embeddings)).to(
+        device
+    )
+    timeline = build_timeline(config, pool, loader, world_size)
+    member = Member(config, out, model, None, loader, timeline)
+    run = RunDir(out)
+    found = _own_checkpoint(run, model, device, rank)
+    if found is None and config.init_from:
+        found = _trunk_checkpoint(Path(config.init_from), model, device)
+    if found is None:
+        if rank == 0:
+            run.metrics_file.write_text("")
+        return member
+    path, ckpt = found
+    model.load_state_dict(ckpt["model"])
+    torch.set_rng_state(ckpt["torch_rng"].cpu())
+    random.setstate(ckpt["python_rng"])
+    member.checkpoint, member.step, member.wall_offset, member.best = (
+        ckpt,
+        ckpt["step"],
+        ckpt["wall_s"],
+        ckpt["best"],
+    )
+    member.loss_sum, member.loss_steps = ckpt["loss_sum"], ckpt["loss_steps"]
+    member.noise = NoiseScaleEMA(**ckpt.get("noise", {}))
+    member.latest_good = path == run.latest_checkpoint
+    # keep the metric lines up to the checkpoint (of this run, or of the trunk for a branch)
+    if rank == 0:
+        source = run if path.parent == out else RunDir(path.parent.parent)
+        _keep_metrics(source, run, member.step)
+        if source != run:
+            _keep_document_losses(source, run, member.step)
+    return member
+
+
+def _keep_metrics(source: RunDir, dest: RunDir, step: int) -> None:
+    """Write the metric records of `source` up to `step` to `dest` (which may be `source`); a line
+    torn by a kill is dropped, a damaged one is an error naming the file (files.read_metrics)."""
+    fix = f"remove {dest.path} and rerun: the run then starts over"
+    records = [r for r in read_metrics(source.metrics_file, fix) if r.get("step", math.inf) <= step]
+    with atomic_write(dest.metrics_file) as f:
+        f.write("".join(json.dumps(record) + "\n" for record in records))
+
+
+def _keep_document_losses(trunk: RunDir, branch: RunDir, step: int) -> None:
+    """A branch keeps its trunk's per-document losses up to the branch point, as it keeps their
+    metric lines (a branch whose cool-down has no steps evaluates nothing itself)."""
+    if not trunk.docs_dir.is_dir():
+        return
+    branch.docs_dir.mkdir(exist_ok=True)
+    for file in trunk.docs_dir.glob("*.npy"):
+        if file.name == "tokens.npy" or int(file.stem.removeprefix("step-")) <= step:
+            with atomic_write(branch.docs_dir / file.name, "wb") as f:
+                f.write(file.read_bytes())
+
+
+def load_final_model(run: Path, device: torch.device) -> tuple[Transformer, RunConfig, str]:
+    """The finished run's model at its last step (checkpoint.pt), in eval mode, with its config
+    and pool directory; a one-line ReproError for a run that is not done."""
+    folder = RunDir(run)
+    status = folder.status()
+    if status.get("status") != "done":
+        raise ReproError(
+            f"{run} is not a finished run (status: {status.get('status', 'none')}); train it first"
+        )
+    config = folder.run_config()
+    vocab = load_pool(config.pool).vocab_size
+    model = Transformer(model_config(config.model, vocab, config.tie_embeddings)).to(device)
+    checkpoint = _read_checkpoint(folder.latest_checkpoint, model, device)
+    model.load_state_dict(checkpoint["model"])
+    return model.eval(), config, config.pool
+
+
+def _read_checkpoint(path: Path, model: Transformer, device: torch.device) -> dict:
+    """The checkpoint at `path`, checked to fit `model`. Only tensors and plain values load
+    (weights_only: a checkpoint cannot run code); a one-line ReproError says what is wrong."""
+    try:
+        with warnings.catch_warnings():  # torch warns about pickles it then refuses
+            warnings.simplefilter("ignore")
+            ckpt = torch.load(path, map_location=device, weights_only=True)
+    except Exception as exc:  # every failure means the same: this file is not usable
+        raise ReproError(
+            f"{path} is unusable: it does not load as tensors and plain values "
+            f"({type(exc).__name__}: truncated, not a checkpoint, or holding objects that could "
+            "run code)"
+        ) from None
+    weights = ckpt.get("model") if isinstance(ckpt, dict) else None
+    if not isinstance(weights, dict) or not CHECKPOINT_KEYS <= ckpt.keys():
+        raise ReproError(f"{path} is unusable: it is not a checkpoint of this trainer")
+    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    found = {k: tuple(v.shape) for k, v in weights.items() if isinstance(v, torch.Tensor)}
+    if found != expected:
+        name = next(
+            k for k in sorted(expected.keys() | found.keys()) if found.get(k) != expected.get(k)
+        )
+        raise ReproError(
+            f"{path} is unusable: it is a checkpoint of another model "
+            f"({name}: shape {found.get(name)}, this run's model: {expected.get(name)})"
+        )
+    return ckpt
+
+
+def _own_checkpoint(
+    run: RunDir, model: Transformer, device: torch.device, rank: int
+) -> tuple[Path, dict] | None:
+    """The run's checkpoint to resume from: checkpoint.pt, else the previous one (saying so). None
+    if there is none; a one-line ReproError naming the files to remove if none is usable."""
+    paths = [p for p in (run.latest_checkpoint, run.previous_checkpoint) if p.exists()]
+    problems = []
+    for path in paths:
+        try:
+            ckpt = _read_checkpoint(path, model, device)
+        except ReproError as exc:
+            problems.append(str(exc))
+            continue
+        if problems and rank == 0:
+            print(f"repro: {problems[0]}; resuming from {path}", file=sys.stderr)
+        return path, ckpt
+    if problems:
+        remove = " and ".join(str(p) for p in paths)
+        raise ReproError(f"{'; '.join(problems)}; remove {remove} to start this run over")
+    return None
+
+
+def _trunk_checkpoint(path: Path, model: Transformer, device: torch.device) -> tuple[Path, dict]:
+    """The init_from checkpoint; a one-line ReproError if it is unusable."""
+    try:
+        return path, _read_checkpoint(path, model, device)
+    except ReproError as exc:
+        raise ReproError(
+            f"init_from: {exc}; point init_from at a good checkpoint, or train its run again"
+        ) from None
+
+
+def save_checkpoint(
+    path: Path, member: Member, step: int, wall_s: float, keep_previous: Path | None = None
+) -> None:
+    """Everything needed to continue exactly: weights, AdamW state, RNG, progress, the open loss
+    window; written atomically, the file it replaces moved to `keep_previous` if given."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    weights = {
+        k: v.clone()
+        if v.untyped_storage().nbytes() > v.nbytes
+        else v  # a stacked slice: save only the slice
+        for k, v in member.model.state_dict().items()
+    }
+    checkpoint = {
+        "model": weights,
+        "optimizer": member.optimizer.state_dict(),
+        "torch_rng": torch.get_rng_state(),
+        "python_rng": random.getstate(),
+        "step": step,
+        "wall_s": wall_s,
+        "best": member.best,
+        "loss_sum": member.loss_sum,
+        "loss_steps": member.loss_steps,
+        "noise": member.noise.state(),
+    }
+    with atomic_write(path, "wb", keep_previous) as f:
+        torch.save(checkpoint, f)
+
+
+def save_progress(member: Member, record: dict, total_steps: int) -> None:
+    """At an evaluation (rank 0): the resume checkpoint (the last good one kept as the previous),
+    then status.json with the progress."""
+    run = member.run
+    keep = run.previous_checkpoint if member.latest_good else None
+    save_checkpoint(run.latest_checkpoint, member, record["step"], record["wall_s"], keep)
+    member.latest_good = True
+    run.write_status(_running_status(record, total_steps))
+
+
+def save_document_losses(run: RunDir, step: int, per_doc: np.ndarray, timeline: Timeline) -> None:
+    """RUN/val_docs/step-N.npy: each validation document's summed loss (nats, float64) at
+    evaluation step N; RUN/val_docs/tokens.npy: each document's scored tokens (the same at every
+    evaluation). Comparisons of runs pair their documents (repro.analysis.intervals)."""
+    n = timeline.val_docs
+    run.docs_dir.mkdir(exist_ok=True)
+    if not run.document_tokens_file.exists():
+        with atomic_write(run.document_tokens_file, "wb") as f:
+            np.save(f, np.bincount(timeline.val_documents.reshape(-1), minlength=n))
+    with atomic_write(run.document_losses_file(step), "wb") as f:
+        np.save(f, np.pad(per_doc, (0, n - len(per_doc))))
+
+
+def final_status(member: Member, status: str, n_members: int, rank: int) -> dict:
+    """The member's status.json (written by rank 0), also returned."""
+    steps = member.timeline.steps
+    final = {
+        "status": status,
+        "step": member.step,
+        "total_steps": steps.total_steps,
+        "steps_per_epoch": steps.sequences_per_epoch / steps.batch_by_epoch[0],
+        "wall_s": member.wall_s(),
+        "stacked": n_members,
+        **member.best,
+    }
+    if rank == 0:
+        member.run.previous_checkpoint.unlink(missing_ok=True)  # needed only to resume
+        member.run.write_status(final)
+    return final
+
+
+def mark_running(members: list[Member], rank: int) -> None:
+    """status.json says running (rank 0); each member's wall clock starts (resumed time kept)."""
+    for member in members:
+        steps = member.timeline.steps
+        if rank == 0:
+            where = progress_at(member.config, member.step, steps)
+            running = _running_status(where, steps.total_steps)
+            member.run.write_status(running)
+        member.started = time.perf_counter() - member.wall_offset
