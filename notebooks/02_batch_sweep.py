@@ -36,6 +36,7 @@ from IPython.display import Markdown
 
 from repro.analysis import accuracy, analyses, figures, optimizer_claims
 from repro.analysis.intervals import claim_count, claim_summary
+from repro.grids import usual_batch_source
 from repro.runtime.shapes import by_size
 from repro.study import open_study
 
@@ -206,7 +207,7 @@ Markdown(beta2_table.read_text())  # as committed in figures/<preset>/02_beta2_c
 # ## Claims vs measurement
 #
 # At each model size, largest first. "The usual batch" is the one-pass batch of this preset
-# (`P.usual_batch_source()`). In each comparison the arm that spans several batch sizes (the
+# (`usual_batch_source(P)`). In each comparison the arm that spans several batch sizes (the
 # interior batches; those below the usual batch; all but the smallest) has its batch size chosen
 # on the selection half too.
 #
@@ -217,7 +218,7 @@ Markdown(beta2_table.read_text())  # as committed in figures/<preset>/02_beta2_c
 
 # %%
 usual = analyses.usual_batch(results, P)
-claims = analyses.batch_sweep_claims(results, models, usual, P.usual_batch_source())
+claims = analyses.batch_sweep_claims(results, models, usual, usual_batch_source(P))
 claims = accuracy.with_accuracy_claims(claims, scored, tasks, models[0], "batch_size")
 table = study.save_table(claims, "02_claims")
 print(claim_count(claims))

@@ -100,16 +100,17 @@ cbs.growth_intervals(growth).round(3)
 # pool, B_simple is the median over its noise-scale runs of each run's evaluation nearest that
 # loss, not interpolated ("loss gap": how far those evaluations lie from it), in sequences and in
 # tokens (x `seq_len`), with the batch grid over it (`cbs.noise_scale_regime`). The range over
-# pools against the paper's estimate (`presets.PAPER_NOISE_SCALE`: Zhang et al.'s B* at 200M
+# pools against the paper's estimate (`regime.PAPER_NOISE_SCALE`: Zhang et al.'s B* at 200M
 # tokens) follows; the table is saved for `Study.summary`.
 
 # %%
-from repro.presets import NOISE_RATIO, describe_regime
+from repro.regime import NOISE_RATIO, describe_regime, preset_regime
 
 endpoints = analyses.batch_endpoints(model_results)
 noise_regime = cbs.noise_scale_regime(trajectory, endpoints, P.batch_sizes, P.seq_len)
 study.save_table(noise_regime.round(4), cbs.NOISE_SCALE_TABLE)
-regime = P.regime(analyses.pool_vocab_size(pools[0]), cbs.noise_scale_range(noise_regime))
+noise_range = cbs.noise_scale_range(noise_regime)
+regime = preset_regime(P, analyses.pool_vocab_size(pools[0]), noise_range)
 print(describe_regime({NOISE_RATIO: regime[NOISE_RATIO]}, cbs.noise_scale_gap(noise_regime)))
 noise_regime.round(4)
 

@@ -201,7 +201,7 @@ def _results_import(args: argparse.Namespace) -> None:
 def _plan(args: argparse.Namespace) -> None:
     from repro.paths import project_root
     from repro.plan import plan_text
-    from repro.presets import get_preset
+    from repro.preset_files import get_preset
 
     print(plan_text(get_preset(args.preset), project_root(), parse_integers(args.gpus), args.vocab))
 
@@ -211,7 +211,7 @@ PRESET_HELP = "a built-in preset (repro preset list) or a preset FILE.yaml"
 
 def _preset_list(args: argparse.Namespace) -> None:
     """One line per built-in preset: its pools, models, batch sizes and epoch budgets."""
-    from repro.presets import PRESETS
+    from repro.preset_files import PRESETS
 
     for name, p in PRESETS.items():
         print(
@@ -222,7 +222,7 @@ def _preset_list(args: argparse.Namespace) -> None:
 
 
 def _preset_show(args: argparse.Namespace) -> None:
-    from repro.presets import get_preset, preset_yaml
+    from repro.preset_files import get_preset, preset_yaml
 
     print(preset_yaml(get_preset(args.preset)), end="")
 
@@ -446,7 +446,7 @@ def _add_reproduce_command(commands) -> None:
     reproduce.add_argument(
         "--dry-run",
         action="store_true",
-        help="every run of the preset shrunk to CPU-seconds (repro.presets.dry_run_preset), into "
+        help="every run of the preset shrunk to CPU-seconds (repro.dry_run.dry_run_preset), into "
         "runs/<preset>-dry-run/: checks every code path and notebook before a GPU run",
     )
     reproduce.set_defaults(func=_reproduce)

@@ -23,7 +23,8 @@ import pandas as pd
 
 from repro.data.pool import built_meta
 from repro.errors import ReproError
-from repro.presets import ORIGINAL_RECIPE, Preset
+from repro.grids import ORIGINAL_RECIPE, noise_scale_grid
+from repro.presets import Preset
 from repro.runtime.config import run_id
 from repro.runtime.files import read_json, write_json
 from repro.runtime.shapes import flops_per_token, model_config, parameter_count
@@ -166,7 +167,7 @@ def notebook_grids(preset: Preset) -> dict[str, list[dict]]:
     if preset.batch_schedules:
         slices = {str(p): (max(preset.epochs), preset.weight_decays[0]) for p in study.pools()}
         grids["04"] = study.schedule_grid(slices)
-    grids["05"][:0] = preset.noise_scale_grid(_noise_stand_ins(preset, study.pools()))
+    grids["05"][:0] = noise_scale_grid(preset, _noise_stand_ins(preset, study.pools()))
     return {notebook: grids.get(notebook, []) for notebook in ("02", "03", "04", "05")}
 
 

@@ -31,7 +31,7 @@ from traitlets.config import Config
 from repro.errors import ReproError
 from repro.paths import project_root
 from repro.plan import plan_text, record_times
-from repro.presets import get_preset
+from repro.preset_files import get_preset
 from repro.runtime.files import process_alive
 from repro.study import FIGURES_ENV, TERMINAL_PROGRESS_ENV, Study, open_study
 from repro.sweep import reset_failed
@@ -124,7 +124,7 @@ def reproduce(
     the runs that follow from the preset alone train first as one sweep (Study.prefetch: the longest
     jobs first, no idle workers between notebooks). With `retry_failed`, the failed runs of the
     preset's store train again (sweep.reset_failed); with `dry_run`, the built-in preset shrunk
-    to CPU size (presets.dry_run_preset) and every notebook with it. Raises ReproError naming the
+    to CPU size (dry_run.dry_run_preset) and every notebook with it. Raises ReproError naming the
     failing cell, or the holder of the preset when another reproduction of it runs."""
     chosen = get_preset(preset, dry_run)  # fail fast on a bad name or preset file
     if preset.endswith((".yaml", ".yml")):  # the kernels may run elsewhere: pass the file itself

@@ -26,9 +26,21 @@ from repro.bundle import import_bundle
 from repro.data.build import build_pool
 from repro.data.pool import built_meta, load_pool
 from repro.errors import ReproError
+from repro.grids import (
+    ORIGINAL_RECIPE,
+    batch_sweep_grid,
+    beta2_ablation,
+    beta2_ablation_batches,
+    noise_scale_grid,
+    scaling_grids,
+    schedule_grid,
+    usual_batch_source,
+)
 from repro.growth import extension_grids
 from repro.paths import project_root
-from repro.presets import ORIGINAL_RECIPE, Preset, describe_regime, get_preset
+from repro.preset_files import get_preset
+from repro.presets import Preset
+from repro.regime import describe_regime, deviations, preset_regime
 from repro.runtime.run_dir import RunDir
 from repro.sweep import SweepResult, WorkBar, plan_grid, run_sweep
 
@@ -74,11 +86,12 @@ class Study:
         noise = self._noise_scale()
         measured, gap = (noise[:2], noise[2]) if noise else (None, 0.0)
         regime = (
-            f"\nregime (vocab {vocab:,}):\n" + describe_regime(P.regime(vocab, measured), gap)
+            f"\nregime (vocab {vocab:,}):\n"
+            + describe_regime(preset_regime(P, vocab, measured), gap)
             if vocab
             else "\nregime: build the pools to know the tokenizer's vocab"
         )
-        deviations = "\n".join(f"  {note}" for note in P.deviations())
+        differences = "\n".join(f"  {note}" for note in deviations(P))
         budget_runs = "WSD cool-downs of one run" if P.wsd_branches else "each its own run"
         few = f" (a verdict needs {MIN_REPLICATES})" if len(P.pool_seeds) < MIN_REPLICATES else ""
         replicates = f"\nreplicates: {len(P.pool_seeds)} pools{few}" + (
@@ -88,11 +101,11 @@ class Study:
             f"preset {P.name}: source {P.pool.source}, {P.pool.tokens:,} training tokens per pool, "
             f"models {list(P.models)}, seq_len {P.seq_len}, batch sizes {list(P.batch_sizes)}, "
             f"epoch budgets {list(P.epochs)} ({budget_runs})"
-            + f"\nusual (one-pass) batch: {P.usual_batch_source()}"
+            + f"\nusual (one-pass) batch: {usual_batch_source(P)}"
             + regime
             + replicates
             + "\nrecipe as Kim et al. (docs/REFERENCE_RECIPE.md), except:\n"
-            + deviations
+            + differences
         )
 
     def _noise_scale(self) -> tuple[float, float, float] | None:
@@ -150,7 +163,7 @@ class Study:
     def batch_sweep_grid(self) -> dict:
         """02's sweep: every batch size x lr x weight decay on every pool, Kim et al.'s one-pass
         recipe."""
-        return self.preset.batch_sweep_grid(self.pools(), **ORIGINAL_RECIPE)
+        return batch_sweep_grid(self.preset, self.pools(), **ORIGINAL_RECIPE)
 
     def beta2_ablation_grid(self) -> dict:
         """02's AdamW beta2 ablation: the preset's beta2 ablation batches with the other beta2
@@ -158,16 +171,16 @@ class Study:
         budget, on every pool, at the first model, Kim et al.'s one-pass recipe. The sweep's own
         setting at those batches is the sweep's runs."""
         P = self.preset
-        batches = list(P.beta2_ablation_batches())
-        other = P.beta2_ablation()
-        return other.batch_sweep_grid(self.pools(), batches, P.models[:1], **ORIGINAL_RECIPE)
+        batches = list(beta2_ablation_batches(P))
+        other = beta2_ablation(P)
+        return batch_sweep_grid(other, self.pools(), batches, P.models[:1], **ORIGINAL_RECIPE)
 
     def loader_grid(self) -> dict:
         """03's epoch orderings at the ablation batch sizes, on every pool, at the first model;
         every arm tuned over 02's grid (lr, weight decay, epoch budget)."""
         P = self.preset
         axes = {"loader": ["repeat", "shuffle", "repack"]}
-        return P.batch_sweep_grid(self.pools(), P.ablation_batch_sizes, P.models[:1], axes)
+        return batch_sweep_grid(P, self.pools(), P.ablation_batch_sizes, P.models[:1], axes)
 
     def embedding_grid(self, batch_size: int) -> dict:
         """03's tying x embedding weight decay at `batch_size`, on every pool, at the first
@@ -177,7 +190,7 @@ class Study:
             "tie_embeddings": [False, True],
             "embedding_weight_decay": list(P.embedding_weight_decays),
         }
-        return P.batch_sweep_grid(self.pools(), [batch_size], P.models[:1], axes)
+        return batch_sweep_grid(P, self.pools(), [batch_size], P.models[:1], axes)
 
     def combined_grid(self) -> dict:
         """03's combined recipe (REPACK, tied, every positive embedding decay as a tuned axis) at
@@ -186,8 +199,8 @@ class Study:
         positive = [w for w in P.embedding_weight_decays if w > 0]
         recipe = {"loader": "repack", "tie_embeddings": True}
         axes = {"embedding_weight_decay": positive}
-        return P.batch_sweep_grid(
-            self.pools(), P.ablation_batch_sizes, P.models[:1], axes, **recipe
+        return batch_sweep_grid(
+            P, self.pools(), P.ablation_batch_sizes, P.models[:1], axes, **recipe
         )
 
     def schedule_grid(self, slices: dict[str, tuple[int, float]]) -> list[dict]:
@@ -195,7 +208,7 @@ class Study:
         budget and weight decay (`slices`: pool path -> (epochs, weight decay); cbs.
         schedule_slices: the best fixed batch's, chosen on the other pools)."""
         return [
-            self.preset.schedule_grid([pool], epochs, weight_decay, **ORIGINAL_RECIPE)
+            schedule_grid(self.preset, [pool], epochs, weight_decay, **ORIGINAL_RECIPE)
             for pool, (epochs, weight_decay) in slices.items()
         ]
 
@@ -206,7 +219,7 @@ class Study:
         endpoints reach."""
         P = self.preset
         first = sweep.subset(sweep.runs["model"] == P.models[0])
-        return P.noise_scale_grid(cbs.noise_scale_choices(first, P.noise_scale_batches))
+        return noise_scale_grid(P, cbs.noise_scale_choices(first, P.noise_scale_batches))
 
     def scaling_grids(self) -> list[dict]:
         """05's batch sweeps on the pools of several sizes of every pool seed (sized_pools), one
@@ -216,7 +229,7 @@ class Study:
         for sized in self.sized_pools().values():
             for tokens, pool in zip([*sorted(P.scaling_pool_tokens), P.pool.tokens], sized):
                 by_tokens.setdefault(tokens, []).append(pool)
-        return P.scaling_grids(by_tokens, **ORIGINAL_RECIPE)
+        return scaling_grids(P, by_tokens, **ORIGINAL_RECIPE)
 
     def notebook_grids(self) -> dict[str, list[dict]]:
         """The grids of each notebook that follow from the preset alone, by notebook number (the
@@ -400,7 +413,7 @@ def open_study(
     pools under <project>/data/pools, runs under runs/<name>/, figures under figures/<name>/ (or
     $REPRO_FIGURES_DIR). Without `train`, it reads runs (the store's, else the shipped bundle's,
     results/<name>.tar.xz) and trains none. With `dry_run`, the built-in preset shrunk to CPU size
-    (presets.dry_run_preset), under runs/<name>-dry-run/."""
+    (dry_run.dry_run_preset), under runs/<name>-dry-run/."""
     chosen = get_preset(preset, dry_run)
     root = project_root()
     return Study(

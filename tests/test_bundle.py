@@ -16,7 +16,7 @@ from repro.analysis.results import load_results
 from repro.bundle import bundle_manifest, export_bundle, import_bundle
 from repro.cli import main
 from repro.errors import ReproError
-from repro.presets import PRESETS, get_preset
+from repro.preset_files import PRESETS, get_preset
 from repro.runtime.config import NUMERICS
 from repro.study import Study
 from repro.sweep import plan_grid, run_sweep

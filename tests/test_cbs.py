@@ -43,7 +43,7 @@ from repro.analysis.intervals import Difference
 from repro.analysis.results import Results, memory_documents
 from repro.data.pool import load_pool
 from repro.errors import ReproError
-from repro.presets import PRESETS
+from repro.preset_files import PRESETS
 from repro.study import Study
 from repro.sweep import expand
 

@@ -8,8 +8,9 @@ from dataclasses import replace
 import pytest
 
 from repro.analysis.selection import step_past, tuned
+from repro.grids import batch_sweep_grid
 from repro.growth import extension_grids
-from repro.presets import get_preset
+from repro.preset_files import get_preset
 from repro.study import TERMINAL_PROGRESS_ENV, Study
 
 
@@ -118,8 +119,8 @@ def test_grown_grids_train_their_extensions_once_and_reuse_them(growing_study, m
     printed as text to the terminal where a reproduction's kernel asks for it."""
     study = growing_study
     pools = study.pools()
-    grid = study.preset.batch_sweep_grid(pools, [8], ["tiny"])
-    repeat = study.preset.batch_sweep_grid(pools, [8], ["tiny"], {"loader": ["repeat"]})
+    grid = batch_sweep_grid(study.preset, pools, [8], ["tiny"])
+    repeat = batch_sweep_grid(study.preset, pools, [8], ["tiny"], {"loader": ["repeat"]})
     terminal = io.StringIO()
     monkeypatch.setattr(sys, "__stderr__", terminal)
     monkeypatch.setenv(TERMINAL_PROGRESS_ENV, "1")

@@ -12,6 +12,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "repro"
 ORCHESTRATION = ("repro.sweep", "repro.study", "repro.reproduce", "repro.cli", "repro.plan")
 ORCHESTRATION += ("repro.growth", "repro.launch", "repro.bench", "repro.downstream")
 TORCH_FREE_RUNTIME = ("config", "files", "loaders", "run_dir", "schedules", "shapes")
+DESIGN = ("repro.presets", "repro.preset_files", "repro.grids", "repro.regime", "repro.dry_run")
+DESIGN += ("repro.typed_fields",)  # the study's design: what a preset is and what it trains
 
 
 def _imports(path: Path) -> set[str]:
@@ -35,7 +37,7 @@ def _within(name: str, prefixes: tuple[str, ...]) -> bool:
 
 @pytest.mark.parametrize("path", [*_modules("runtime"), *_modules("data")], ids=lambda p: p.stem)
 def test_runtime_and_data_import_no_analysis_presets_or_orchestration(path):
-    above = ("repro.analysis", "repro.presets", *ORCHESTRATION)
+    above = ("repro.analysis", *DESIGN, *ORCHESTRATION)
     assert not [name for name in _imports(path) if _within(name, above)]
 
 
@@ -55,7 +57,7 @@ def test_presets_analysis_and_the_torch_free_runtime_load_without_torch():
     """What `repro --help`, `repro plan` and the notebooks' analyses load never imports torch
     (the trainer's modules do)."""
     modules = [f"repro.runtime.{name}" for name in TORCH_FREE_RUNTIME]
-    modules += ["repro.presets", "repro.cli", "repro.data.build"]
+    modules += [*DESIGN, "repro.cli", "repro.data.build"]
     modules += [f"repro.analysis.{path.stem}" for path in _modules("analysis")]
     code = f"import sys\nfor m in {modules!r}: __import__(m)\nprint('torch' in sys.modules)"
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

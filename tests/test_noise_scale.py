@@ -20,7 +20,8 @@ from repro.analysis.cbs import (
 from repro.analysis.intervals import NOT_MEASURED
 from repro.analysis.results import Results, memory_documents
 from repro.errors import ReproError
-from repro.presets import PRESETS
+from repro.grids import noise_scale_grid
+from repro.preset_files import PRESETS
 from repro.runtime.noise_scale import MicroBatchNorms, NoiseScaleEMA, two_batch_estimates
 from repro.sweep import expand
 
@@ -81,7 +82,7 @@ def test_noise_scale_runs_take_each_pools_tuned_run(hand_made):
     ]
     assert not any(set(c) & set(NOISE_RUN_FIELDS) for c in choices)
     smoke = PRESETS["smoke"]
-    runs = [c for grid in smoke.noise_scale_grid(choices) for c in expand(grid)]
+    runs = [c for grid in noise_scale_grid(smoke, choices) for c in expand(grid)]
     assert [(c.pool, c.lr, c.epochs, c.warmup_steps, c.init_from) for c in runs] == [
         ("p0", 3e-3, 4, 0, ""),
         ("p1", 1e-3, 8, 18, ""),

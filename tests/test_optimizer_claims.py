@@ -14,7 +14,7 @@ from repro.analysis.optimizer_claims import (
     beta2_settings,
     deficit_verdict,
 )
-from repro.presets import PRESETS
+from repro.preset_files import PRESETS
 
 POOLS = ("p0", "p1", "p2")
 DEFICIT, OVERFITS = "deficit-is-optimizer", "rule-smallest-overfits"

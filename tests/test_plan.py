@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from repro.errors import ReproError
+from repro.grids import batch_sweep_grid
 from repro.plan import (
     ASSUMED_MFU,
     ASSUMED_PEAK_FLOPS,
@@ -26,7 +27,7 @@ from repro.plan import (
     run_rows,
     wall_hours,
 )
-from repro.presets import PRESETS
+from repro.preset_files import PRESETS
 from repro.runtime.config import run_id
 from repro.runtime.shapes import flops_per_token, model_config
 from repro.sweep import expand
@@ -41,7 +42,7 @@ def _rows(preset, grid):
 
 
 def test_each_cosine_budget_trains_in_full_and_pays_its_evaluations():
-    grid = SMOKE.batch_sweep_grid(["p0"], [2], ["tiny"])
+    grid = batch_sweep_grid(SMOKE, ["p0"], [2], ["tiny"])
     rows = _rows(SMOKE, grid)
     assert len(rows) == len(expand(grid))
     per_token = flops_per_token(model_config("tiny", 300), SMOKE.seq_len)
@@ -54,7 +55,7 @@ def test_each_cosine_budget_trains_in_full_and_pays_its_evaluations():
 
 def test_a_wsd_family_trains_its_longest_budget_and_only_the_other_cool_downs():
     preset = replace(SMOKE, epochs=(1, 2, 4), wsd_branches=True)
-    rows = _rows(preset, preset.batch_sweep_grid(["p0"], [2], ["tiny"]))
+    rows = _rows(preset, batch_sweep_grid(preset, ["p0"], [2], ["tiny"]))
     tokens = sorted({row["tokens"] / preset.pool.tokens for row in rows})
     assert tokens == pytest.approx([0.2, 0.4, 4.0])
 

@@ -10,16 +10,24 @@ import pytest
 import yaml
 
 from repro.cli import main
+from repro.dry_run import dry_run_preset
 from repro.errors import ReproError
-from repro.presets import (
+from repro.grids import (
+    batch_sweep_grid,
+    beta2_ablation,
+    beta2_ablation_batches,
+    beta2_at,
+    scaling_grids,
+    schedule_grid,
+)
+from repro.preset_files import BUILTIN_DIR, PRESETS, get_preset, load_preset, preset_yaml
+from repro.regime import (
     NOISE_RATIO,
     PAPER_NOISE_SCALE,
     PAPER_REGIME,
-    PRESETS,
-    dry_run_preset,
-    get_preset,
-    load_preset,
-    preset_yaml,
+    describe_regime,
+    deviations,
+    preset_regime,
     zhang_critical_batch,
 )
 from repro.runtime.config import run_id
@@ -142,6 +150,18 @@ def test_preset_show_prints_every_field_and_round_trips(tmp_path, capsys):
     )
 
 
+def test_the_built_in_presets_are_yaml_files_in_the_users_form(tmp_path):
+    """Each built-in preset is a file of repro/builtin_presets/ that names only what it sets over
+    its base (cpu-regime over cpu) or the defaults; written out by `repro preset show` and read
+    back as a user's file, it is the same preset."""
+    assert sorted(path.stem for path in BUILTIN_DIR.glob("*.yaml")) == sorted(PRESETS)
+    assert yaml.safe_load((BUILTIN_DIR / "cpu-regime.yaml").read_text())["base"] == "cpu"
+    for name, preset in PRESETS.items():
+        shown = preset_yaml(preset).replace(f"name: {name}\n", "")
+        assert replace(load_preset(_preset_file(tmp_path, shown)), name=name) == preset
+    assert PRESETS["cpu-regime"].pool_seeds == PRESETS["cpu"].pool_seeds  # from its base
+
+
 def test_example_grid_is_a_valid_grid():
     from repro.sweep import expand
 
@@ -166,7 +186,7 @@ def test_regime_states_the_presets_ratios_against_the_papers():
 
     preset = PRESETS["cpu"]
     params = Transformer(model_config(preset.models[0], 512)).num_params()
-    regime = preset.regime(512)
+    regime = preset_regime(preset, 512)
     tokens = preset.pool.tokens
     assert regime["batch / pool (tokens)"] == (
         min(preset.batch_sizes) * preset.seq_len / tokens,
@@ -176,7 +196,7 @@ def test_regime_states_the_presets_ratios_against_the_papers():
     assert regime["epochs"] == (1.0, 16.0)
     assert all(math.isnan(end) for end in regime[NOISE_RATIO])  # not measured
     # a noise scale of 1,024 to 4,096 tokens: batch 1 (128 tokens) over 4,096, 32 over 1,024
-    assert preset.regime(512, (1024.0, 4096.0))[NOISE_RATIO] == (128 / 4096, 4096 / 1024)
+    assert preset_regime(preset, 512, (1024.0, 4096.0))[NOISE_RATIO] == (128 / 4096, 4096 / 1024)
 
 
 def test_the_papers_noise_scale_is_zhangs_critical_batch_under_both_readings_of_its_units():
@@ -199,8 +219,6 @@ def test_the_papers_noise_scale_is_zhangs_critical_batch_under_both_readings_of_
     ],
 )
 def test_describe_regime_compares_batch_over_noise_scale_with_the_papers_estimate(ratio, verdict):
-    from repro.presets import describe_regime
-
     line = describe_regime({NOISE_RATIO: ratio})
     assert line.endswith(f", notebook 05's measurement (paper's estimate 0.36 to 15: {verdict})")
     above = describe_regime({NOISE_RATIO: ratio}, noise_gap=0.9)
@@ -224,8 +242,6 @@ def test_describe_regime_compares_batch_over_noise_scale_with_the_papers_estimat
     ],
 )
 def test_describe_regime_says_inside_only_when_the_whole_range_is(ratio, verdict):
-    from repro.presets import describe_regime
-
     line = describe_regime({"batch / pool (tokens)": ratio})
     assert line.endswith(f": {verdict})") and "paper 0.00033 to 0.01" in line
 
@@ -235,7 +251,6 @@ def test_readme_states_every_built_in_presets_regime():
     (else "not measured yet"; smoke's figures are git-ignored), and the prose's numbers for the
     paper's estimated noise scale."""
     from repro.analysis.cbs import NOISE_SCALE_TABLE, noise_scale_gap, noise_scale_range
-    from repro.presets import describe_regime
 
     readme = (EXAMPLES.parent / "README.md").read_text()
     prose = " ".join(readme.split())
@@ -257,14 +272,14 @@ def test_readme_states_every_built_in_presets_regime():
         committed = table.is_file() and name != "smoke"  # figures/smoke/: CI's, never committed
         noise = noise_scale_range(pd.read_csv(table)) if committed else None
         gap = noise_scale_gap(pd.read_csv(table)) if committed else 0.0
-        regime = preset.regime(vocab[name], noise)
+        regime = preset_regime(preset, vocab[name], noise)
         block = f"{name} (vocab {vocab[name]:,}):\n" + describe_regime(regime, gap)
         assert NOISE_RATIO in regime
         assert block in readme, f"README's regime block is stale for {name}:\n{block}"
 
 
 def test_deviations_from_the_reference_recipe_are_listed():
-    cpu, gpu = PRESETS["cpu"].deviations(), PRESETS["gpu"].deviations()
+    cpu, gpu = deviations(PRESETS["cpu"]), deviations(PRESETS["gpu"])
     assert any(n.startswith("models tiny: not in the reference ladder") for n in cpu)
     assert any(n.startswith("AdamW beta2 scaled with the batch") for n in cpu)
     assert any(n.startswith("seq_len 128") for n in cpu) and any("float32" in n for n in cpu)
@@ -273,11 +288,11 @@ def test_deviations_from_the_reference_recipe_are_listed():
 
 def test_a_wsd_branches_preset_branches_its_budgets_from_one_run(tmp_path):
     preset = replace(PRESETS["smoke"], wsd_branches=True)
-    grid = preset.batch_sweep_grid(["p0"])
+    grid = batch_sweep_grid(preset, ["p0"])
     assert grid["wsd_branches"] and grid["fixed"]["schedule"] == "wsd"
-    assert "wsd_branches" not in PRESETS["smoke"].batch_sweep_grid(["p0"])
-    assert any("as WSD cool-downs" in note for note in preset.deviations())
-    assert any("each its own run" in note for note in PRESETS["smoke"].deviations())
+    assert "wsd_branches" not in batch_sweep_grid(PRESETS["smoke"], ["p0"])
+    assert any("as WSD cool-downs" in note for note in deviations(preset))
+    assert any("each its own run" in note for note in deviations(PRESETS["smoke"]))
 
 
 def test_the_regime_preset_sits_in_the_papers_ratios():
@@ -298,7 +313,7 @@ def test_the_regime_preset_sits_in_the_papers_ratios():
 
 
 def test_the_pool_size_sweep_trains_only_the_model_notebook_05_reads():
-    small, large = PRESETS["smoke"].scaling_grids({4_000: ["p4k"], 8_000: ["p8k"]})
+    small, large = scaling_grids(PRESETS["smoke"], {4_000: ["p4k"], 8_000: ["p8k"]})
     assert small["axes"]["model"] == [PRESETS["smoke"].models[0]]
     assert small["axes"]["weight_decay"] == [PRESETS["smoke"].weight_decays[0]]
     assert small["axes"]["pool"] == ["p4k"] and large["axes"]["pool"] == ["p8k"]
@@ -310,7 +325,7 @@ def test_the_pool_size_sweep_trains_the_batches_a_pool_holds_twice():
     cpu = PRESETS["cpu"]
     assert cpu.scaling_batch_sizes(4_000) == (1, 2, 4, 8, 16)
     assert cpu.scaling_batch_sizes(cpu.pool.tokens) == cpu.batch_sizes
-    grids = cpu.scaling_grids({4_000: ["a"], cpu.pool.tokens: ["b"]})
+    grids = scaling_grids(cpu, {4_000: ["a"], cpu.pool.tokens: ["b"]})
     assert [g["axes"]["batch_size"] for g in grids] == [[1, 2, 4, 8, 16], list(cpu.batch_sizes)]
     with pytest.raises(ReproError, match=r"smallest scaling pool \(200 tokens\) holds a batch of"):
         replace(cpu, scaling_pool_tokens=(200, 8_000))
@@ -318,11 +333,11 @@ def test_the_pool_size_sweep_trains_the_batches_a_pool_holds_twice():
 
 def test_gpus_per_run_gives_each_model_its_gpus_in_every_grid():
     preset = replace(PRESETS["smoke"], gpus_per_run={"cpu-s": 2})
-    runs = expand(preset.batch_sweep_grid(["p0"]))
+    runs = expand(batch_sweep_grid(preset, ["p0"]))
     assert {(c.model, c.gpus) for c in runs} == {("tiny", 1), ("cpu-s", 2)}
-    assert len(runs) == len(expand(PRESETS["smoke"].batch_sweep_grid(["p0"])))
+    assert len(runs) == len(expand(batch_sweep_grid(PRESETS["smoke"], ["p0"])))
     first = replace(PRESETS["smoke"], gpus_per_run={"tiny": 2})
-    assert {c.gpus for c in expand(first.schedule_grid("p0", 2, 0.1))} == {2}
+    assert {c.gpus for c in expand(schedule_grid(first, "p0", 2, 0.1))} == {2}
     with pytest.raises(ReproError, match="gpus_per_run needs models of this preset"):
         replace(PRESETS["smoke"], gpus_per_run={"1.5b": 8})
 
@@ -334,19 +349,19 @@ def test_beta2_half_life_batch_scales_beta2_with_the_batch_in_every_grid(tmp_pat
     smoke = PRESETS["smoke"]
     preset = load_preset(_preset_file(tmp_path, "base: smoke\nbeta2_half_life_batch: 2\n"))
     assert preset.beta2_half_life_batch == 2 and smoke.beta2_half_life_batch == 0
-    sweep = expand(preset.batch_sweep_grid(["p0"]))
+    sweep = expand(batch_sweep_grid(preset, ["p0"]))
     assert {(c.batch_size, c.adam_beta2) for c in sweep} == {(2, 0.95), (8, 0.815)}
-    assert {c.adam_beta2 for c in expand(preset.schedule_grid("p0", 2, 0.1))} == {0.815}
-    plain = expand(smoke.batch_sweep_grid(["p0"]))
+    assert {c.adam_beta2 for c in expand(schedule_grid(preset, "p0", 2, 0.1))} == {0.815}
+    plain = expand(batch_sweep_grid(smoke, ["p0"]))
     assert {c.adam_beta2 for c in plain} == {0.95}  # fixed betas: the built-in presets
     assert [run_id(c) for c in sweep if c.batch_size == 2] == [
         run_id(c) for c in plain if c.batch_size == 2
     ]
-    assert any("beta2 scaled with the batch" in note for note in preset.deviations())
+    assert any("beta2 scaled with the batch" in note for note in deviations(preset))
     other = replace(
         preset, beta2_half_life_batch=8, extra={"adam_beta2": 0.99}, gpus_per_run={"cpu-s": 2}
     )
-    runs = expand(other.batch_sweep_grid(["p0"]))
+    runs = expand(batch_sweep_grid(other, ["p0"]))
     assert {(c.batch_size, c.adam_beta2) for c in runs} == {(2, 0.99749), (8, 0.99)}
     assert (
         dry_run_preset(replace(PRESETS["gpu"], beta2_half_life_batch=64)).beta2_half_life_batch == 3
@@ -358,20 +373,20 @@ def test_the_beta2_ablation_runs_the_other_setting_at_the_smallest_batches():
     (0.95 ** (1 / 8) = 0.99361); a preset with the rule (cpu: 0.95 at batch 32) ablates the
     reference betas at its beta2_ablation_batch_sizes."""
     cpu = replace(PRESETS["cpu"], beta2_half_life_batch=0, beta2_ablation_batch_sizes=())
-    assert cpu.beta2_ablation_batches() == (1, 2) and PRESETS["smoke"].beta2_ablation_batches() == (
+    assert beta2_ablation_batches(cpu) == (1, 2) and beta2_ablation_batches(PRESETS["smoke"]) == (
         2,
     )
-    ablation = cpu.beta2_ablation()
+    ablation = beta2_ablation(cpu)
     assert ablation.beta2_half_life_batch == cpu.schedule_batch == 8
-    assert [ablation.beta2_at(b) for b in (1, 2, 8)] == [0.99361, 0.9873, 0.95]
-    assert [cpu.beta2_at(b) for b in (1, 2)] == [0.95, 0.95]
-    assert PRESETS["cpu"].beta2_ablation_batches() == (1,)
-    assert PRESETS["cpu"].beta2_ablation().beta2_at(1) == 0.95
+    assert [beta2_at(ablation, b) for b in (1, 2, 8)] == [0.99361, 0.9873, 0.95]
+    assert [beta2_at(cpu, b) for b in (1, 2)] == [0.95, 0.95]
+    assert beta2_ablation_batches(PRESETS["cpu"]) == (1,)
+    assert beta2_at(beta2_ablation(PRESETS["cpu"]), 1) == 0.95
     ruled = replace(cpu, beta2_half_life_batch=4, beta2_ablation_batch_sizes=(8, 1, 4))
-    assert ruled.beta2_ablation_batches() == (1, 4, 8)
-    assert ruled.beta2_ablation().beta2_half_life_batch == 0
-    assert [ruled.beta2_ablation().beta2_at(b) for b in (1, 8)] == [0.95, 0.95]
-    assert ruled.beta2_at(1) == 0.9873  # 0.95 ** (1 / 4) = 0.987259
+    assert beta2_ablation_batches(ruled) == (1, 4, 8)
+    assert beta2_ablation(ruled).beta2_half_life_batch == 0
+    assert [beta2_at(beta2_ablation(ruled), b) for b in (1, 8)] == [0.95, 0.95]
+    assert beta2_at(ruled, 1) == 0.9873  # 0.95 ** (1 / 4) = 0.987259
     gpu = replace(PRESETS["gpu"], beta2_ablation_batch_sizes=(32, 16))
     assert dry_run_preset(gpu).beta2_ablation_batch_sizes == (2, 1)
 

@@ -218,7 +218,7 @@ def arm(
 def usual_batch(results: Results, preset) -> dict[str, int]:
     """The preset's usual (one-pass) batch per pool: as set, or measured on the *other* pools as
     the batch with the lowest tuned loss at an epoch budget of 1, averaged over them and over
-    model sizes (Preset.usual_batch_source), so that no pool's own luck picks the batch it is
+    model sizes (grids.usual_batch_source), so that no pool's own luck picks the batch it is
     tested against; with a single pool, measured on it."""
     pools = sorted(results.runs["pool"].unique())
     if preset.one_pass_batch_size:

@@ -54,7 +54,7 @@ from repro.analysis.intervals import (
 )
 from repro.analysis.results import CONFIG_FIELDS, REPLICATE_FIELDS, Results, plain_value
 from repro.errors import ReproError
-from repro.runtime.config import make_run_config
+from repro.runtime.config import parse_batch_schedule
 from repro.runtime.loaders import epoch_batches
 
 # --- steps to a target loss ---------------------------------------------------------------------
@@ -617,7 +617,7 @@ def scaling_laws(scaling: pd.DataFrame) -> dict[str, Difference]:
 def _every_phase_within(schedule: str, epochs: int) -> bool:
     """Whether every phase of `schedule` ("0:2,0.5:8") starts within `epochs` (phases start at
     whole epochs, loaders.epoch_batches)."""
-    phases = make_run_config({"batch_schedule": schedule}).batch_schedule
+    phases = parse_batch_schedule(schedule)
     batches = epoch_batches(epochs, 0, phases)
     return all(batch in batches for _, batch in phases)
 

@@ -19,7 +19,7 @@ from repro.analysis.analyses import across_replicates, endpoint_curve
 from repro.analysis.intervals import Difference
 from repro.analysis.results import Results
 from repro.data.pool import load_pool
-from repro.presets import ZHANG_LAW
+from repro.regime import ZHANG_LAW
 from repro.runtime.shapes import by_size
 
 LOSS = "tuned validation loss (nats/token)"
@@ -709,7 +709,7 @@ def cbs_vs_pool_size(scaling: pd.DataFrame, laws: dict, limit: float) -> plt.Fig
     """B_crit and B* (sequences) against pool size, each pool seed's fits on its own pools
     (_per_seed: the seeds' pools differ in size, so the interval is on the exponent, in the
     legend: mean and 90% interval over seeds, cbs.scaling_laws), and Zhang et al.'s law
-    (presets.ZHANG_LAW, D in millions of tokens: compare slopes only)."""
+    (regime.ZHANG_LAW, D in millions of tokens: compare slopes only)."""
     fig, ax = plt.subplots()
     for i, name in enumerate(("B_crit", "B*")):
         _per_seed(ax, scaling, name, plots.PALETTE[i], limit)

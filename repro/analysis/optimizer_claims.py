@@ -20,6 +20,7 @@ from repro.analysis.analyses import LITTLE, arm, signature
 from repro.analysis.intervals import Claim, Difference, claim_table, describe, lower_verdict
 from repro.analysis.results import Results
 from repro.analysis.selection import compare
+from repro.grids import beta2_ablation, beta2_ablation_batches, beta2_at, beta2_setting
 from repro.presets import Preset
 from repro.runtime.schedules import beta2_half_life_tokens
 
@@ -43,25 +44,25 @@ def beta2_reason(preset: Preset) -> str:
     else:
         why = "Kim et al.'s recipe, which the preset keeps (beta2_half_life_batch 0)"
         anchor = f"\n  from schedule_batch {preset.schedule_batch}, the preset's reference batch"
-    batches = ", ".join(map(str, preset.beta2_ablation_batches()))
+    batches = ", ".join(map(str, beta2_ablation_batches(preset)))
     return (
-        f"batch sweep: {preset.beta2_setting()}\n  why: {why}\n"
+        f"batch sweep: {beta2_setting(preset)}\n  why: {why}\n"
         f"ablation at batches {batches} (sequences), first model {preset.models[0]}: "
-        f"{preset.beta2_ablation().beta2_setting()}{anchor}"
+        f"{beta2_setting(beta2_ablation(preset))}{anchor}"
     )
 
 
 def beta2_settings(preset: Preset) -> pd.DataFrame:
     """Per batch size (sequences): the batch sweep's beta2 and the half-life of its second-moment
     average in tokens, and the ablation's at its batches (empty elsewhere)."""
-    other = preset.beta2_ablation()
+    other = beta2_ablation(preset)
     rows = []
     for batch in preset.batch_sizes:
         tokens = batch * preset.seq_len
-        row = {"batch (sequences)": batch, "sweep beta2": preset.beta2_at(batch)}
+        row = {"batch (sequences)": batch, "sweep beta2": beta2_at(preset, batch)}
         row["sweep half-life (tokens)"] = round(beta2_half_life_tokens(row["sweep beta2"], tokens))
-        if batch in preset.beta2_ablation_batches():
-            row["ablation beta2"] = other.beta2_at(batch)
+        if batch in beta2_ablation_batches(preset):
+            row["ablation beta2"] = beta2_at(other, batch)
             half_life = beta2_half_life_tokens(row["ablation beta2"], tokens)
             row["ablation half-life (tokens)"] = round(half_life)
         rows.append(row)
@@ -76,8 +77,8 @@ def beta2_arms(
     analyses.batch_endpoints) at the ablation's model, and the ablation's."""
     model = preset.models[0]
     return {
-        f"{preset.beta2_setting()} (sweep)": sweep[sweep["model"] == model],
-        f"{preset.beta2_ablation().beta2_setting()} (ablation)": ablation,
+        f"{beta2_setting(preset)} (sweep)": sweep[sweep["model"] == model],
+        f"{beta2_setting(beta2_ablation(preset))} (ablation)": ablation,
     }
 
 

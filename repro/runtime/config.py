@@ -143,16 +143,23 @@ def _parse_batch_schedule(name: str, value) -> BatchPhases:
     return phases
 
 
+def parse_batch_schedule(text: str) -> BatchPhases:
+    """A batch_schedule's text ("0:4,0.5:16") as its phases ((0.0, 4), (0.5, 16))."""
+    return _parse_batch_schedule("batch_schedule", text)
+
+
+def batch_schedule_text(phases: BatchPhases) -> str:
+    """Phases ((0.0, 4), (0.5, 16)) as a batch_schedule's text, "0:4,0.5:16"."""
+    return ",".join(f"{_fraction_text(f)}:{b}" for f, b in phases)
+
+
 def _fraction_text(fraction: float) -> str:
     return str(int(fraction)) if fraction.is_integer() else repr(fraction)
 
 
 _TEXT_FIELDS = {
     "save_steps": (_parse_save_steps, lambda steps: ",".join(str(s) for s in steps)),
-    "batch_schedule": (
-        _parse_batch_schedule,
-        lambda phases: ",".join(f"{_fraction_text(f)}:{b}" for f, b in phases),
-    ),
+    "batch_schedule": (_parse_batch_schedule, batch_schedule_text),
 }
 """Tuple fields written as text in config.json and run ids (parser, formatter)."""
 
