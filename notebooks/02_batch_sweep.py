@@ -86,6 +86,16 @@ study.save(fig, "02_best_loss_vs_batch")
 analyses.across_replicates(endpoints).round(4)
 
 # %% [markdown]
+# The same sweep as the claims test it: each batch size minus its model size's tuned optimum (the
+# batch chosen among all, per pool on the selection half of the documents), paired over pools and
+# documents, with 90% intervals. Above 0: worse than the optimum by that much.
+
+# %%
+differences = analyses.batch_differences(results, list(P.models))
+study.save(figures.batch_differences(differences, P.batch_sizes), "02_batch_differences")
+differences.round(4)
+
+# %% [markdown]
 # ## Tuned loss per epoch budget
 #
 # lr and weight decay tuned within each budget (mean over pools). Where the largest budget is

@@ -78,23 +78,23 @@ table.pivot(index="gpus", columns="deadline", values="batch_size")
 # ## Fewer GPUs with a smaller batch vs more GPUs with a larger batch
 #
 # Each batch size runs on the GPUs it fills (B / m of them). Where does the smaller batch on fewer
-# GPUs reach the lower loss under the same deadline? One panel per larger batch; one colour per
-# smaller batch. Only deadlines at which both batch sizes are still training count (solid): once a
-# batch size's longest run has ended its loss is frozen, and beating it then says nothing about
-# the deadline. The figure shows pool 0's observed curves; the judged comparisons below are held
-# out on every pool (`deadline_claims.judged_crossovers`: each replicate reports the evaluation
-# that the other replicates chose, on the other half of the documents), each with an interval over
-# replicates and documents, all of them together at 90% (Bonferroni).
+# GPUs reach the lower loss under the same deadline? Only deadlines at which both batch sizes are
+# still training count: once a batch size's longest run has ended its loss is frozen, and beating
+# it then says nothing about the deadline. Each comparison is held out on every pool
+# (`deadline_claims.judged_crossovers`: each replicate reports the evaluation that the other
+# replicates chose, on the other half of the documents), with an interval over replicates and
+# documents, all of them together at 90% (Bonferroni). The figure shows exactly these: smaller
+# minus larger, one panel per larger batch, one colour per smaller batch; below 0 the smaller
+# batch on fewer GPUs wins.
 
 # %%
-cross = frontier.crossovers(results0, deadlines, step, m)
-study.save(figures.fewer_gpus_smaller_batch(cross, P.batch_sizes), "04_fewer_gpus_smaller_batch")
 study.save_table(
     table.pivot(index="deadline", columns="gpus", values="best_val_loss").round(3).reset_index(),
     "04_frontier_table",
 )
 points = deadline_claims.deadline_points(model_results)
 judged = deadline_claims.judged_crossovers(points, model_results, deadlines, step, m)
+study.save(figures.fewer_gpus_smaller_batch(judged, P.batch_sizes), "04_fewer_gpus_smaller_batch")
 judged.sort_values("high").head(20)
 
 # %% [markdown]

@@ -3,8 +3,10 @@
 A bundle (FILE.tar.xz) holds, for every finished (done or diverged) run of a store, what the
 analyses read: config.json, status.json, metrics.jsonl, downstream.json where there is one, and
 val_docs/ (per-document losses at each evaluation and the documents' token counts); plus
-bundle.json (format, config.NUMERICS, run count). The same store gives the same bytes (entries
-sorted, times and owners zeroed), so a committed bundle changes only when its runs do.
+bundle.json (format, config.NUMERICS, run count). A file whose bytes an earlier entry holds (a WSD
+branch's evaluations before its branch point are its trunk's) is a hard link to that entry, so it
+is stored once. The same store gives the same bytes (entries sorted, times and owners zeroed), so a
+committed bundle changes only when its runs do.
 
 Importing refuses, before it writes anything, a bundle of other numerics, an entry that is not one
 of those files, and a run the store already holds with other contents: nothing in the store is
@@ -13,6 +15,7 @@ overwritten. Each run lands whole (unpacked beside the store, then renamed into 
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -27,7 +30,7 @@ from repro.runtime.config import NUMERICS
 from repro.runtime.files import atomic_write, fsync_tree, process_alive
 from repro.runtime.run_dir import RunDir
 
-FORMAT = 1
+FORMAT = 2  # 2: repeated files as hard links (format 1 had none; both read)
 MANIFEST = "bundle.json"
 RUN_FILE = re.compile(
     r"(?P<run>[0-9a-f]{12})/"
@@ -46,10 +49,18 @@ def _name(store: Path, path: Path) -> str:
     return path.relative_to(store).as_posix()
 
 
-def _add(archive: tarfile.TarFile, name: str, data: bytes) -> None:
-    """One regular file entry with zeroed time and owner (same store, same bytes)."""
+def _add(archive: tarfile.TarFile, name: str, data: bytes, stored: dict[str, str]) -> None:
+    """One entry with zeroed time and owner (same store, same bytes): a regular file, or a hard
+    link to the entry that holds the same bytes (`stored`: sha256 -> the first entry's name)."""
     info = tarfile.TarInfo(name)
-    info.size, info.mode, info.mtime = len(data), 0o644, 0
+    info.mode, info.mtime = 0o644, 0
+    digest = hashlib.sha256(data).hexdigest()
+    if digest in stored:
+        info.type, info.linkname = tarfile.LNKTYPE, stored[digest]
+        archive.addfile(info)
+        return
+    stored[digest] = name
+    info.size = len(data)
     archive.addfile(info, io.BytesIO(data))
 
 
@@ -69,12 +80,13 @@ def export_bundle(store: str | Path, out: str | Path) -> int:
     if not runs:
         raise ReproError(f"{store} has no finished runs to export")
     manifest = {"format": FORMAT, "numerics": NUMERICS, "runs": len(runs)}
+    stored: dict[str, str] = {}
     with atomic_write(out, "wb") as file:
         with tarfile.open(fileobj=file, mode="w:xz", format=tarfile.PAX_FORMAT) as archive:
-            _add(archive, MANIFEST, json.dumps(manifest, sort_keys=True).encode())
+            _add(archive, MANIFEST, json.dumps(manifest, sort_keys=True).encode(), stored)
             for run in runs:
                 for path in _run_files(run):
-                    _add(archive, _name(store, path), path.read_bytes())
+                    _add(archive, _name(store, path), path.read_bytes(), stored)
     return len(runs)
 
 
@@ -125,9 +137,11 @@ def _read_bundle(bundle: Path) -> dict[str, dict[str, bytes]]:
             entries = {}
             for info in archive:
                 known = info.name == MANIFEST or RUN_FILE.fullmatch(info.name)
-                if not (info.isfile() and known):
+                linked = info.islnk() and info.linkname in entries
+                if not ((info.isfile() or linked) and known):
                     raise ReproError(f"{bundle} holds {info.name!r}, which no bundle holds; {fix}")
-                entries[info.name] = archive.extractfile(info).read()
+                data = entries[info.linkname] if linked else archive.extractfile(info).read()
+                entries[info.name] = data
     except FileNotFoundError:
         raise ReproError(f"{bundle} does not exist") from None
     except (tarfile.TarError, EOFError, OSError) as exc:

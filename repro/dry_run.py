@@ -23,8 +23,8 @@ def dry_run_preset(preset: Preset) -> Preset:
     the CPU sizes of the same rank by parameters, batches (beta2_half_life_batch too) and epoch
     budgets their ranks (1, 2, ...; micro-batches of 1 where the preset has micro-batches),
     sequences 16 tokens, pools of exactly two largest batches (the smallest pool-size pool at least
-    one, so it trains every batch size), a Llama-3-sized vocab's uint32 token storage kept, float32
-    on the CPU without torch.compile, one process per run."""
+    one, so it trains every batch size), an evaluation per epoch, a Llama-3-sized vocab's uint32
+    token storage kept, float32 on the CPU without torch.compile, one process per run."""
     if len(preset.models) > len(CPU_SIZES):
         raise ReproError(f"preset {preset.name}: a dry run maps at most {len(CPU_SIZES)} models")
     by_size = sorted(preset.models, key=lambda m: parameter_count(model_config(m, 512)))
@@ -43,6 +43,7 @@ def dry_run_preset(preset: Preset) -> Preset:
         pool=PoolSpec("synthetic", tokens, 1_000, vocab_size=300, dtype=dtype, exact_tokens=True),
         models=tuple(CPU_SIZES[by_size.index(m)] for m in preset.models),
         seq_len=16,
+        eval_every=1.0,  # the fewest evaluations a run may have: they cost more than its steps
         batch_sizes=tuple(batch[b] for b in preset.batch_sizes),
         lrs={batch[b]: lrs for b, lrs in preset.lrs.items()},
         epochs=tuple(epochs[e] for e in preset.epochs),

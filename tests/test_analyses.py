@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 
 from repro.analysis.analyses import (
+    batch_differences,
     batch_endpoints,
     batch_sweep_claims,
     little_verdict,
@@ -36,6 +37,16 @@ def _claims(hand_made, val, train, usual=16, noise=0.005):
 
 U_SHAPE, SMALLER = "u-shape", "smaller-wins"
 OVERFIT, LARGE = "smallest-overfits", "largest-overfits"
+
+
+def test_batch_differences_are_each_batch_minus_the_optimum_with_intervals(hand_made):
+    results = _batch_sweep(hand_made, {1: 3.10, 4: 3.00, 16: 3.25}, {1: 2.0, 4: 2.5, 16: 2.8})
+    table = batch_differences(results, ["m"]).set_index("batch_size")
+    assert table["difference"].round(2).to_dict() == {1: 0.1, 4: 0.0, 16: 0.25}
+    inside = (table["low"] <= table["difference"]) & (table["difference"] <= table["high"])
+    assert inside.all()
+    assert table.loc[16, "low"] > 0.2 and table.loc[4, "high"] < 0.01  # documents' noise 0.005
+    assert (table["replicates"] == len(POOLS)).all()
 
 
 def test_u_shape_with_an_overfitting_smallest_batch_agrees(hand_made):

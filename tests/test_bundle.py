@@ -57,7 +57,7 @@ def _files(store) -> dict[str, bytes]:
 
 
 def test_an_imported_bundle_reads_back_to_the_same_results(store, bundle, tmp_path):
-    assert bundle_manifest(bundle) == {"format": 1, "numerics": NUMERICS, "runs": 2}
+    assert bundle_manifest(bundle) == {"format": 2, "numerics": NUMERICS, "runs": 2}
     assert import_bundle(bundle, tmp_path / "copy") == (2, 0)
     copied = _files(tmp_path / "copy")
     assert copied == {name: data for name, data in _files(store).items() if name in copied}
@@ -65,6 +65,27 @@ def test_an_imported_bundle_reads_back_to_the_same_results(store, bundle, tmp_pa
     ids = sorted(p.name for p in (tmp_path / "copy").iterdir())
     for original, imported in zip(load_results(store, ids), load_results(tmp_path / "copy")):
         pd.testing.assert_frame_equal(original, imported)
+
+
+def test_a_file_held_twice_is_stored_once_and_imported_twice(store, bundle, tmp_path):
+    """A run whose files repeat another's (as a WSD branch repeats its trunk's evaluations before
+    the branch point) adds hard links, not bytes; importing writes both runs whole."""
+    twice = tmp_path / "twice"
+    shutil.copytree(store, twice)
+    first = sorted(p for p in twice.iterdir() if (p / "status.json").is_file())[0]
+    shutil.copytree(first, twice / "fedcba987654")
+    out = tmp_path / "twice.tar.xz"
+    assert export_bundle(twice, out) == 3
+    with tarfile.open(out) as archive:
+        links = {info.name for info in archive if info.islnk()}
+    files = _files(twice)
+    again = {name for name in files if name.startswith("fedcba987654/")}
+    assert again and again <= links  # and the runs' shared val_docs/tokens.npy
+    assert out.stat().st_size < bundle.stat().st_size * 1.2
+    assert import_bundle(out, tmp_path / "copy") == (3, 0)
+    copied = _files(tmp_path / "copy")
+    assert copied == {name: data for name, data in files.items() if name in copied}
+    assert again <= set(copied)
 
 
 def test_the_shipped_bundles_are_of_these_numerics_and_built_in_presets():

@@ -71,11 +71,39 @@ def _frontier():
     return runs, evals, step, deadlines, table
 
 
+def _differences() -> pd.DataFrame:
+    """analyses.batch_differences' columns by hand: two model sizes, one gap of 1.5 nats."""
+    gaps = [0.12, 0.03, 0.0, 0.01, 0.2, 1.5]
+    rows = [
+        {"model": model, "batch_size": b, "difference": gap * scale}
+        | {"low": gap * scale - 0.02, "high": gap * scale + 0.02, "replicates": 3}
+        for model, scale in (("tiny", 1.0), ("cpu-s", 0.8))
+        for b, gap in zip(BATCHES, gaps)
+    ]
+    return pd.DataFrame(rows)
+
+
+def _judged_crossovers() -> pd.DataFrame:
+    """deadline_claims.judged_crossovers' columns by hand: every batch on the GPUs it fills at a
+    micro-batch of 4; the smaller batch ahead (below 0) by 0.01 nats per doubling between them."""
+    gpus = {b: max(1, b // 4) for b in BATCHES}
+    rows = [
+        {"deadline": t, "small_batch": b1, "small_gpus": gpus[b1], "large_batch": b2}
+        | {"large_gpus": gpus[b2], "difference": -0.01 * np.log2(b2 / b1)}
+        for t in (10.0, 100.0)
+        for b2 in BATCHES
+        for b1 in BATCHES
+        if gpus[b1] < gpus[b2]
+    ]
+    judged = pd.DataFrame(rows)
+    return judged.assign(low=judged["difference"] - 0.02, high=judged["difference"] + 0.02)
+
+
 def _all_figures():
     runs, evals = _curves()
     ends = _endpoints(runs, evals)
     f_runs, f_evals, step, deadlines, table = _frontier()
-    cross = frontier.crossovers(_results(f_runs, f_evals), deadlines, step, 4)
+    judged = _judged_crossovers()
     reach = steps_to_target(_results(f_runs, f_evals), [2.5, 2.7, 1.8], by=("pool", "batch_size"))
     fits = {("p0", 2.5): {"S_min": 40.0, "E_min": 640.0}}
     scaling = pd.DataFrame(
@@ -139,7 +167,8 @@ def _all_figures():
         "03_combined": figures.combined_vs_original({"original": ends, "combined": ends}, BATCHES),
         "04_loss_vs_deadline": figures.loss_vs_deadline(table),
         "04_heatmap": figures.optimal_batch_heatmap(table, BATCHES),
-        "04_fewer_gpus": figures.fewer_gpus_smaller_batch(cross, BATCHES),
+        "04_fewer_gpus": figures.fewer_gpus_smaller_batch(judged, BATCHES),
+        "02_differences": figures.batch_differences(_differences(), BATCHES),
         "04_latency": figures.latency_projection(table, {"x2 (projection)": table}, 8),
         "04_schedules": figures.schedule_policies(table, policy, [1, 8]),
         "05_noise": figures.noise_scale(_results(f_runs.assign(micro_batch=2, lr=1e-3), noise)),
@@ -237,6 +266,8 @@ def test_fewer_gpus_figure_has_one_panel_per_larger_batch(all_figures):
     assert titles == ["vs batch 8 on 2 GPUs", "vs batch 16 on 4 GPUs", "vs batch 32 on 8 GPUs"]
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
     assert labels[0] == "batch 1 on 1 GPU" and len(labels) == len(set(labels))
+    drawn = fig.axes[0].lines[0].get_ydata()  # batch 1 vs batch 8: smaller - larger, as judged
+    assert np.allclose(drawn, -0.03) and "smaller - larger" in fig.axes[0].get_ylabel()
 
 
 def test_nice_ticks_and_labels_are_plain_numbers():

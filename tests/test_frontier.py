@@ -9,7 +9,6 @@ import pytest
 from repro.analysis.frontier import (
     MeasuredStepTime,
     best_per_batch,
-    crossovers,
     deadline_grid,
     eval_costs,
     frontier,
@@ -92,27 +91,7 @@ def test_frontier_known_answer_ties_and_too_short_deadlines():
     assert table.loc[(4, 40), ["best_val_loss", "batch_size"]].tolist() == [2.2, 8]
 
 
-def test_crossover_found_from_data():
-    # smaller batch on fewer GPUs wins at a long deadline, loses at a short one
-    runs, evals = _curves({"b4": (4, [(20, 3.0), (200, 2.0)]), "b16": (16, [(20, 2.6), (60, 2.4)])})
-    step = lambda b, g: step_units(b, g, micro_batch=4)  # noqa: E731
-    table = crossovers(_results(runs, evals), [30, 300], step, micro_batch=4).set_index("deadline")
-    assert table.loc[30, ["small_gpus", "large_gpus"]].tolist() == [1, 4]
-    assert not table.loc[30, "smaller_wins"] and table.loc[300, "smaller_wins"]
-    assert np.isclose(table.loc[300, "small_loss"], 2.0) and np.isclose(
-        table.loc[300, "large_loss"], 2.4
-    )
-    # at 300 batch 16 has ended (its last evaluation costs 60 units): not a comparison in time
-    assert table.loc[30, "both_training"] and not table.loc[300, "both_training"]
-    assert table.loc[30, ["small_run", "small_step", "large_run", "large_step"]].tolist() == [
-        "b4",
-        20,
-        "b16",
-        20,
-    ]
-
-
-def test_a_side_is_training_until_its_longest_epoch_budget_ends():
+def test_the_best_point_within_a_deadline_takes_every_epoch_budget():
     # batch 16 has a 1-epoch run ending at step 15 and a 2-epoch run ending at step 30
     runs, evals = _curves(
         {
@@ -121,9 +100,8 @@ def test_a_side_is_training_until_its_longest_epoch_budget_ends():
             "b16-e2": (16, [(15, 3.1), (30, 2.8)]),
         }
     )
-    table = crossovers(_results(runs, evals), [20, 30], unit_step_time(4), 4).set_index("deadline")
-    assert table.loc[20, "both_training"] and not table.loc[30, "both_training"]
-    assert table.loc[20, ["large_run", "large_step"]].tolist() == ["b16-e1", 15]
+    best = best_per_batch(_results(runs, evals), 4, 20, unit_step_time(4))
+    assert best.loc[16, ["run_id", "step", "val_loss"]].tolist() == ["b16-e1", 15, 2.9]
     best = best_per_batch(_results(runs, evals), 4, 30, unit_step_time(4))
     assert best.loc[16, ["run_id", "step", "val_loss"]].tolist() == ["b16-e2", 30, 2.8]
 

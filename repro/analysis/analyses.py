@@ -229,6 +229,24 @@ def usual_batch(results: Results, preset) -> dict[str, int]:
     return {pool: int(rest.mean().idxmin()) for pool, rest in others.items()}
 
 
+def batch_differences(results: Results, models: list[str]) -> pd.DataFrame:
+    """Per model size and batch size, that batch's held-out tuned loss minus the tuned optimum's
+    (the batch chosen among all of them, per replicate on its selection half), nats/token, with
+    the 90% interval over replicates and documents (selection.compare): what the batch-sweep
+    claims test, batch by batch. NaN where no replicate measured both."""
+    rows = []
+    for model in models:
+        mine = results.subset(results.runs["model"] == model)
+        optimum = arm(mine)
+        for batch in sorted(int(b) for b in mine.runs["batch_size"].unique()):
+            diff = compare(arm(mine, mine.runs["batch_size"] == batch), optimum)
+            rows.append(
+                {"model": model, "batch_size": batch, "difference": diff.value}
+                | {"low": diff.low, "high": diff.high, "replicates": len(diff.per_replicate)}
+            )
+    return pd.DataFrame(rows)
+
+
 def optimum_table(endpoints: pd.DataFrame, models: list[str]) -> pd.DataFrame:
     """Kim et al.'s table per model size (`models` in order): the batch with the lowest loss over
     replicates, its lr, weight decay and epoch budget on each replicate, and the replicate-mean

@@ -77,14 +77,19 @@ def split_tokens(table: pd.DataFrame) -> plt.Figure:
 # --- 02 -----------------------------------------------------------------------------------------
 
 
+FLOOR_MARGIN = 0.25  # fraction of the validation axis below its data where the floor is drawn
+
+
 @plots.styled
 def best_loss_vs_batch(
     endpoints: pd.DataFrame, batch_sizes, floor: float | None = None
 ) -> plt.Figure:
     """Left: tuned validation loss per batch size, one curve per model size (mean over replicates,
-    90% interval over replicates and validation documents), and the Bayes floor where known. Right:
+    90% interval over replicates and validation documents; models side by side at each batch), and
+    the Bayes floor where known. Right:
     the final training loss of the same runs (mean, min-max over replicates): a batch whose
-    training loss is lower while its validation loss is higher over-fits."""
+    training loss is lower while its validation loss is higher over-fits. A floor more than
+    FLOOR_MARGIN of the axis below the data is named in the legend, not drawn."""
     fig, (val_ax, train_ax) = plt.subplots(1, 2, figsize=(11, 4.2))
     panels = (
         (val_ax, "val_loss", "validation loss, tuned (nats/token)", ("low", "high"), "-"),
@@ -93,10 +98,10 @@ def best_loss_vs_batch(
     models = by_size(endpoints["model"].unique())
     for ax, value, ylabel, (lo, hi), style in panels:
         means = across_replicates(endpoints, value=value)
-        for model in models:
+        for i, model in enumerate(models):
             group = means[means["model"] == model]
             ax.errorbar(
-                group["batch_size"],
+                plots.dodged(group["batch_size"], i, len(models)),
                 group["mean"],
                 yerr=_interval(group["mean"], group[lo], group[hi]),
                 capsize=3,
@@ -107,13 +112,46 @@ def best_loss_vs_batch(
             )
         plots.batch_axis(ax, batch_sizes)
         ax.set_ylabel(ylabel)
-    if floor is not None:
+    low, high = val_ax.get_ylim()
+    if floor is not None and floor >= low - FLOOR_MARGIN * (high - low):
         val_ax.axhline(floor, color="k", linestyle=":", label=f"Bayes floor ({floor:.3f})")
+    elif floor is not None:  # far below: drawing it would squash the differences the claims test
+        val_ax.plot([], [], " ", label=f"Bayes floor {floor:.3f}, below the axis")
     replicates = int(endpoints.groupby(["model", "batch_size"]).size().max())
     val_ax.set_title(f"Validation (mean over {replicates} replicates, 90% interval)")
     train_ax.set_title("Training (mean, min-max over replicates)")
     handles, labels = val_ax.get_legend_handles_labels()  # the models, and the floor if drawn
     plots.legend_outside(train_ax, title="model", handles=handles, labels=labels)
+    return fig
+
+
+@plots.styled
+def batch_differences(table: pd.DataFrame, batch_sizes) -> plt.Figure:
+    """Each batch size's tuned validation loss minus its model size's tuned optimum
+    (analyses.batch_differences), paired over replicates and documents with 90% intervals, model
+    sizes side by side: the differences the claims test, on a symmetric-log axis
+    (plots.difference_axis) so that small and large gaps both show."""
+    fig, ax = plt.subplots()
+    models = by_size(table["model"].unique())
+    for i, model in enumerate(models):
+        rows = table[(table["model"] == model) & table["difference"].notna()]
+        ax.errorbar(
+            plots.dodged(rows["batch_size"], i, len(models)),
+            rows["difference"],
+            yerr=_interval(rows["difference"], rows["low"], rows["high"]),
+            capsize=3,
+            color=plots.PALETTE[i],
+            label=model,
+            **plots.MEASURED,
+        )
+    ax.axhline(0, color="k", linewidth=0.8)
+    shown = table[table["difference"].notna()]
+    plots.difference_axis(ax, shown["low"].min(), shown["high"].max())
+    plots.batch_axis(ax, batch_sizes)
+    ax.set_ylabel("minus the tuned optimum (nats/token)")
+    replicates = int(table["replicates"].max()) if len(table) else 0
+    ax.set_title(f"Validation loss against each size's optimum ({replicates} replicates, 90%)")
+    plots.legend_outside(ax, title="model")
     return fig
 
 
@@ -217,14 +255,14 @@ def arms_vs_batch(
     arms: dict[str, pd.DataFrame], batch_sizes, title: str, legend: str
 ) -> plt.Figure:
     """Best val loss per batch size (sequences) for each arm ({label: batch_endpoints}), mean and
-    90% interval over replicates and validation documents; an arm measured at only some of
-    `batch_sizes` as points."""
+    90% interval over replicates and validation documents, the arms side by side at each batch; an
+    arm measured at only some of `batch_sizes` as points."""
     fig, ax = plt.subplots()
-    for color, (label, endpoints) in zip(plots.PALETTE, arms.items()):
+    for i, (color, (label, endpoints)) in enumerate(zip(plots.PALETTE, arms.items())):
         agg = across_replicates(endpoints, by=["batch_size"])
         every = set(agg["batch_size"]) == set(batch_sizes)
         ax.errorbar(
-            agg["batch_size"],
+            plots.dodged(agg["batch_size"], i, len(arms)),
             agg["mean"],
             capsize=3,
             color=color,
@@ -372,49 +410,53 @@ def optimal_batch_heatmap(table: pd.DataFrame, batch_sizes) -> plt.Figure:
 
 
 @plots.styled
-def fewer_gpus_smaller_batch(cross: pd.DataFrame, batch_sizes) -> plt.Figure:
-    """Loss gap (larger-batch loss minus smaller-batch loss, nats/token) per deadline: one panel per
-    larger batch on the GPUs it fills, one colour per smaller batch (frontier.crossovers); solid
-    with markers where both are still training (the comparisons the claim counts), faded after."""
-    larger = (
-        cross.groupby(["large_batch", "large_gpus"]).size().index.tolist() if len(cross) else []
-    )
+def fewer_gpus_smaller_batch(judged: pd.DataFrame, batch_sizes) -> plt.Figure:
+    """What the crossover claim tests (deadline_claims.judged_crossovers): per deadline, the loss of
+    a smaller batch on fewer GPUs minus that of a larger batch on more (nats/token; below 0 the
+    smaller batch wins), held out on every replicate, with simultaneous 90% intervals; one panel
+    per larger batch on the GPUs it fills (three a row), one colour per smaller batch."""
+    larger = sorted(set(zip(judged["large_batch"], judged["large_gpus"])))
+    columns = min(3, max(1, len(larger)))
+    rows = max(1, -(-len(larger) // columns))
+    fig, axes = plt.subplots(rows, columns, figsize=(4.4 * columns, 3.8 * rows), squeeze=False)
     colors = plots.batch_colors(batch_sizes)
-    fig, axes = plt.subplots(
-        1, max(1, len(larger)), figsize=(3.4 * max(1, len(larger)), 3.4), sharey=True, squeeze=False
-    )
-    for ax, (b2, g2) in zip(axes[0], larger):
-        mine = cross[(cross["large_batch"] == b2) & (cross["large_gpus"] == g2)]
-        for (b1, g1), part in mine.groupby(["small_batch", "small_gpus"]):
-            gap = part["large_loss"] - part["small_loss"]
-            ax.plot(part["deadline"], gap, color=colors[b1], alpha=0.3)
-            training = part["both_training"].astype(bool)
-            ax.plot(
-                part["deadline"][training],
-                gap[training],
+    for ax, (b2, g2) in zip(axes.flat, larger):
+        mine = judged[(judged["large_batch"] == b2) & (judged["large_gpus"] == g2)]
+        pairs = mine.groupby(["small_batch", "small_gpus"])
+        for i, ((b1, g1), part) in enumerate(pairs):
+            ax.errorbar(
+                plots.dodged(part["deadline"], i, pairs.ngroups),
+                part["difference"],
+                yerr=_interval(part["difference"], part["low"], part["high"]),
+                capsize=2,
                 color=colors[b1],
                 label=f"batch {b1} on {plots.gpu_label(g1)}",
                 **plots.MEASURED,
             )
         ax.axhline(0, color="k", linewidth=0.8)
-        plots.log_axis(ax, "x", cross["deadline"].min(), cross["deadline"].max(), max_ticks=5)
+        plots.log_axis(ax, "x", mine["deadline"].min(), mine["deadline"].max(), max_ticks=5)
         ax.set_xlabel(DEADLINE)
+        ax.set_ylabel("smaller - larger batch (nats/token)")
         ax.set_title(f"vs batch {b2} on {plots.gpu_label(g2)}")
-    axes[0][0].set_ylabel("loss gap (nats/token)")
+    for ax in axes.flat[len(larger) :]:
+        ax.remove()  # no panel without a comparison
+    if not larger:
+        fig.text(0.5, 0.5, "no deadline at which both batches of a pair train", ha="center")
     fig.suptitle(
-        "Loss gap = loss(larger batch) - loss(smaller batch); above 0 the smaller batch on fewer "
-        "GPUs wins\nsolid: both still training; faded: one has finished its longest run",
+        "Smaller batch on fewer GPUs minus larger batch on more, held out on every replicate\n"
+        "below 0 the smaller batch wins (simultaneous 90% intervals, Bonferroni)",
         fontsize="medium",
     )
-    handles = {h.get_label(): h for ax in axes[0] for h in ax.get_legend_handles_labels()[0]}
+    handles = {h.get_label(): h for ax in fig.axes for h in ax.get_legend_handles_labels()[0]}
     order = sorted(handles, key=lambda label: int(label.split()[1]))
-    fig.legend(
-        [handles[k] for k in order],
-        order,
-        loc="center left",
-        bbox_to_anchor=(1.0, 0.5),
-        title="smaller batch",
-    )
+    if order:
+        fig.legend(
+            [handles[k] for k in order],
+            order,
+            loc="center left",
+            bbox_to_anchor=(1, 0.5),
+            title="smaller batch",
+        )
     fig.tight_layout()
     return fig
 

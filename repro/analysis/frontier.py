@@ -23,7 +23,6 @@ descriptive: in-sample minima of one pool's observed curves.
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -176,62 +175,6 @@ def best_per_batch(results: Results, gpus: int, deadline: float, step_time) -> p
         feasible.sort_values(["val_loss", "step"], kind="mergesort").groupby("batch_size").head(1)
     )
     return best.set_index("batch_size")[["run_id", "step", "val_loss"]].sort_index()
-
-
-ARM_FIELDS = ("batch", "gpus", "loss", "run", "step")  # crossovers' columns per side
-CROSS_COLUMNS = [
-    *(f"{side}_{field}" for side in ("small", "large") for field in ARM_FIELDS),
-    "smaller_wins",
-    "both_training",
-]
-
-
-def _arms(results: Results, step_time, micro_batch: int) -> dict:
-    """Each batch size on the GPUs it fills, max(1, B / micro_batch): batch -> (GPUs, its
-    evaluation points with their `time`, best loss first, and its horizon: the time of its last
-    evaluation, when its longest run has finished)."""
-    arms = {}
-    for b, part in _points(results).groupby("batch_size"):
-        gpus = max(1, int(b) // micro_batch)
-        timed = part.assign(time=eval_costs(part, gpus, step_time))
-        ranked = timed.sort_values(["val_loss", "step"], kind="mergesort")
-        arms[int(b)] = (gpus, ranked, timed["time"].max())
-    return arms
-
-
-def _arm_row(side: str, batch: int, gpus: int, best: pd.DataFrame) -> dict:
-    """The crossover columns of one side: its batch, GPUs and best evaluation (NaN: none yet)."""
-    point = best.iloc[0] if len(best) else pd.Series({"val_loss": np.nan, "run_id": None})
-    values = [batch, gpus, point["val_loss"], point["run_id"], point.get("step", np.nan)]
-    return {f"{side}_{field}": v for field, v in zip(ARM_FIELDS, values)}
-
-
-def crossovers(results: Results, deadlines, step_time, micro_batch: int) -> pd.DataFrame:
-    """Deadlines at which a smaller batch on fewer GPUs beats a larger batch on more GPUs.
-
-    Each batch B runs on the GPUs it can fill, G = max(1, B / micro_batch); for every deadline and
-    every pair B1 < B2 with G1 < G2 of which at least one has an evaluation by then, the row gives
-    each side's best evaluation within the deadline over all its runs (`small_run`, `small_step`,
-    `small_loss` in nats/token, likewise `large_*`; NaN when none), `smaller_wins` (B1's loss is
-    lower, point estimates) and `both_training`: both sides have an evaluation by the deadline and
-    neither has finished, i.e. each side's longest run has its last evaluation after the deadline
-    (beyond that a side's loss is frozen at its end and the comparison says nothing about time).
-    """
-    arms = _arms(results, step_time, micro_batch)
-    rows = []
-    for t in deadlines:
-        best = {b: pts[pts["time"] <= t] for b, (_, pts, _) in arms.items()}
-        for b1, b2 in itertools.combinations(sorted(arms), 2):
-            (g1, _, end1), (g2, _, end2) = arms[b1], arms[b2]
-            if g1 >= g2 or (best[b1].empty and best[b2].empty):
-                continue
-            row = {"deadline": t, **_arm_row("small", b1, g1, best[b1])}
-            row |= _arm_row("large", b2, g2, best[b2])
-            reached = not (best[b1].empty or best[b2].empty)
-            row["smaller_wins"] = reached and bool(row["small_loss"] < row["large_loss"])
-            row["both_training"] = reached and t < min(end1, end2)
-            rows.append(row)
-    return pd.DataFrame(rows, columns=["deadline", *CROSS_COLUMNS])
 
 
 def latency_speedup(gpus_per_replica: int, efficiency: float) -> float:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
+import pandas as pd
 import seaborn as sns
 from matplotlib import cycler
 from matplotlib.colors import ListedColormap
@@ -195,6 +196,31 @@ def log_axis(
     axis.set_major_formatter(FuncFormatter(nice_number))
     axis.set_minor_locator(NullLocator())
     axis.set_minor_formatter(NullFormatter())
+
+
+DIFFERENCE_LINEAR = 0.05  # nats/token: difference_axis is linear within this of 0
+DIFFERENCE_TICKS = (-1, -0.3, -0.1, -0.03, 0, 0.03, 0.1, 0.3, 1, 3, 10)  # nats/token
+
+
+def difference_axis(ax: plt.Axes, low: float, high: float) -> None:
+    """A y axis of loss differences (nats/token) from `low` to `high` and 0: symmetric-log, linear
+    within DIFFERENCE_LINEAR of 0, with plain tick labels."""
+    ax.set_yscale("symlog", linthresh=DIFFERENCE_LINEAR)
+    bottom, top = min(low, 0.0) * 1.3 - 0.005, max(high, DIFFERENCE_LINEAR) * 1.3
+    ax.set_ylim(bottom, top)
+    ax.yaxis.set_major_locator(FixedLocator([t for t in DIFFERENCE_TICKS if bottom <= t <= top]))
+    ax.yaxis.set_major_formatter(FuncFormatter(nice_number))
+    ax.yaxis.set_minor_locator(NullLocator())
+
+
+DODGE = 0.1
+"""Octaves between neighbouring series drawn at the same batch sizes on a log axis (dodged)."""
+
+
+def dodged(x: pd.Series, index: int, count: int) -> pd.Series:
+    """`x` (on a log axis) shifted for series `index` of `count`, so that their error bars at one
+    x (a batch size, a deadline) sit side by side; the middle series stays in place."""
+    return x * 2.0 ** (DODGE * (index - (count - 1) / 2))
 
 
 def batch_axis(ax: plt.Axes, batch_sizes, label: str = "batch size (sequences)") -> None:
