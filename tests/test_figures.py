@@ -80,6 +80,8 @@ def _differences() -> pd.DataFrame:
         for model, scale in (("tiny", 1.0), ("cpu-s", 0.8))
         for b, gap in zip(BATCHES, gaps)
     ]
+    rows[1] |= {"low": -np.inf, "high": np.inf}  # one replicate: no interval
+    rows[2] |= {"difference": np.nan}  # not measured
     return pd.DataFrame(rows)
 
 
@@ -338,3 +340,9 @@ def test_importing_the_figures_changes_no_global_matplotlib_setting():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "True"
+
+
+def test_differences_figure_marks_a_batch_without_an_interval(all_figures):
+    ax = all_figures["02_differences"].axes[0]
+    assert "no interval" in [t.get_text() for t in ax.get_legend().get_texts()]
+    assert np.isfinite(ax.get_ylim()).all() and ax.get_yscale() == "symlog"

@@ -129,24 +129,25 @@ def best_loss_vs_batch(
 def batch_differences(table: pd.DataFrame, batch_sizes) -> plt.Figure:
     """Each batch size's tuned validation loss minus its model size's tuned optimum
     (analyses.batch_differences), paired over replicates and documents with 90% intervals, model
-    sizes side by side: the differences the claims test, on a symmetric-log axis
-    (plots.difference_axis) so that small and large gaps both show."""
+    sizes side by side (open: no interval, e.g. one replicate): the differences the claims test,
+    on a symmetric-log axis (plots.difference_axis) so that small and large gaps both show."""
     fig, ax = plt.subplots()
-    models = by_size(table["model"].unique())
-    for i, model in enumerate(models):
-        rows = table[(table["model"] == model) & table["difference"].notna()]
-        ax.errorbar(
-            plots.dodged(rows["batch_size"], i, len(models)),
-            rows["difference"],
-            yerr=_interval(rows["difference"], rows["low"], rows["high"]),
-            capsize=3,
-            color=plots.PALETTE[i],
-            label=model,
-            **plots.MEASURED,
-        )
-    ax.axhline(0, color="k", linewidth=0.8)
     shown = table[table["difference"].notna()]
-    plots.difference_axis(ax, shown["low"].min(), shown["high"].max())
+    bounded = np.isfinite(shown["low"]) & np.isfinite(shown["high"])
+    models = by_size(shown["model"].unique())
+    for i, model in enumerate(models):
+        mine, color = shown["model"] == model, plots.PALETTE[i]
+        x, y = plots.dodged(shown["batch_size"], i, len(models)), shown["difference"]
+        ax.plot(x[mine], y[mine], color=color, label=model, **plots.MEASURED)
+        bars = mine & bounded
+        interval = _interval(y[bars], shown["low"][bars], shown["high"][bars])
+        ax.errorbar(x[bars], y[bars], yerr=interval, capsize=3, color=color, linestyle="none")
+        ax.plot(x[mine & ~bounded], y[mine & ~bounded], "o", color=color, markerfacecolor="white")
+    if not bounded.all():
+        ax.plot([], [], "o", color="gray", markerfacecolor="white", label="no interval")
+    ax.axhline(0, color="k", linewidth=0.8)
+    ends = pd.concat([shown["difference"], shown["low"][bounded], shown["high"][bounded]])
+    plots.difference_axis(ax, ends.min(), ends.max())
     plots.batch_axis(ax, batch_sizes)
     ax.set_ylabel("minus the tuned optimum (nats/token)")
     replicates = int(table["replicates"].max()) if len(table) else 0
