@@ -59,16 +59,16 @@ print(f"{len(runs)} runs over {counts}: {runs['status'].value_counts().to_dict()
 # One row per pool × model × batch size: the (lr, weight decay, epoch budget) chosen on all
 # validation documents, the cross-fitted loss `val_loss`, the final training loss of the chosen run
 # (mean over the steps since the previous evaluation), and within that run the epoch of its best
-# evaluation. `censored`: the chosen budget is the largest tried, so the best budget may lie
-# beyond. Where the preset grows its grids (`grid_growth`, repro.growth), a group whose lr or weight
-# decay was chosen on the edge of what it tried got a run beyond it, round after round; a line names
-# every group whose choice still sits on an edge.
+# evaluation. `at_largest_budget`: the chosen budget is the largest tried, so the best budget may
+# lie beyond. Where the preset grows its grids (`grid_growth`, repro.growth), a group whose lr or
+# weight decay was chosen on the edge of what it tried got a run beyond it, round after round; a
+# line names every group whose choice still sits on an edge.
 
 # %%
 endpoints = analyses.pool_names(analyses.batch_endpoints(results))
 for _, row in endpoints[endpoints["edge"] != ""].iterrows():
     print(f"grid edge: {row['pool']}, {row['model']}, batch {row['batch_size']}: {row['edge']}")
-columns = ["pool", "model", "batch_size", "lr", "weight_decay", "epochs", "censored"]
+columns = ["pool", "model", "batch_size", "lr", "weight_decay", "epochs", "at_largest_budget"]
 endpoints[[*columns, "val_loss", "train_loss", "early_stop_epoch"]]
 
 # %% [markdown]
@@ -223,8 +223,9 @@ Markdown(beta2_table.read_text())  # as committed in figures/<preset>/02_beta2_c
 #
 # Differences are in nats/token with 90% intervals over replicates and validation documents (95%
 # where a claim can disagree in two ways), then the difference on each replicate; "censored" names
-# an arm whose best epoch budget is the largest tried (its loss might still fall), which cannot be
-# the arm a verdict finds worse. A claim on fewer than 3 replicates is undetermined.
+# an arm whose best epoch budget is the largest tried or whose lr or weight decay is not bracketed
+# (its loss might still fall), which cannot be the arm a verdict finds worse. A claim on fewer
+# than 3 replicates is undetermined.
 
 # %%
 usual = analyses.usual_batch(results, P)

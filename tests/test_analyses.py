@@ -207,7 +207,7 @@ def test_a_stopping_point_that_moves_with_both_recipes_is_not_a_change(hand_made
         hand_made.add(3.2, pool=pool, epochs=4)
         hand_made.add(3.0, pool=pool, epochs=8)
     ends = tuned(hand_made.results(), ["pool"])
-    assert ends["censored"].all() and (ends["epochs"] == 8).all()
+    assert ends["at_largest_budget"].all() and (ends["epochs"] == 8).all()
 
 
 def test_a_later_arm_at_its_largest_budget_blocks_agreement(hand_made):

@@ -72,7 +72,7 @@ def test_tuned_reports_choices_edges_censoring_and_the_within_run_best(hand_made
     hand_made.add(2.0, status="diverged")  # never a candidate, but counted
     row = tuned(hand_made.results(), ["pool"]).iloc[0]
     assert (row["lr"], row["epochs"], row["n_runs"], row["n_diverged"]) == (3e-3, 4, 5, 1)
-    assert row["censored"] and "lr=0.003 is not bracketed: no run at 0.009" in row["edge"]
+    assert row["at_largest_budget"] and "lr=0.003 is not bracketed: no run at 0.009" in row["edge"]
     assert row["val_loss"] == pytest.approx(3.0, abs=0.01)
     assert row["early_stop_epoch"] == 4  # hand-made curves improve to their end
 
@@ -169,7 +169,7 @@ def test_an_arm_whose_every_run_diverged_has_the_endpoint_columns_and_compares_a
     diverged = ends[ends["batch_size"] == 1]
     assert diverged[["val_loss", "train_loss", "run_id", "epochs"]].isna().all().all()
     alone = tuned(results.subset(results.runs["batch_size"] == 1), fields)
-    assert {"train_loss", "censored", "bracketed", "lr", "epochs"} <= set(alone)
+    assert {"train_loss", "at_largest_budget", "bracketed", "lr", "epochs"} <= set(alone)
     done = tuned(results.subset(results.runs["batch_size"] == 4), fields)
     assert np.isnan(compare(alone, done).value)
 

@@ -556,7 +556,7 @@ def _stop_later_claim(original: Results, combined: Results) -> Claim:
         early[name] = arm(recipe, ~later, also or ("batch_size",))
     terms = [(1.0, late["combined"]), (-1.0, early["combined"])]
     diff = contrast([*terms, (-1.0, late["original"]), (1.0, early["original"])])
-    censored = tuple(bool(late[n]["censored"].any()) for n in ("combined", "original"))
+    censored = tuple(bool(late[n]["at_largest_budget"].any()) for n in ("combined", "original"))
     diff = diff._replace(censored=censored)  # the early arms end at the split by design
     measured = describe(
         f"(later - earlier) combined - (later - earlier) original, later = budgets > {split:g}",

@@ -87,7 +87,14 @@ def _costs(points: pd.DataFrame, gpus: dict[int, int], step_time: StepTime) -> p
     return cost
 
 
-ENDPOINT_COLUMNS = ["val_loss", "doc_losses", "doc_tokens", "censored", "bracketed", "held_out"]
+ENDPOINT_COLUMNS = [
+    "val_loss",
+    "doc_losses",
+    "doc_tokens",
+    "at_largest_budget",
+    "bracketed",
+    "held_out",
+]
 
 
 def _held_out_row(feasible: pd.DataFrame, results: Results, replicate: tuple) -> dict | None:

@@ -180,7 +180,7 @@ def _endpoint(
     curve = results.evals[results.evals["run_id"] == rid]
     early = curve.loc[curve["val_loss"].idxmin()]
     edges = _edges(group[group["status"].isin(["done", "diverged"])], best, axes)
-    censored = "epochs" in axes and best["epochs"] == done["epochs"].max()
+    at_largest = "epochs" in axes and best["epochs"] == done["epochs"].max()
     return row | {
         "val_loss": _mean(reported, tokens, everything),
         "train_loss": _final_train_loss(results, chosen),
@@ -188,7 +188,7 @@ def _endpoint(
         "run_id": rid,
         "chosen_on_halves": chosen,
         "held_out": "replicates, documents" if held_out else "documents",
-        "censored": bool(censored and done["epochs"].nunique() > 1),
+        "at_largest_budget": bool(at_largest and done["epochs"].nunique() > 1),
         "bracketed": not any(note.startswith(f"{name}=") for name in GROWN for note in edges),
         "early_stop_epoch": float(early["epoch"]),
         "early_stop_val_loss": float(early["val_loss"]),
@@ -218,7 +218,7 @@ def _groups(frame: pd.DataFrame, by: list[str]) -> list[tuple[tuple, pd.DataFram
     return [(k if isinstance(k, tuple) else (k,), g) for k, g in frame.groupby(by, sort=True)]
 
 
-EMPTY_COLUMNS = ["val_loss", "train_loss", "run_id", "censored", "bracketed", "edge"]
+EMPTY_COLUMNS = ["val_loss", "train_loss", "run_id", "at_largest_budget", "bracketed", "edge"]
 """Columns of `tuned` that an arm without a finished run still has (with its tuned fields)."""
 
 
@@ -230,7 +230,8 @@ def tuned(
     `doc_tokens`) and how it was held out (`held_out`), the run chosen on all of the replicate's
     documents (`run_id` and its `tuned_fields` values), the mean final training loss of the runs
     chosen for the two halves (`train_loss`, held out like `val_loss`), whether its epoch budget is
-    the largest tried (`censored`: the best budget may lie beyond), grid-edge notes (`edge`),
+    the largest tried (`at_largest_budget`: the best budget may lie beyond), grid-edge notes
+    (`edge`),
     whether its lr and weight decay have runs on both sides (`bracketed`), and the within-run best
     evaluation of that run (`early_stop_epoch`, `early_stop_val_loss`; chosen on all documents,
     so not comparable with `val_loss`)."""
@@ -309,7 +310,7 @@ def contrast(terms: list[tuple[float, pd.DataFrame]], level: float = LEVEL) -> D
     gaps = _mean_per_pool(gaps, [dict(zip(key, k)).get("pool", k) for k in common])
     held_out = any(r[k].get("held_out") == "replicates, documents" for r in rows for k in common)
     diff = replicate_difference(gaps, rows[0][common[0]]["doc_tokens"], level, held_out)
-    open_ = [any(r[k]["censored"] or not r[k]["bracketed"] for k in common) for r in rows]
+    open_ = [any(r[k]["at_largest_budget"] or not r[k]["bracketed"] for k in common) for r in rows]
     weights = [w for w, _ in terms]
     censored = tuple(any(o for o, w in zip(open_, weights) if sign * w > 0) for sign in (1, -1))
     return diff._replace(censored=censored)
