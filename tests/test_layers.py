@@ -41,6 +41,12 @@ def test_runtime_and_data_import_no_analysis_presets_or_orchestration(path):
     assert not [name for name in _imports(path) if _within(name, above)]
 
 
+@pytest.mark.parametrize("name", DESIGN)
+def test_the_design_imports_no_analysis_or_orchestration(name):
+    path = PACKAGE / f"{name.removeprefix('repro.')}.py"
+    assert not [n for n in _imports(path) if _within(n, ("repro.analysis", *ORCHESTRATION))]
+
+
 @pytest.mark.parametrize("path", _modules("analysis"), ids=lambda p: p.stem)
 def test_analysis_imports_no_torch_training_or_orchestration(path):
     allowed = tuple(f"repro.runtime.{name}" for name in TORCH_FREE_RUNTIME)
