@@ -28,7 +28,7 @@ class Engine:
 
     forward: Callable[[torch.Tensor], torch.Tensor]  # tokens [K, B, T] -> logits [K, B, T, vocab]
     train_model: torch.nn.Module | None  # the single model as trained (DDP's no_sync lives here)
-    stack: StackedForward | None
+    stacked: StackedForward | None  # the K models of a stack of runs; None for one run
     noise_hook: dict | None
     autocast: AbstractContextManager
     device: torch.device
@@ -38,8 +38,8 @@ class Engine:
     def gradient_holders(self, members: list[Member]) -> list[torch.Tensor]:
         """The tensors backward writes gradients to: the stack's [K, ...] leaves, or the one
         model's parameters."""
-        if self.stack is not None:
-            return list(self.stack.leaves.values())
+        if self.stacked is not None:
+            return list(self.stacked.leaves.values())
         return list(members[0].model.parameters())
 
 
@@ -51,10 +51,10 @@ def build_engine(
         torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
     )
     if len(members) > 1:
-        stack = StackedForward(
+        stacked = StackedForward(
             [m.model for m in members], stack_parameters([m.model for m in members])
         )
-        return Engine(stack, None, stack, None, autocast, device, rank, world_size)
+        return Engine(stacked, None, stacked, None, autocast, device, rank, world_size)
     config, train_model, noise_hook = members[0].config, members[0].model, None
     if world_size > 1:
         train_model = torch.nn.parallel.DistributedDataParallel(
@@ -112,7 +112,7 @@ def _forward_backward(
     step_loss = torch.zeros(len(active), device=batch.device)
     noise_scale = active[0].config.noise_scale
     micro_norms = (
-        MicroBatchNorms(stacked=engine.stack is not None)
+        MicroBatchNorms(stacked=engine.stacked is not None)
         if noise_scale and world_size == 1
         else None
     )
@@ -133,8 +133,8 @@ def _forward_backward(
         small_sq = engine.noise_hook["sq"].clone()[None]
         dist.all_reduce(small_sq, op=dist.ReduceOp.AVG)
         engine.noise_hook["sq"].zero_()
-    if engine.stack is not None:
-        engine.stack.scatter_gradients()
+    if engine.stacked is not None:
+        engine.stacked.scatter_gradients()
     if world_size > 1:
         dist.all_reduce(step_loss, op=dist.ReduceOp.AVG)
     return step_loss, small_sq

@@ -321,8 +321,8 @@ def _run(
     def leave(member: Member, status: str) -> None:
         finals[member.out] = final_status(member, status, len(members), rank)
         active.remove(member)
-        if engine.stack is not None:
-            engine.stack.drop(member.model)
+        if engine.stacked is not None:
+            engine.stacked.drop(member.model)
 
     for member in [m for m in members if m.step >= m.timeline.steps.total_steps]:
         leave(member, "done")
