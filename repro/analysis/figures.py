@@ -410,12 +410,17 @@ def optimal_batch_heatmap(table: pd.DataFrame, batch_sizes) -> plt.Figure:
     return fig
 
 
+CROSSOVER_ZOOM = 3  # fewer_gpus_smaller_batch's y axis: this many times the largest difference
+
+
 @plots.styled
 def fewer_gpus_smaller_batch(judged: pd.DataFrame, batch_sizes) -> plt.Figure:
     """What the crossover claim tests (deadline_claims.judged_crossovers): per deadline, the loss of
     a smaller batch on fewer GPUs minus that of a larger batch on more (nats/token; below 0 the
     smaller batch wins), held out on every replicate, with simultaneous 90% intervals; one panel
-    per larger batch on the GPUs it fills (three a row), one colour per smaller batch."""
+    per larger batch on the GPUs it fills (three a row), one colour per smaller batch; each panel's
+    y axis spans CROSSOVER_ZOOM times its largest difference, so that Bonferroni intervals hundreds
+    of nats wide do not flatten the differences."""
     larger = sorted(set(zip(judged["large_batch"], judged["large_gpus"])))
     columns = min(3, max(1, len(larger)))
     rows = max(1, -(-len(larger) // columns))
@@ -435,6 +440,8 @@ def fewer_gpus_smaller_batch(judged: pd.DataFrame, batch_sizes) -> plt.Figure:
                 **plots.MEASURED,
             )
         ax.axhline(0, color="k", linewidth=0.8)
+        reach = max(CROSSOVER_ZOOM * mine["difference"].abs().max(), 0.05)
+        ax.set_ylim(-reach, reach)  # the differences' scale; wider intervals run off the panel
         plots.log_axis(ax, "x", mine["deadline"].min(), mine["deadline"].max(), max_ticks=5)
         ax.set_xlabel(DEADLINE)
         ax.set_ylabel("smaller - larger batch (nats/token)")
@@ -445,7 +452,8 @@ def fewer_gpus_smaller_batch(judged: pd.DataFrame, batch_sizes) -> plt.Figure:
         fig.text(0.5, 0.5, "no deadline at which both batches of a pair train", ha="center")
     fig.suptitle(
         "Smaller batch on fewer GPUs minus larger batch on more, held out on every replicate\n"
-        "below 0 the smaller batch wins (simultaneous 90% intervals, Bonferroni)",
+        "below 0 the smaller batch wins (simultaneous 90% intervals, Bonferroni; an interval "
+        "cut at a panel's edge reaches beyond it)",
         fontsize="medium",
     )
     handles = {h.get_label(): h for ax in fig.axes for h in ax.get_legend_handles_labels()[0]}
