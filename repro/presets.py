@@ -24,7 +24,8 @@ from repro.runtime.schedules import beta2_for_batch
 @dataclass(frozen=True)
 class Preset:
     """One scale of the study. Units: tokens for pools and seq_len, sequences for batch sizes,
-    epochs for the budget and eval_every. A preset YAML file overrides any field (load_preset)."""
+    epochs for the budget and eval_every. A preset YAML file sets any field
+    (preset_files.load_preset)."""
 
     name: str  # runs go to runs/<name>/, figures to figures/<name>/
     pool: PoolSpec  # the main pool; seeds below draw independent pools with the same validation set
@@ -85,7 +86,7 @@ class Preset:
     # 0: the same betas at every batch
     beta2_half_life_batch: int = 0
     # notebook 02: batches (sequences, of batch_sizes) that also run with the other beta2 setting
-    # than the batch sweep's (beta2_ablation); (): the two smallest batch sizes
+    # than the batch sweep's (grids.beta2_ablation); (): the two smallest batch sizes
     beta2_ablation_batch_sizes: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:

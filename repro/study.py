@@ -167,7 +167,7 @@ class Study:
 
     def beta2_ablation_grid(self) -> dict:
         """02's AdamW beta2 ablation: the preset's beta2 ablation batches with the other beta2
-        setting than the batch sweep's (Preset.beta2_ablation), every lr x weight decay x epoch
+        setting than the batch sweep's (grids.beta2_ablation), every lr x weight decay x epoch
         budget, on every pool, at the first model, Kim et al.'s one-pass recipe. The sweep's own
         setting at those batches is the sweep's runs."""
         P = self.preset
@@ -223,7 +223,7 @@ class Study:
 
     def scaling_grids(self) -> list[dict]:
         """05's batch sweeps on the pools of several sizes of every pool seed (sized_pools), one
-        per size (Preset.scaling_grids), original recipe."""
+        per size (grids.scaling_grids), original recipe."""
         P = self.preset
         by_tokens: dict[int, list[Path]] = {}
         for sized in self.sized_pools().values():

@@ -5,7 +5,7 @@ a half-life of ln 0.5 / ln beta2 optimizer steps, so at a small batch it spans f
 al. 2025 (arXiv 2507.07101) keep that half-life constant in tokens instead: the *half-life rule*,
 beta2' = beta2 ** (B' / B) at batch B' for beta2 at batch B (Preset.beta2_half_life_batch). The
 ablation runs the preset's smallest batches with the other setting than the batch sweep's
-(Preset.beta2_ablation); the sweep's own setting there is the sweep's runs. Every loss compared is a
+(grids.beta2_ablation); the sweep's own setting there is the sweep's runs. Every loss compared is a
 held-out tuned endpoint (repro.analysis.selection: lr, weight decay and epoch budget, and where an
 arm spans several batches the batch, chosen on the other replicates and the other half of the
 validation documents); differences are in nats/token with intervals over replicates (pools) and
