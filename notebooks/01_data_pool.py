@@ -80,7 +80,7 @@ floor = analyses.bayes_floor(pools[0])
 print(
     f"Bayes floor of the validation split: {floor:.4f} nats/token"
     if floor is not None
-    else f"source {P.pool.source!r} has no known Bayes floor"
+    else f"source {P.pool_spec.source!r} has no known Bayes floor"
 )
 
 # %% [markdown]

@@ -215,7 +215,8 @@ def _preset_list(args: argparse.Namespace) -> None:
 
     for name, p in PRESETS.items():
         print(
-            f"{name:<11} {len(p.pool_seeds)} pools x {p.pool.tokens:,} tokens ({p.pool.source}); "
+            f"{name:<11} {len(p.pool_seeds)} pools x {p.pool_spec.tokens:,} tokens "
+            f"({p.pool_spec.source}); "
             f"models {', '.join(p.models)}; batches {', '.join(map(str, p.batch_sizes))} x "
             f"{p.seq_len} tokens; epochs {', '.join(map(str, p.epochs))}"
         )

@@ -33,14 +33,18 @@ def dry_run_preset(preset: Preset) -> Preset:
     batch = _ranks([*preset.lrs, preset.schedule_batch, *(b for _, b in phases), *half_life])
     epochs = _ranks(list(preset.epochs))
     largest = max(batch.values()) * 17  # tokens of one batch of 16-token sequences (+1 target)
-    share = min(preset.scaling_pool_tokens, default=preset.pool.tokens) / preset.pool.tokens
+    share = (
+        min(preset.scaling_pool_tokens, default=preset.pool_spec.tokens) / preset.pool_spec.tokens
+    )
     tokens = max(2 * largest, math.ceil(largest / share))  # every pool holds a largest batch
-    large_vocab = preset.pool.tokenizer is not None or preset.pool.vocab_size > 65_535
+    large_vocab = preset.pool_spec.tokenizer is not None or preset.pool_spec.vocab_size > 65_535
     dtype = "uint32" if large_vocab else "auto"
     return replace(
         preset,
         name=preset.name + DRY_RUN,
-        pool=PoolSpec("synthetic", tokens, 1_000, vocab_size=300, dtype=dtype, exact_tokens=True),
+        pool_spec=PoolSpec(
+            "synthetic", tokens, 1_000, vocab_size=300, dtype=dtype, exact_tokens=True
+        ),
         models=tuple(CPU_SIZES[by_size.index(m)] for m in preset.models),
         seq_len=16,
         eval_every=1.0,  # the fewest evaluations a run may have: they cost more than its steps
@@ -54,7 +58,7 @@ def dry_run_preset(preset: Preset) -> Preset:
         noise_micro_batch=1,
         noise_scale_batches=tuple(batch[b] for b in preset.noise_scale_batches),
         scaling_pool_tokens=tuple(
-            tokens * t // preset.pool.tokens for t in preset.scaling_pool_tokens
+            tokens * t // preset.pool_spec.tokens for t in preset.scaling_pool_tokens
         ),
         batch_schedules={
             name: batch_schedule_text([(at, batch[b]) for at, b in parse_batch_schedule(schedule)])

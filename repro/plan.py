@@ -224,7 +224,7 @@ def plan(preset: Preset, vocab: int, speed: GpuSpeed, cpu: bool = False) -> pd.D
     """Per notebook (then "all"): runs, training tokens, FLOPs, GPU-hours and the longest run's
     hours, at `speed`; with `cpu`, also CPU worker-hours measured here (cpu_speed)."""
     study = _Unbuilt(preset, Path("."), Path("data/pools"), Path("runs") / preset.name, 1)
-    pool_tokens = {str(p): preset.pool.tokens for p in study.pools()}
+    pool_tokens = {str(p): preset.pool_spec.tokens for p in study.pools()}
     for seed in preset.pool_seeds:
         for tokens in preset.scaling_pool_tokens:
             pool_tokens[str(preset.sized_pool_dir(study.data_dir, seed, tokens))] = tokens
@@ -234,7 +234,7 @@ def plan(preset: Preset, vocab: int, speed: GpuSpeed, cpu: bool = False) -> pd.D
         rows = [
             row
             for grid in grids
-            for row in run_rows(grid, pool_tokens, preset.pool.val_tokens, vocab)
+            for row in run_rows(grid, pool_tokens, preset.pool_spec.val_tokens, vocab)
         ]
         runs[notebook] = pd.DataFrame(
             [r for r in rows if not (r["run_id"] in seen or seen.add(r["run_id"]))]
@@ -282,12 +282,13 @@ def pool_vocab(preset: Preset, built: dict | None) -> int:
     hub tokenizer's."""
     if built:
         return int(built["vocab_size"])
-    if not preset.pool.tokenizer:
-        return preset.pool.vocab_size
-    if preset.pool.tokenizer in KNOWN_VOCABS:
-        return KNOWN_VOCABS[preset.pool.tokenizer]
+    if not preset.pool_spec.tokenizer:
+        return preset.pool_spec.vocab_size
+    if preset.pool_spec.tokenizer in KNOWN_VOCABS:
+        return KNOWN_VOCABS[preset.pool_spec.tokenizer]
     raise ReproError(
-        f"preset {preset.name}: the vocab of tokenizer {preset.pool.tokenizer} is known once the "
+        f"preset {preset.name}: the vocab of tokenizer {preset.pool_spec.tokenizer} is known once "
+        "the "
         "pool is built; build it (repro data build) or pass --vocab"
     )
 

@@ -1,7 +1,8 @@
 """Presets as YAML files: the built-in ones (repro/builtin_presets/, PRESETS) and users' preset
 files, read by one loader. A file names the fields it sets; the rest come from its `base` preset
 (a user's file: default smoke; a built-in file: a built-in listed before it, or none, the
-dataclass defaults then); `pool` sets fields of the pool (repro.data.build.PoolSpec)."""
+dataclass defaults then); `pool_spec` sets fields of the pools' recipe
+(repro.data.build.PoolSpec)."""
 
 from __future__ import annotations
 
@@ -40,20 +41,22 @@ def _read_yaml(path: Path) -> dict:
 def _preset(data: dict, name: str, base: Preset | None, path: Path) -> Preset:
     """The preset `name` that `data` (a preset file's fields, `base` and `name` taken out) sets
     over `base`; a local pool source is read relative to `path`'s folder."""
-    pool_changes = data.pop("pool", None) or {}
+    pool_changes = data.pop("pool_spec", None) or {}
     if not isinstance(pool_changes, dict):
-        raise ReproError(f"{path}: pool must be a mapping of pool fields, e.g. 'source: my.txt'")
+        raise ReproError(
+            f"{path}: pool_spec must be a mapping of pool fields, e.g. 'source: my.txt'"
+        )
     if {"seed", "val_seed"} & set(pool_changes):
         raise ReproError(f"{path}: pool seeds come from pool_seeds (e.g. pool_seeds: [0, 1])")
-    pool_fields = typed_fields(PoolSpec, pool_changes, f"{path}: pool")
-    pool = replace(base.pool, **pool_fields) if base else PoolSpec(**pool_fields)
+    pool_fields = typed_fields(PoolSpec, pool_changes, f"{path}: pool_spec")
+    pool = replace(base.pool_spec, **pool_fields) if base else PoolSpec(**pool_fields)
     local = path.parent / pool.source
     if "source" in pool_changes and (local.exists() or glob.glob(str(local))):
         pool = replace(pool, source=str(local))  # a local file or glob, relative to this file
     preset_fields = typed_fields(Preset, data, str(path))
     if base is None:
-        return Preset(name=name, pool=pool, **preset_fields)
-    return replace(base, name=name, pool=pool, **preset_fields)
+        return Preset(name=name, pool_spec=pool, **preset_fields)
+    return replace(base, name=name, pool_spec=pool, **preset_fields)
 
 
 def _builtin_presets() -> dict[str, Preset]:
@@ -71,9 +74,9 @@ PRESETS: dict[str, Preset] = _builtin_presets()
 
 def load_preset(path: str | Path) -> Preset:
     """A user's preset YAML file: `base` (a built-in preset, default smoke) with any of its
-    fields overridden; `pool` overrides fields of the pool (source, text_field, text_unit,
-    tokens, val_tokens, vocab_size, tokenizer, ...); `name` defaults to the file's stem. A local
-    source path is read relative to the file."""
+    fields overridden; `pool_spec` overrides fields of the pools' recipe (source, text_field,
+    text_unit, tokens, val_tokens, vocab_size, tokenizer, ...); `name` defaults to the file's
+    stem. A local source path is read relative to the file."""
     path = Path(path).resolve()
     data = _read_yaml(path)
     base_name = data.pop("base", "smoke")
@@ -125,5 +128,5 @@ def preset_yaml(preset: Preset) -> str:
 
     values = asdict(preset)
     for seed in ("seed", "val_seed"):  # set per pool from pool_seeds
-        del values["pool"][seed]
+        del values["pool_spec"][seed]
     return yaml.safe_dump(plain(values), sort_keys=False, default_flow_style=None)

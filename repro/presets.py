@@ -28,7 +28,7 @@ class Preset:
     (preset_files.load_preset)."""
 
     name: str  # runs go to runs/<name>/, figures to figures/<name>/
-    pool: PoolSpec  # the main pool; seeds below draw independent pools with the same validation set
+    pool_spec: PoolSpec  # the pools' recipe: each of pool_seeds draws one, same validation set
     pool_seeds: tuple[int, ...]
     models: tuple[str, ...]  # sizes of repro.runtime.shapes.SIZES
     seq_len: int  # tokens
@@ -157,7 +157,7 @@ class Preset:
         if len(set(ablated)) < len(ablated):
             raise ReproError(f"{where}: beta2_ablation_batch_sizes repeats a batch size")
         try:
-            check_spec(self.pool)
+            check_spec(self.pool_spec)
             self._check_runs()
         except ReproError as exc:
             raise ReproError(f"{where}: {exc}") from None
@@ -170,7 +170,7 @@ class Preset:
                 f"than 2 of the batch sizes (sequences of {self.seq_len + 1} tokens); make it "
                 "larger"
             )
-        too_large = [t for t in self.scaling_pool_tokens if t >= self.pool.tokens]
+        too_large = [t for t in self.scaling_pool_tokens if t >= self.pool_spec.tokens]
         if too_large:
             raise ReproError(
                 f"{where}: scaling pool of {too_large[0]} tokens is not smaller than the pool"
@@ -214,19 +214,19 @@ class Preset:
         """data_dir/<name>-<source>-seed<seed>, the source's characters other than letters, digits,
         '.', '_' and '-' as '_'; a local source by its file name only, so the folder does not
         depend on where the checkout lives."""
-        source = self.pool.source
+        source = self.pool_spec.source
         if not source.startswith("hf:") and os.path.isabs(source):
             source = Path(source).name
         return Path(data_dir) / f"{self.name}-{re.sub(r'[^A-Za-z0-9._-]', '_', source)}-seed{seed}"
 
-    def pool_spec(self, seed: int, tokenizer: str | None) -> PoolSpec:
+    def seeded_pool_spec(self, seed: int, tokenizer: str | None) -> PoolSpec:
         """Pool `seed`: training documents drawn with `seed`, validation documents and tokenizer
         shared."""
         return replace(
-            self.pool,
+            self.pool_spec,
             seed=seed,
             val_seed=self.pool_seeds[0],
-            tokenizer=tokenizer or self.pool.tokenizer,
+            tokenizer=tokenizer or self.pool_spec.tokenizer,
         )
 
     def sized_pool_dir(self, data_dir: str | Path, seed: int, tokens: int) -> Path:

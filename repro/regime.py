@@ -95,8 +95,8 @@ def preset_regime(
     B_simple in tokens that notebook 05 measured over pools (NaN when not measured)."""
 
     params = {row["name"]: row["params"] for row in param_count_table(vocab_size)}
-    batch = [b * preset.seq_len / preset.pool.tokens for b in preset.batch_sizes]
-    per_param = [preset.pool.tokens / params[m] for m in preset.models]
+    batch = [b * preset.seq_len / preset.pool_spec.tokens for b in preset.batch_sizes]
+    per_param = [preset.pool_spec.tokens / params[m] for m in preset.models]
     lowest, highest = noise_scale or (math.nan, math.nan)
     tokens = (min(preset.batch_sizes) * preset.seq_len, max(preset.batch_sizes) * preset.seq_len)
     return {
@@ -117,9 +117,9 @@ def deviations(preset: Preset) -> list[str]:
         notes.append(f"models {', '.join(others)}: not in the reference ladder (150m-1.5b)")
     if preset.seq_len != 4096:
         notes.append(f"seq_len {preset.seq_len} (reference 4,096)")
-    if not preset.pool.source.startswith("hf:mlfoundations/dclm"):
+    if not preset.pool_spec.source.startswith("hf:mlfoundations/dclm"):
         notes.append(
-            f"pool: {preset.pool.source}, {preset.pool.tokens:,} tokens "
+            f"pool: {preset.pool_spec.source}, {preset.pool_spec.tokens:,} tokens "
             "(reference: DCLM-Baseline, 200M tokens)"
         )
     budgets = ", ".join(map(str, preset.epochs))

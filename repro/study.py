@@ -82,7 +82,11 @@ class Study:
         """One paragraph on what this study trains (the notebooks print it first)."""
         P = self.preset
         meta = built_meta(P.pool_dir(self.data_dir, P.pool_seeds[0]))
-        vocab = meta["vocab_size"] if meta else (None if P.pool.tokenizer else P.pool.vocab_size)
+        vocab = (
+            meta["vocab_size"]
+            if meta
+            else (None if P.pool_spec.tokenizer else P.pool_spec.vocab_size)
+        )
         noise = self._noise_scale()
         measured, gap = (noise[:2], noise[2]) if noise else (None, 0.0)
         regime = (
@@ -98,7 +102,8 @@ class Study:
             self._validation_summary() if meta else ""
         )
         return (
-            f"preset {P.name}: source {P.pool.source}, {P.pool.tokens:,} training tokens per pool, "
+            f"preset {P.name}: source {P.pool_spec.source}, "
+            f"{P.pool_spec.tokens:,} training tokens per pool, "
             f"models {list(P.models)}, seq_len {P.seq_len}, batch sizes {list(P.batch_sizes)}, "
             f"epoch budgets {list(P.epochs)} ({budget_runs})"
             + f"\nusual (one-pass) batch: {usual_batch_source(P)}"
@@ -137,7 +142,7 @@ class Study:
             tokenizer = str(paths[0] / "tokenizer.json") if paths else None
             paths.append(
                 build_pool(
-                    self.preset.pool_spec(seed, tokenizer),
+                    self.preset.seeded_pool_spec(seed, tokenizer),
                     self.preset.pool_dir(self.data_dir, seed),
                     progress=self.progress,
                 )
@@ -149,7 +154,7 @@ class Study:
         pool; each shares its main pool's tokenizer and the preset's validation documents."""
         sized = {}
         for seed, main in zip(self.preset.pool_seeds, self.pools()):
-            spec = self.preset.pool_spec(seed, str(main / "tokenizer.json"))
+            spec = self.preset.seeded_pool_spec(seed, str(main / "tokenizer.json"))
             sized[seed] = [
                 build_pool(
                     replace(spec, tokens=tokens),
@@ -227,7 +232,7 @@ class Study:
         P = self.preset
         by_tokens: dict[int, list[Path]] = {}
         for sized in self.sized_pools().values():
-            for tokens, pool in zip([*sorted(P.scaling_pool_tokens), P.pool.tokens], sized):
+            for tokens, pool in zip([*sorted(P.scaling_pool_tokens), P.pool_spec.tokens], sized):
                 by_tokens.setdefault(tokens, []).append(pool)
         return scaling_grids(P, by_tokens, **ORIGINAL_RECIPE)
 

@@ -38,7 +38,7 @@ SPEED = GpuSpeed(1e12, "test")
 
 
 def _rows(preset, grid):
-    return run_rows(grid, {"p0": preset.pool.tokens}, preset.pool.val_tokens, 300)
+    return run_rows(grid, {"p0": preset.pool_spec.tokens}, preset.pool_spec.val_tokens, 300)
 
 
 def test_each_cosine_budget_trains_in_full_and_pays_its_evaluations():
@@ -47,16 +47,16 @@ def test_each_cosine_budget_trains_in_full_and_pays_its_evaluations():
     assert len(rows) == len(expand(grid))
     per_token = flops_per_token(model_config("tiny", 300), SMOKE.seq_len)
     for row, config in zip(rows, expand(grid), strict=True):
-        assert row["tokens"] == config.epochs * SMOKE.pool.tokens
+        assert row["tokens"] == config.epochs * SMOKE.pool_spec.tokens
         evals = math.floor(config.epochs / config.eval_every) + 1
-        expected = per_token * (row["tokens"] + evals * SMOKE.pool.val_tokens / 3)
+        expected = per_token * (row["tokens"] + evals * SMOKE.pool_spec.val_tokens / 3)
         assert row["flops"] == pytest.approx(expected)
 
 
 def test_a_wsd_family_trains_its_longest_budget_and_only_the_other_cool_downs():
     preset = replace(SMOKE, epochs=(1, 2, 4), wsd_branches=True)
     rows = _rows(preset, batch_sweep_grid(preset, ["p0"], [2], ["tiny"]))
-    tokens = sorted({row["tokens"] / preset.pool.tokens for row in rows})
+    tokens = sorted({row["tokens"] / preset.pool_spec.tokens for row in rows})
     assert tokens == pytest.approx([0.2, 0.4, 4.0])
 
 
@@ -119,7 +119,9 @@ def test_the_wall_time_is_never_below_the_longest_run():
 
 
 def test_a_hub_tokenizer_of_unknown_size_asks_for_the_pool_or_vocab():
-    preset = replace(PRESETS["gpu"], pool=replace(PRESETS["gpu"].pool, tokenizer="someone/tok"))
+    preset = replace(
+        PRESETS["gpu"], pool_spec=replace(PRESETS["gpu"].pool_spec, tokenizer="someone/tok")
+    )
     with pytest.raises(ReproError, match="build it .* or pass --vocab"):
         pool_vocab(preset, None)
     assert pool_vocab(preset, {"vocab_size": 1234}) == 1234
@@ -199,16 +201,18 @@ def test_a_cpu_preset_is_priced_in_worker_hours_and_wall_time_on_its_workers(fak
     measured on the CPU."""
     table = plan(SMOKE, 300, SPEED, cpu=True).set_index("notebook")
     study = _Unbuilt(SMOKE, Path("."), Path("data/pools"), Path("runs"), 1)
-    tokens = {str(p): SMOKE.pool.tokens for p in study.pools()}
+    tokens = {str(p): SMOKE.pool_spec.tokens for p in study.pools()}
     grids = notebook_grids(SMOKE)["02"]
-    rows = {r["run_id"]: r for g in grids for r in run_rows(g, tokens, SMOKE.pool.val_tokens, 300)}
+    rows = {
+        r["run_id"]: r for g in grids for r in run_rows(g, tokens, SMOKE.pool_spec.val_tokens, 300)
+    }
     for row, config in zip(
-        run_rows(grids[0], tokens, SMOKE.pool.val_tokens, 300), expand(grids[0])
+        run_rows(grids[0], tokens, SMOKE.pool_spec.val_tokens, 300), expand(grids[0])
     ):
         micro = min(config.micro_batch or config.batch_size, config.batch_size)
         steps = math.ceil(row["tokens"] / SMOKE.seq_len / config.batch_size)
         evals = math.floor(config.epochs / config.eval_every) + 1
-        evaluation = evals * math.ceil(SMOKE.pool.val_tokens / SMOKE.seq_len / micro) / 3
+        evaluation = evals * math.ceil(SMOKE.pool_spec.val_tokens / SMOKE.seq_len / micro) / 3
         assert row["passes"] == steps * math.ceil(config.batch_size / micro) + evaluation
     expected = sum(r["passes"] * 0.01 * r["micro_batch"] ** 0.5 for r in rows.values()) / 3600
     assert table.loc["02", "CPU-h"] == pytest.approx(expected)

@@ -46,7 +46,7 @@ def test_yaml_preset_overrides_a_base_and_types_its_fields(tmp_path):
     (tmp_path / "notes.txt").write_text("one paragraph\n\nanother paragraph\n")
     path = _preset_file(
         tmp_path,
-        "base: cpu\npool: {source: notes.txt, text_unit: paragraph, tokens: 2.5k}\n"
+        "base: cpu\npool_spec: {source: notes.txt, text_unit: paragraph, tokens: 2.5k}\n"
         "batch_sizes: [4, 8]\nlrs: {4: [1e-3], 8: [2.0e-3, 4.0e-3]}\nepochs: [1, 3]\n"
         "noise_scale_batches: [8]\nablation_batch_sizes: [4, 8]\nscaling_pool_tokens: [1100]\n"
         "beta2_ablation_batch_sizes: [4]\n",
@@ -54,9 +54,11 @@ def test_yaml_preset_overrides_a_base_and_types_its_fields(tmp_path):
     preset = get_preset(str(path))
     assert preset.name == "mine" and preset.epochs == (1, 3) and preset.batch_sizes == (4, 8)
     assert preset.lrs == {4: (0.001,), 8: (0.002, 0.004)}
-    assert preset.pool.source == str(tmp_path / "notes.txt") and preset.pool.tokens == 2500
-    assert preset.pool.text_unit == "paragraph"
-    assert preset.pool.val_tokens == PRESETS["cpu"].pool.val_tokens  # from the base
+    assert (
+        preset.pool_spec.source == str(tmp_path / "notes.txt") and preset.pool_spec.tokens == 2500
+    )
+    assert preset.pool_spec.text_unit == "paragraph"
+    assert preset.pool_spec.val_tokens == PRESETS["cpu"].pool_spec.val_tokens  # from the base
     assert preset.models == PRESETS["cpu"].models
     assert preset.pool_dir("pools", 0) == Path("pools/mine-notes.txt-seed0")
 
@@ -65,7 +67,7 @@ def test_yaml_preset_overrides_a_base_and_types_its_fields(tmp_path):
     "text, message",
     [
         ("batch_size: [2]", "unknown field 'batch_size'"),
-        ("pool: {tokenz: 3}", "pool: unknown field 'tokenz'"),
+        ("pool_spec: {tokenz: 3}", "pool_spec: unknown field 'tokenz'"),
         ("epochs: two", "epochs[0]: expected int, got 'two'"),
         ("epochs: true", "epochs[0]: expected int, got True"),
         ("lrs: {2: [.nan], 8: [0.1]}", "lrs[2][0]: expected float"),
@@ -79,7 +81,7 @@ def test_yaml_preset_overrides_a_base_and_types_its_fields(tmp_path):
         ("ablation_batch_sizes: [2, 4]", "ablation batch size 4 is not one of batch_sizes"),
         ("base: [smoke]", "unknown base ['smoke']"),
         ("name: null", "name must be a string"),
-        ("pool: {seed: 5}", "pool seeds come from pool_seeds"),
+        ("pool_spec: {seed: 5}", "pool seeds come from pool_seeds"),
         ("pool_seeds: [0, 0]", "pool_seeds repeat a seed"),
         ("eval_every: 0.3", "eval_every=0.3 epochs must be 1/k"),
         ("frontier_micro_batch: 0", "frontier_micro_batch and workers must be >= 1"),
@@ -105,8 +107,8 @@ def test_yaml_preset_overrides_a_base_and_types_its_fields(tmp_path):
         ("embedding_weight_decays: [0.1]", "needs 0.0 and a positive value"),
         ("epochs: [1, -2]", "epochs must be >= 1, got -2"),
         ("scaling_pool_tokens: [40]", "smallest scaling pool (40 tokens) holds a batch of"),
-        ("pool: {val_tokens: -100}", "val_tokens must be positive, got -100"),
-        ("pool: {tokens: 0}", "tokens must be positive, got 0"),
+        ("pool_spec: {val_tokens: -100}", "val_tokens must be positive, got -100"),
+        ("pool_spec: {tokens: 0}", "tokens must be positive, got 0"),
         ("scaling_pool_tokens: [-5]", "scaling_pool_tokens must be positive"),
         ("name: cpu-dry-run", "name 'cpu-dry-run' is a built-in preset's"),
         ("extra: {device: [cpu]}", "extra: device must be one value, not a list or mapping"),
@@ -136,8 +138,8 @@ def test_unknown_preset_name_or_missing_file(tmp_path):
 def test_example_preset_reads_the_shipped_corpus_by_paragraph():
     preset = get_preset(str(EXAMPLES / "own_corpus.yaml"))
     assert preset.name == "own-corpus" and preset.name not in PRESETS
-    assert Path(preset.pool.source) == EXAMPLES / "corpus.txt"
-    assert preset.pool.text_unit == "paragraph"
+    assert Path(preset.pool_spec.source) == EXAMPLES / "corpus.txt"
+    assert preset.pool_spec.text_unit == "paragraph"
 
 
 def test_preset_show_prints_every_field_and_round_trips(tmp_path, capsys):
@@ -174,10 +176,12 @@ def test_example_preset_builds_a_pool_of_paragraph_documents(tmp_path):
     from repro.data.pool import load_pool
 
     preset = get_preset(str(EXAMPLES / "own_corpus.yaml"))
-    pool = load_pool(build_pool(preset.pool_spec(0, None), tmp_path / "pool", progress=False))
+    pool = load_pool(
+        build_pool(preset.seeded_pool_spec(0, None), tmp_path / "pool", progress=False)
+    )
     paragraphs = (EXAMPLES / "corpus.txt").read_text().count("\n\n") + 1
     assert pool.train.n_docs + pool.val.n_docs > 30 and pool.train.n_docs < paragraphs
-    assert pool.train.n_tokens >= preset.pool.tokens
+    assert pool.train.n_tokens >= preset.pool_spec.tokens
 
 
 def test_regime_states_the_presets_ratios_against_the_papers():
@@ -187,7 +191,7 @@ def test_regime_states_the_presets_ratios_against_the_papers():
     preset = PRESETS["cpu"]
     params = Transformer(model_config(preset.models[0], 512)).num_params()
     regime = preset_regime(preset, 512)
-    tokens = preset.pool.tokens
+    tokens = preset.pool_spec.tokens
     assert regime["batch / pool (tokens)"] == (
         min(preset.batch_sizes) * preset.seq_len / tokens,
         max(preset.batch_sizes) * preset.seq_len / tokens,
@@ -267,7 +271,7 @@ def test_readme_states_every_built_in_presets_regime():
     }  # gpu: Llama 3's
     assert set(vocab) == set(PRESETS)
     for name, preset in PRESETS.items():
-        assert preset.pool.tokenizer or preset.pool.vocab_size == vocab[name]
+        assert preset.pool_spec.tokenizer or preset.pool_spec.vocab_size == vocab[name]
         table = EXAMPLES.parent / "figures" / name / f"{NOISE_SCALE_TABLE}.csv"
         committed = table.is_file() and name != "smoke"  # figures/smoke/: CI's, never committed
         noise = noise_scale_range(pd.read_csv(table)) if committed else None
@@ -306,7 +310,7 @@ def test_the_regime_preset_sits_in_the_papers_ratios():
     preset = PRESETS["cpu-regime"]
     params = [parameter_count(model_config(m, 512)) for m in preset.models]
     assert len(params) >= 2 and params == sorted(params)
-    assert all(0.13 <= preset.pool.tokens / p <= 1.3 for p in params)
+    assert all(0.13 <= preset.pool_spec.tokens / p <= 1.3 for p in params)
     assert min(preset.batch_sizes) * 4 <= 45 and max(preset.batch_sizes) >= 4 * 58
     assert 1 <= min(preset.epochs) and max(preset.epochs) <= 32 and len(preset.pool_seeds) >= 3
     assert preset.beta2_half_life_batch == max(preset.batch_sizes)
@@ -324,8 +328,8 @@ def test_the_pool_size_sweep_trains_the_batches_a_pool_holds_twice():
     (4,128 tokens); the 16k-token main pool holds every batch of the grid."""
     cpu = PRESETS["cpu"]
     assert cpu.scaling_batch_sizes(4_000) == (1, 2, 4, 8, 16)
-    assert cpu.scaling_batch_sizes(cpu.pool.tokens) == cpu.batch_sizes
-    grids = scaling_grids(cpu, {4_000: ["a"], cpu.pool.tokens: ["b"]})
+    assert cpu.scaling_batch_sizes(cpu.pool_spec.tokens) == cpu.batch_sizes
+    grids = scaling_grids(cpu, {4_000: ["a"], cpu.pool_spec.tokens: ["b"]})
     assert [g["axes"]["batch_size"] for g in grids] == [[1, 2, 4, 8, 16], list(cpu.batch_sizes)]
     with pytest.raises(ReproError, match=r"smallest scaling pool \(200 tokens\) holds a batch of"):
         replace(cpu, scaling_pool_tokens=(200, 8_000))
@@ -406,7 +410,7 @@ def test_a_dry_run_keeps_every_run_of_the_plan_at_cpu_size(name):
         range(len(ladder)), key=ladder.__getitem__
     )  # the same order by size
     assert dry.name == f"{name}-dry-run" and dry.seq_len == 16 and dry.extra == {"device": "cpu"}
-    assert dry.pool.dtype == ("uint32" if name == "gpu" else "auto")  # Llama 3: uint32 ids
+    assert dry.pool_spec.dtype == ("uint32" if name == "gpu" else "auto")  # Llama 3: uint32 ids
 
 
 def test_a_dry_run_takes_a_built_in_preset_and_keeps_the_notebooks_outputs(capsys):

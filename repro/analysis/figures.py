@@ -440,7 +440,8 @@ def fewer_gpus_smaller_batch(judged: pd.DataFrame, batch_sizes) -> plt.Figure:
                 **plots.MEASURED,
             )
         ax.axhline(0, color="k", linewidth=0.8)
-        reach = max(CROSSOVER_ZOOM * mine["difference"].abs().max(), 0.05)
+        biggest = mine["difference"].abs().max()  # NaN when no replicate measured a pair
+        reach = max(CROSSOVER_ZOOM * biggest, 0.05) if np.isfinite(biggest) else 0.05
         ax.set_ylim(-reach, reach)  # the differences' scale; wider intervals run off the panel
         plots.log_axis(ax, "x", mine["deadline"].min(), mine["deadline"].max(), max_ticks=5)
         ax.set_xlabel(DEADLINE)
