@@ -11,10 +11,11 @@
 # other replicates' half of the validation documents and scored on its own other half
 # (`repro.analysis.selection`), so no arm inherits another's selection; identical configurations
 # are trained once. All ablations use the preset's first model size (printed below), on every
-# pool. Epoch orderings: at the preset's two ablation batch sizes. Tying × embedding decay: four
+# pool. Epoch orderings: at the preset's ablation batch sizes. Tying × embedding decay: four
 # arms (untied / tied × no / positive embedding decay, the positive decays tuned inside the arm)
-# at the batch size notebook 02 found best. Combined recipe vs the original: at the ablation batch
-# sizes, the batch size tuned inside each recipe over those sizes. Each claim is a difference
+# at the preset's tying batch and loader (`tying_batch_size`, `tying_loader`; batch 0: the one
+# notebook 02 found best). Combined recipe vs the original: at the ablation batch sizes, the
+# batch size tuned inside each recipe over those sizes. Each claim is a difference
 # averaged over replicates with its 90% interval over replicates and validation documents.
 
 # %% tags=["parameters"]
@@ -54,7 +55,7 @@ analyses.pool_names(original_ends)[
 # %% [markdown]
 # ## Epoch orderings: REPEAT vs SHUFFLE vs REPACK
 #
-# At the preset's two ablation batch sizes, on every pool.
+# At the preset's ablation batch sizes, on every pool.
 
 # %%
 loader = study.sweep(study.loader_grid())
@@ -67,13 +68,16 @@ loader_ends[
 # %% [markdown]
 # ## Weight tying × embedding weight decay
 #
-# At the batch size that notebook 02 found best (mean over pools).
+# At the preset's tying batch, or where it names none, the batch size that notebook 02 found best
+# (mean over pools); with the preset's tying loader.
 
 # %%
+b_tying = P.tying_batch_size or b_best
+print(f"tying x embedding decay at batch {b_tying}, loader {P.tying_loader}")
 embedding_fields = ["tie_embeddings", "embedding_weight_decay"]
-embedding = study.sweep(study.embedding_grid(b_best))
+embedding = study.sweep(study.embedding_grid(b_tying))
 embedding_ends = analyses.batch_endpoints(embedding, embedding_fields)
-study.save(figures.tying_embedding_decay(embedding_ends, b_best), "03_tying_embedding_decay")
+study.save(figures.tying_embedding_decay(embedding_ends, b_tying), "03_tying_embedding_decay")
 embedding_ends[[*embedding_fields, "lr", "weight_decay", "epochs", "at_largest_budget", "val_loss"]]
 
 # %% [markdown]

@@ -52,6 +52,7 @@ def dry_run_preset(preset: Preset) -> Preset:
         lrs={batch[b]: lrs for b, lrs in preset.lrs.items()},
         epochs=tuple(epochs[e] for e in preset.epochs),
         ablation_batch_sizes=tuple(batch[b] for b in preset.ablation_batch_sizes),
+        tying_batch_size=batch.get(preset.tying_batch_size, 0),
         beta2_ablation_batch_sizes=tuple(batch[b] for b in preset.beta2_ablation_batch_sizes),
         micro_batch=min(preset.micro_batch, 1),
         frontier_micro_batch=1,

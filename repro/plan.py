@@ -157,13 +157,14 @@ class _Unbuilt(Study):
 
 def notebook_grids(preset: Preset) -> dict[str, list[dict]]:
     """The grids each notebook sweeps, in the order the notebooks run: Study.notebook_grids and
-    stand-ins for the three that depend on results. 03's tying grid trains at 02's optimal batch;
-    its cost does not depend on the batch, so it is planned at the first ablation batch. The
-    schedules train at the best fixed batch's epoch budget, and 05's noise-scale runs at each
-    batch's tuned one: both planned at the largest (an upper bound)."""
+    stand-ins for those that depend on results. 03's tying grid, where it trains at 02's optimal
+    batch (tying_batch_size 0), is planned at the first ablation batch (its cost hardly depends
+    on the batch). The schedules train at the best fixed batch's epoch budget, and 05's
+    noise-scale runs at each batch's tuned one: both planned at the largest (an upper bound)."""
     study = _Unbuilt(preset, Path("."), Path("data/pools"), Path("runs") / preset.name, 1)
     grids = study.notebook_grids()
-    grids["03"].insert(1, study.embedding_grid(preset.ablation_batch_sizes[0]))
+    if not preset.tying_batch_size:
+        grids["03"].insert(1, study.embedding_grid(preset.ablation_batch_sizes[0]))
     if preset.batch_schedules:
         slices = {str(p): (max(preset.epochs), preset.weight_decays[0]) for p in study.pools()}
         grids["04"] = study.schedule_grid(slices)

@@ -18,6 +18,7 @@ from pathlib import Path
 from repro.data.build import PoolSpec, check_spec
 from repro.errors import ReproError
 from repro.runtime.config import check_fields, make_run_config
+from repro.runtime.loaders import LOADERS
 from repro.runtime.schedules import beta2_for_batch
 
 
@@ -41,8 +42,13 @@ class Preset:
     epochs: tuple[int, ...]
     wsd_branches: bool = False
     eval_every: float = 0.5  # epochs (the within-run curve; the tuned point is each run's end)
-    # notebook 03: loaders at a small and a large batch; tying x embedding decay
-    ablation_batch_sizes: tuple[int, int] = (4, 32)
+    # notebook 03: the epoch orderings and the combined recipe at these batch sizes (sequences)
+    ablation_batch_sizes: tuple[int, ...] = (4, 32)
+    # 03's tying x embedding decay grid: at this batch (sequences; 0: the batch notebook 02 found
+    # best), with this loader ("repack": its untied-no-decay and tied-with-decay cells are then
+    # the same runs as the REPACK and combined arms at that batch, trained once)
+    tying_batch_size: int = 0
+    tying_loader: str = "shuffle"
     embedding_weight_decays: tuple[float, ...] = (0.0, 0.1)
     micro_batch: int = 0  # sequences; 0: whole batch
     frontier_micro_batch: int = 4  # notebook 04: sequences one GPU processes per step unit
@@ -99,7 +105,14 @@ class Preset:
             )
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", self.name):
             raise ReproError(f"{where}: name must be letters, digits, '.', '_' or '-' (a folder)")
-        for name in ("pool_seeds", "models", "batch_sizes", "weight_decays", "epochs"):
+        for name in (
+            "pool_seeds",
+            "models",
+            "batch_sizes",
+            "weight_decays",
+            "epochs",
+            "ablation_batch_sizes",
+        ):
             if not getattr(self, name):
                 raise ReproError(f"{where}: {name} is empty; give at least one value")
         counts = {
@@ -129,6 +142,16 @@ class Preset:
         outside = sorted(set(self.ablation_batch_sizes) - set(self.batch_sizes))
         if outside:
             raise ReproError(f"{where}: ablation batch size {outside[0]} is not one of batch_sizes")
+        if self.tying_batch_size and self.tying_batch_size not in self.batch_sizes:
+            raise ReproError(
+                f"{where}: tying_batch_size {self.tying_batch_size} is not one of batch_sizes "
+                "(0: the batch notebook 02 finds best)"
+            )
+        if self.tying_loader not in LOADERS:
+            raise ReproError(
+                f"{where}: unknown tying_loader {self.tying_loader!r}; choose one of: "
+                + ", ".join(LOADERS)
+            )
         outside = sorted(set(self.noise_scale_batches) - set(self.batch_sizes))
         if outside:
             raise ReproError(

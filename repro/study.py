@@ -188,14 +188,15 @@ class Study:
         return batch_sweep_grid(P, self.pools(), P.ablation_batch_sizes, P.models[:1], axes)
 
     def embedding_grid(self, batch_size: int) -> dict:
-        """03's tying x embedding weight decay at `batch_size`, on every pool, at the first
-        model."""
+        """03's tying x embedding weight decay at `batch_size`, with the preset's tying_loader, on
+        every pool, at the first model."""
         P = self.preset
         axes = {
             "tie_embeddings": [False, True],
             "embedding_weight_decay": list(P.embedding_weight_decays),
         }
-        return batch_sweep_grid(P, self.pools(), [batch_size], P.models[:1], axes)
+        loader = {"loader": P.tying_loader}
+        return batch_sweep_grid(P, self.pools(), [batch_size], P.models[:1], axes, **loader)
 
     def combined_grid(self) -> dict:
         """03's combined recipe (REPACK, tied, every positive embedding decay as a tuned axis) at
@@ -238,14 +239,15 @@ class Study:
 
     def notebook_grids(self) -> dict[str, list[dict]]:
         """The grids of each notebook that follow from the preset alone, by notebook number (the
-        scaling grids where the preset has their pools). Three depend on results and are missing
-        here: 03's tying grid (at 02's optimal batch), the schedules (at the best fixed batch's
-        budget) and 05's noise-scale runs (at each batch's tuned point); repro.plan adds
-        stand-ins to price them."""
+        scaling grids where the preset has their pools). Those that depend on results are missing
+        here: 03's tying grid where it trains at 02's optimal batch (tying_batch_size 0), the
+        schedules (at the best fixed batch's budget) and 05's noise-scale runs (at each batch's
+        tuned point); repro.plan adds stand-ins to price them."""
         P = self.preset
+        tying = [self.embedding_grid(P.tying_batch_size)] if P.tying_batch_size else []
         return {
             "02": [self.batch_sweep_grid(), self.beta2_ablation_grid()],
-            "03": [self.loader_grid(), self.combined_grid()],
+            "03": [self.loader_grid(), *tying, self.combined_grid()],
             "05": self.scaling_grids() if P.scaling_pool_tokens else [],
         }
 

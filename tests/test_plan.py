@@ -72,6 +72,31 @@ def test_a_run_two_notebooks_share_counts_once_where_first_needed():
     assert table.loc["all", "GPU-h"] == pytest.approx(table.loc["all", "FLOPs"] / 1e12 / 3600)
 
 
+def test_a_tying_grid_on_repack_at_the_ablation_batch_trains_two_arms_of_new_runs():
+    """tying_batch_size set: 03's tying grid follows from the preset (prefetched, no stand-in);
+    on REPACK at the ablation batch, its untied-no-decay cell is the REPACK arm's runs and its
+    tied-with-decay cell the combined arm's, so 03 counts two arms of new runs for it."""
+    b = SMOKE.ablation_batch_sizes[0]
+    on_shuffle = replace(SMOKE, tying_batch_size=b)
+    on_repack = replace(on_shuffle, tying_loader="repack")
+    assert len(notebook_grids(SMOKE)["03"]) == len(notebook_grids(on_repack)["03"]) == 3
+    loader, embedding, combined = (expand(g) for g in notebook_grids(on_repack)["03"])
+    ids = {
+        name: {run_id(c) for c in runs}
+        for name, runs in {"loader": loader, "embedding": embedding, "combined": combined}.items()
+    }
+    shared = ids["embedding"] & (ids["loader"] | ids["combined"])
+    at_b = [c for c in embedding if c.batch_size == b]
+    assert len(at_b) == len(embedding) and len(shared) == len(embedding) // 2
+    in_02 = {run_id(c) for g in notebook_grids(on_repack)["02"] for c in expand(g)}
+    new_in_03 = ids["loader"] | ids["embedding"] | ids["combined"]
+    runs_03 = [
+        plan(p, 300, SPEED).set_index("notebook").loc["03", "runs"] for p in (on_shuffle, on_repack)
+    ]
+    assert runs_03[1] == len(new_in_03 - in_02)
+    assert runs_03[0] - runs_03[1] == len(embedding) // 2 - len(embedding) // 4
+
+
 def test_02_prices_and_prefetches_the_beta2_ablation_without_training_the_sweeps_runs_twice():
     """cpu with fixed betas: the ablation is the first model at batches 1 and 2 with beta2 scaled,
     every lr x weight decay x budget on each pool; with the rule's reference batch among the

@@ -49,9 +49,10 @@ def test_yaml_preset_overrides_a_base_and_types_its_fields(tmp_path):
         "base: cpu\npool_spec: {source: notes.txt, text_unit: paragraph, tokens: 2.5k}\n"
         "batch_sizes: [4, 8]\nlrs: {4: [1e-3], 8: [2.0e-3, 4.0e-3]}\nepochs: [1, 3]\n"
         "noise_scale_batches: [8]\nablation_batch_sizes: [4, 8]\nscaling_pool_tokens: [1100]\n"
-        "beta2_ablation_batch_sizes: [4]\n",
+        "beta2_ablation_batch_sizes: [4]\ntying_batch_size: 8\n",
     )
     preset = get_preset(str(path))
+    assert preset.tying_batch_size == 8 and preset.tying_loader == "repack"  # the latter cpu's
     assert preset.name == "mine" and preset.epochs == (1, 3) and preset.batch_sizes == (4, 8)
     assert preset.lrs == {4: (0.001,), 8: (0.002, 0.004)}
     assert (
@@ -79,6 +80,9 @@ def test_yaml_preset_overrides_a_base_and_types_its_fields(tmp_path):
         ("epochs: [2", "not valid YAML"),
         ("- 1\n- 2", "a preset file is a mapping"),
         ("ablation_batch_sizes: [2, 4]", "ablation batch size 4 is not one of batch_sizes"),
+        ("ablation_batch_sizes: []", "ablation_batch_sizes is empty"),
+        ("tying_batch_size: 4", "tying_batch_size 4 is not one of batch_sizes"),
+        ("tying_loader: pack", "unknown tying_loader 'pack'; choose one of: repeat"),
         ("base: [smoke]", "unknown base ['smoke']"),
         ("name: null", "name must be a string"),
         ("pool_spec: {seed: 5}", "pool seeds come from pool_seeds"),

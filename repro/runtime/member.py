@@ -16,6 +16,7 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from fractions import Fraction
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -67,6 +68,12 @@ class Member:
     noise: NoiseScaleEMA = field(default_factory=NoiseScaleEMA)
     started: float = 0.0  # perf_counter() at the run's start, less the wall time before a resume
     latest_good: bool = False  # RUN/checkpoint.pt is good: the next save keeps it as the previous
+
+    @cached_property
+    def parameters(self) -> list[torch.nn.Parameter]:
+        """The model's parameters (a tied matrix once), listed once: the same objects for the
+        whole run, also in a stack (repro.runtime.stacked moves their storage, not them)."""
+        return list(self.model.parameters())
 
     @property
     def run(self) -> RunDir:

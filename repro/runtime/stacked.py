@@ -41,6 +41,8 @@ class StackedForward:
     def __init__(self, models: list[Transformer], stacked: dict[str, torch.Tensor]):
         self.models, self.stacked = list(models), stacked
         self.leaves: dict[str, torch.Tensor] = {}
+        # each model's (name, parameter) pairs, listed once: walking its modules every step costs
+        self.named = {model: list(model.named_parameters()) for model in self.models}
 
     def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
         """tokens [K, B, T] (model k's own batch) -> logits [K, B, T, vocab]."""
@@ -52,7 +54,7 @@ class StackedForward:
     def scatter_gradients(self) -> None:
         """Give each model its slice of the stacked gradients (views, no copies)."""
         for k, model in enumerate(self.models):
-            for name, param in model.named_parameters():
+            for name, param in self.named[model]:
                 param.grad = self.leaves[name].grad[k]
         self.leaves = {}
 
@@ -60,6 +62,7 @@ class StackedForward:
         """Stop training `model` (it diverged or finished): the others move to smaller storages,
         their parameters (and so their optimizers' references) unchanged as objects."""
         self.models.remove(model)
+        del self.named[model]
         if not self.models:
             return
         for name in self.stacked:

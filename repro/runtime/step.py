@@ -40,7 +40,7 @@ class Engine:
         model's parameters."""
         if self.stacked is not None:
             return list(self.stacked.leaves.values())
-        return list(members[0].model.parameters())
+        return members[0].parameters
 
 
 def build_engine(
@@ -176,7 +176,7 @@ def _optimizer_steps(
     """Clip, feed the noise-scale EMA (small batch `b_small`, big batch `batch_size` sequences),
     step and clear each member's optimizer."""
     for k, member in enumerate(active):
-        norm = torch.nn.utils.clip_grad_norm_(member.model.parameters(), GRAD_CLIP)
+        norm = torch.nn.utils.clip_grad_norm_(member.parameters, GRAD_CLIP)
         if small_sq is not None:
             member.noise.update(small_sq[k].item(), norm.item() ** 2, b_small, batch_size)
         member.optimizer.step()

@@ -120,13 +120,15 @@ def evaluate(
         with autocast:
             logits = model(batch[:, :-1])
         flat, targets = logits.float().reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1)
-        loss = F.cross_entropy(flat, targets, reduction="sum")
+        # F.cross_entropy is nll_loss(log_softmax): one log_softmax serves both reductions
+        log_probs = F.log_softmax(flat, dim=-1)
+        loss = F.nll_loss(log_probs, targets, reduction="sum")
         total += torch.stack(
             [loss.double(), torch.tensor(targets.numel(), dtype=torch.float64, device=device)]
         )
         if my_docs is not None:  # a second reduction, so that the mean keeps its bits
             ids = torch.from_numpy(my_docs[start : start + micro_batch].reshape(-1)).to(device)
-            per_doc.index_add_(0, ids, F.cross_entropy(flat, targets, reduction="none").double())
+            per_doc.index_add_(0, ids, F.nll_loss(log_probs, targets, reduction="none").double())
     if world_size > 1:
         dist.all_reduce(total)
         if my_docs is not None:
