@@ -338,10 +338,13 @@ def estimated_cost(config: RunConfig) -> float:
         for phase in run_steps.phases
     )
     cost = run_steps.sequences_done(run_steps.total_steps) + passes
-    if config.init_from:  # checkpoints/step-<N>.pt: steps 1..N are the trunk's
-        start = int(Path(config.init_from).stem.removeprefix("step-"))
-        cost *= 1 - start / run_steps.total_steps
-    return cost
+    return cost * (1 - branch_start(config) / run_steps.total_steps)
+
+
+def branch_start(config: RunConfig) -> int:
+    """The step a WSD branch starts from (init_from is checkpoints/step-<N>.pt: steps 1..N are its
+    trunk's); 0 for a run trained from scratch."""
+    return int(Path(config.init_from).stem.removeprefix("step-")) if config.init_from else 0
 
 
 def longest_first(jobs: list[list[PlannedRun]]) -> list[list[PlannedRun]]:
@@ -449,6 +452,7 @@ def run_sweep(
                     (str(store), [(p.run_id, config_record(p.config)) for p in part], retry_failed)
                     for part in longest_first(stacks(todo, stack, max_stacked_batch, workers))
                 ]
+                bar.submitted([store / rid for _, job, _ in jobs for rid, _ in job])
                 for job_outcomes in run(jobs):
                     by_run |= job_outcomes
                     bar.done([rid for rid, o in job_outcomes.items() if o != "busy"])
@@ -460,15 +464,25 @@ def run_sweep(
     return SweepResult(outcomes, [p.run_id for p in planned], failed, pools)
 
 
+POLL_S = 2.0  # seconds between two reads of the runs in flight (WorkBar)
+POLLED = 64  # the first unfinished runs of the submitted jobs that WorkBar reads: those in flight
+
+
 class WorkBar:
-    """A sweep's progress bar: filled by each finished run's estimated_cost, so its ETA comes from
-    the work done (the longest runs start first), with the runs done beside it. Runs added later
-    (`add`: a growth round's) lengthen it; the ETA covers the work known so far. With `file` (a
-    text stream) it prints plain text lines there instead of a notebook widget."""
+    """A sweep's progress bar: filled by each finished run's estimated_cost and, between finishes,
+    by the trained part of the runs in flight (their status.json, read every POLL_S seconds), so
+    its ETA comes from the work done from the first evaluations on, with the runs done beside it.
+    Runs added later (`add`: a growth round's) lengthen it; the ETA covers the work known so far.
+    With `file` (a text stream) it prints plain text lines there instead of a notebook widget."""
 
     def __init__(self, progress: bool, file: TextIO | None = None):
         self.work: dict[str, float] = {}
+        self.starts: dict[str, int] = {}  # a branch's first step (branch_start)
         self.finished: set[str] = set()
+        self.queue: list[Path] = []  # the runs of the jobs submitted, in the order they start
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._poller: threading.Thread | None = None
         self.bar = (tqdm_text if file else tqdm)(
             total=0,
             desc="runs",
@@ -484,14 +498,51 @@ class WorkBar:
         new = {p.run_id: estimated_cost(p.config) for p in planned if p.run_id not in self.work}
         if new and not sum(new.values()):  # pools not built: count runs
             new = dict.fromkeys(new, 1.0)
-        self.work |= new
-        self.bar.total = sum(self.work.values())
-        self._show()
+        with self._lock:
+            self.work |= new
+            self.starts |= {p.run_id: branch_start(p.config) for p in planned}
+            self.bar.total = sum(self.work.values())
+            self._show()
 
     def done(self, run_ids: list[str]) -> None:
-        new = set(run_ids) - self.finished
-        self.finished |= new
-        self.bar.update(sum(self.work[rid] for rid in new))
+        with self._lock:
+            self.finished |= set(run_ids)
+            self._fill(0.0)
+
+    def submitted(self, runs: list[Path]) -> None:
+        """The run folders of the jobs just submitted, in the order they start; polled from now
+        on for the runs in flight."""
+        with self._lock:
+            self.queue = list(runs)
+        if self._poller is None and not self.bar.disable:
+            self._poller = threading.Thread(target=self._poll, daemon=True)
+            self._poller.start()
+
+    def _poll(self) -> None:
+        while not self._stopped.wait(POLL_S):
+            with self._lock:
+                unfinished = [run for run in self.queue if run.name not in self.finished]
+                flying = unfinished[:POLLED]
+            trained = sum(self.work.get(run.name, 0.0) * self._trained(run) for run in flying)
+            with self._lock:
+                self._fill(trained)
+
+    def _trained(self, run: Path) -> float:
+        """The share of a run in flight that its status.json says is trained (0 if unreadable)."""
+        start = self.starts.get(run.name, 0)
+        try:
+            status = RunDir(run).status()
+            step, total = int(status.get("step", 0)), int(status.get("total_steps", 0))
+        except (ReproError, OSError, TypeError, ValueError):
+            return 0.0
+        if status.get("status") != "running" or total <= start:
+            return 0.0
+        return min(1.0, max(0.0, (step - start) / (total - start)))
+
+    def _fill(self, in_flight: float) -> None:
+        """The bar at the finished runs' work plus `in_flight` (never back)."""
+        filled = sum(self.work[rid] for rid in self.finished) + in_flight
+        self.bar.update(max(0.0, filled - self.bar.n))
         self._show()
 
     def _show(self) -> None:
@@ -502,6 +553,9 @@ class WorkBar:
         return self
 
     def __exit__(self, *exc) -> None:
+        self._stopped.set()
+        if self._poller is not None:
+            self._poller.join()
         self.bar.close()
 
 

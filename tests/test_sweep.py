@@ -406,3 +406,45 @@ def test_the_numerics_version_is_part_of_every_run_id(monkeypatch):
     before = run_id(config), run_id(make_run_config({}))
     monkeypatch.setattr(config_module, "NUMERICS", config_module.NUMERICS + 1)
     assert run_id(config) != before[0] and run_id(make_run_config({})) != before[1]
+
+
+def test_the_work_bar_counts_the_trained_part_of_the_runs_in_flight(
+    synthetic_pool, tmp_path, monkeypatch
+):
+    """Between finishes the bar fills by each running run's status.json (a branch from its
+    checkpoint on), so an ETA shows before the first run ends; a damaged status counts nothing,
+    the bar never goes back, and a finished run counts its whole cost."""
+    import io
+
+    import repro.sweep as sweep
+
+    monkeypatch.setattr(sweep, "POLL_S", 0.02)
+    fixed = TINY | {"pool": str(synthetic_pool), "schedule": "wsd", "batch_size": 4}
+    grid = {"fixed": fixed, "axes": {"epochs": [2, 4]}, "wsd_branches": True}
+    trunk, branch = plan_grid(grid, tmp_path)
+    start = sweep.branch_start(branch.config)
+    assert start > 0
+    cost = {p.run_id: sweep.estimated_cost(p.config) for p in (trunk, branch)}
+
+    def status(run, **fields):
+        (tmp_path / run.run_id).mkdir(exist_ok=True)
+        (tmp_path / run.run_id / "status.json").write_text(json.dumps(fields))
+
+    def settled(bar, expected):
+        deadline = time.monotonic() + 5
+        while abs(bar.bar.n - expected) > 1e-6 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return bar.bar.n
+
+    with sweep.WorkBar(True, file=io.StringIO()) as bar:
+        bar.add([trunk, branch])
+        status(trunk, status="running", step=25, total_steps=100)
+        status(branch, status="running", step=start + 5, total_steps=start + 10)  # half its own
+        bar.submitted([tmp_path / trunk.run_id, tmp_path / branch.run_id])
+        both = cost[trunk.run_id] / 4 + cost[branch.run_id] / 2
+        assert settled(bar, both) == pytest.approx(both)
+        (tmp_path / trunk.run_id / "status.json").write_text("{not json")
+        assert settled(bar, cost[branch.run_id] / 2) == pytest.approx(both)
+        bar.done([trunk.run_id])
+        done = cost[trunk.run_id] + cost[branch.run_id] / 2
+        assert settled(bar, done) == pytest.approx(done)
