@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import os
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -121,23 +122,42 @@ MEASURED_TIMES = "reproduce-times.json"
 of the preset on this checkout (record_times), which `repro plan` shows beside its estimate."""
 
 
-def record_times(results_dir: Path, times: list[tuple[str, float]]) -> None:
-    """Keep a whole reproduction's stage times (wall seconds) in results_dir/MEASURED_TIMES."""
-    record = {"finished": time.strftime("%Y-%m-%d %H:%M"), "stages": dict(times)}
-    results_dir.mkdir(parents=True, exist_ok=True)
-    write_json(results_dir / MEASURED_TIMES, record | {"total_s": sum(dict(times).values())})
+FROM_SCRATCH = "from-scratch-times.json"
+"""figures/<preset>/from-scratch-times.json: the stage times of the last whole reproduction that
+trained every run (its store empty at the start) and the machine's CPU count, committed with the
+figures it made, so that `repro plan` and `repro reproduce` say what the study costs from scratch
+before anything trains."""
 
 
-def _measured_line(results_dir: Path) -> str:
-    """The last whole reproduction's wall time here, or nothing when there is none."""
-    path = results_dir / MEASURED_TIMES
-    if not path.is_file():
-        return ""
-    record = read_json(path, "delete it; the next whole reproduction writes it again")
-    return (
-        f"\nmeasured here: the last whole reproduction ({record['finished']}) took "
-        f"{_hours(record['total_s'] / 3600)} of wall time, growth and notebooks included ({path})"
-    )
+def record_times(
+    results_dir: Path, times: list[tuple[str, float]], from_scratch_dir: Path | None = None
+) -> None:
+    """Keep a whole reproduction's stage times (wall seconds) in results_dir/MEASURED_TIMES and,
+    for one that trained every run, in from_scratch_dir/FROM_SCRATCH too."""
+    record = {"finished": time.strftime("%Y-%m-%d %H:%M"), "cpus": os.cpu_count()}
+    record |= {"stages": dict(times), "total_s": sum(dict(times).values())}
+    for folder, name in ((results_dir, MEASURED_TIMES), (from_scratch_dir, FROM_SCRATCH)):
+        if folder is not None:
+            folder.mkdir(parents=True, exist_ok=True)
+            write_json(folder / name, record)
+
+
+def _measured_lines(results_dir: Path, figures_dir: Path) -> str:
+    """The wall time of the last whole reproduction here and of the last one from scratch, where
+    they were recorded."""
+    text = ""
+    for path, what in (
+        (figures_dir / FROM_SCRATCH, "from scratch: the last reproduction that trained every run"),
+        (results_dir / MEASURED_TIMES, "measured here: the last whole reproduction"),
+    ):
+        if path.is_file():
+            record = read_json(path, "delete it; the next whole reproduction writes it again")
+            cpus = f", {record['cpus']} CPUs" if record.get("cpus") else ""
+            text += (
+                f"\n{what} ({record['finished']}{cpus}) took {_hours(record['total_s'] / 3600)} "
+                f"of wall time, growth and notebooks included ({path})"
+            )
+    return text
 
 
 class _Unbuilt(Study):
@@ -361,5 +381,5 @@ def plan_text(
         else ""
     )
     text = describe_plan(table, speed, gpus, preset.workers if on_cpu else 0) + growth
-    text += _measured_line(root / "runs" / preset.name)
+    text += _measured_lines(root / "runs" / preset.name, root / "figures" / preset.name)
     return f"plan of preset {preset.name} (vocab {vocab:,}):\n" + text

@@ -141,6 +141,7 @@ def reproduce(
         if retry_failed:
             print(f"retrying {len(reset_failed(study.store))} failed run(s)", flush=True)
         times = []
+        from_scratch = not only and not (study.store.is_dir() and any(study.store.iterdir()))
         stages = len(selected) + (not only)
         if not only:  # the whole series: first every run the preset fixes, as one sweep
             print(f"[1/{stages}] preset sweeps (prefetch)", flush=True)
@@ -162,7 +163,7 @@ def reproduce(
             for nb in selected:
                 copy_outputs(out_dir / nb.name, nb)
         if not only:
-            record_times(study.results_dir, times)
+            record_times(study.results_dir, times, study.figures if from_scratch else None)
     return times
 
 

@@ -2,6 +2,7 @@
 
 import json
 import math
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -251,4 +252,11 @@ def test_the_last_whole_reproductions_measured_time_is_shown_beside_the_estimate
     preset = replace(SMOKE, name="timed")
     assert "last whole reproduction" not in plan_text(preset, tmp_path, (1,), vocab=300)
     record_times(tmp_path / "runs" / "timed", [("prefetch", 5400.0), ("02_batch_sweep", 1800.0)])
-    assert "took 2.00 h of wall time" in plan_text(preset, tmp_path, (1,), vocab=300)
+    text = plan_text(preset, tmp_path, (1,), vocab=300)
+    assert "last whole reproduction" in text and "took 2.00 h of wall time" in text
+    assert "from scratch" not in text  # a reproduction over runs it found trained
+    figures = tmp_path / "figures" / "timed"
+    record_times(tmp_path / "runs" / "timed", [("prefetch", 1800.0)], figures)
+    text = plan_text(preset, tmp_path, (1,), vocab=300)
+    line = next(t for t in text.splitlines() if t.startswith("from scratch"))
+    assert f"{os.cpu_count()} CPUs) took 0.50 h" in line and str(figures) in line

@@ -117,6 +117,27 @@ def test_whole_series_trains_the_preset_runs_first(tmp_path, monkeypatch, capsys
     assert "measured here: the last whole reproduction" in capsys.readouterr().out  # the plan
 
 
+def test_only_a_whole_reproduction_into_an_empty_store_records_its_from_scratch_time(
+    tmp_path, monkeypatch, capsys
+):
+    _project(tmp_path, "x = 1")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(Study, "prefetch", lambda study: None)
+    record = tmp_path / "figures" / "smoke" / "from-scratch-times.json"
+    main(["reproduce", "--preset", "smoke"])  # no store yet: every run trains here
+    assert set(json.loads(record.read_text())["stages"]) == {
+        "preset sweeps (prefetch)",
+        "01_only.ipynb",
+    }
+    record.unlink()
+    main(["reproduce", "--preset", "smoke", "--only", "01"])
+    (tmp_path / "runs" / "smoke" / "store").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "runs" / "smoke" / "store" / "sweep.json").write_text("{}")
+    main(["reproduce", "--preset", "smoke"])  # over a store that holds runs
+    assert not record.exists()
+    assert "from scratch" not in capsys.readouterr().out
+
+
 def test_retry_failed_lets_the_presets_failed_runs_train_again(tmp_path, monkeypatch, capsys):
     """The advice of a failed run (rerun with --retry-failed) can be followed: the failed runs of
     the preset's store lose their failed status before anything trains, so that the sweeps
