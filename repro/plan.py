@@ -142,6 +142,15 @@ def record_times(
             write_json(folder / name, record)
 
 
+def from_scratch_stages(figures_dir: Path) -> dict[str, float]:
+    """Stage -> wall seconds of the last reproduction from scratch (figures_dir/FROM_SCRATCH);
+    empty where none was recorded."""
+    path = figures_dir / FROM_SCRATCH
+    if not path.is_file():
+        return {}
+    return read_json(path, "delete it; the next whole reproduction writes it again")["stages"]
+
+
 def _measured_lines(results_dir: Path, figures_dir: Path) -> str:
     """The wall time of the last whole reproduction here and of the last one from scratch, where
     they were recorded."""

@@ -30,7 +30,7 @@ from traitlets.config import Config
 
 from repro.errors import ReproError
 from repro.paths import project_root
-from repro.plan import plan_text, record_times
+from repro.plan import from_scratch_stages, plan_text, record_times
 from repro.preset_files import get_preset
 from repro.runtime.files import process_alive
 from repro.study import FIGURES_ENV, TERMINAL_PROGRESS_ENV, Study, open_study
@@ -143,18 +143,21 @@ def reproduce(
         times = []
         from_scratch = not only and not (study.store.is_dir() and any(study.store.iterdir()))
         stages = len(selected) + (not only)
+        expected = from_scratch_stages(study.figures) if from_scratch else {}
+        if set(expected) != {PREFETCH, *(nb.name for nb in selected)}:
+            expected = {}  # recorded for other notebooks: no estimate
         if not only:  # the whole series: first every run the preset fixes, as one sweep
-            print(f"[1/{stages}] preset sweeps (prefetch)", flush=True)
+            print(_stage_line(1, stages, PREFETCH, times, expected), flush=True)
             started = time.perf_counter()
             study.prefetch()
-            times.append(("preset sweeps (prefetch)", time.perf_counter() - started))
+            times.append((PREFETCH, time.perf_counter() - started))
             print(f"{times[-1][0]:<28} {times[-1][1]:8.1f} s", flush=True)
         out_dir = study.results_dir / "notebooks"
         out_dir.mkdir(parents=True, exist_ok=True)
         parameters = {"preset": preset, "train": True} | ({"workers": workers} if workers else {})
         parameters |= {"dry_run": True} if dry_run else {}
         for stage, nb in enumerate(selected, start=stages - len(selected) + 1):
-            print(f"[{stage}/{stages}] {nb.stem}", flush=True)
+            print(_stage_line(stage, stages, nb.name, times, expected), flush=True)
             started = time.perf_counter()
             _execute(nb, out_dir / nb.name, parameters, study)
             times.append((nb.name, time.perf_counter() - started))
@@ -165,6 +168,27 @@ def reproduce(
         if not only:
             record_times(study.results_dir, times, study.figures if from_scratch else None)
     return times
+
+
+PREFETCH = "preset sweeps (prefetch)"  # the first stage of a whole reproduction
+
+
+def _stage_line(
+    stage: int, stages: int, name: str, times: list[tuple[str, float]], expected: dict[str, float]
+) -> str:
+    """ "[2/6] 01_data_pool" and, with `expected` (every stage's wall seconds in the last
+    reproduction from scratch), the time the whole reproduction has left: the stages still to
+    run as recorded, scaled by this run's pace over the stages done (recorded pace at first)."""
+    line = f"[{stage}/{stages}] {name.removesuffix('.ipynb')}"
+    if not expected:
+        return line
+    spent = sum(seconds for _, seconds in times)
+    recorded = sum(expected[done] for done, _ in times)
+    left = sum(s for stage_name, s in expected.items() if stage_name not in dict(times))
+    left *= spent / recorded if recorded else 1.0
+    finish = time.strftime("%H:%M", time.localtime(time.time() + left))
+    duration = f"{left / 3600:.1f} h" if left >= 5400 else f"{left / 60:.0f} min"
+    return f"{line}  (all stages: about {duration} left, done about {finish})"
 
 
 KERNEL_PREFIX = "repro-kernel-"

@@ -19,7 +19,7 @@ from nbformat.v4 import new_code_cell, new_notebook
 
 from repro.cli import main
 from repro.errors import ReproError
-from repro.reproduce import KERNEL_PREFIX, copy_outputs, remove_leftovers
+from repro.reproduce import KERNEL_PREFIX, _stage_line, copy_outputs, remove_leftovers
 from repro.runtime.run_dir import RunDir
 from repro.study import TERMINAL_PROGRESS_ENV, Study, open_study
 from repro.sweep import plan_grid
@@ -129,6 +129,14 @@ def test_only_a_whole_reproduction_into_an_empty_store_records_its_from_scratch_
         "preset sweeps (prefetch)",
         "01_only.ipynb",
     }
+    assert "all stages: about" not in capsys.readouterr().out  # nothing recorded before
+    main(["reproduce", "--preset", "smoke"])  # from scratch again: the record gives the ETA
+    headers = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[")]
+    assert [h.split("  (all stages: about ")[0] for h in headers] == [
+        "[1/2] preset sweeps (prefetch)",
+        "[2/2] 01_only",
+    ]
+    assert all(" min left, done about " in h for h in headers)
     record.unlink()
     main(["reproduce", "--preset", "smoke", "--only", "01"])
     (tmp_path / "runs" / "smoke" / "store").mkdir(parents=True, exist_ok=True)
@@ -136,6 +144,18 @@ def test_only_a_whole_reproduction_into_an_empty_store_records_its_from_scratch_
     main(["reproduce", "--preset", "smoke"])  # over a store that holds runs
     assert not record.exists()
     assert "from scratch" not in capsys.readouterr().out
+
+
+def test_the_time_left_is_the_recorded_stages_still_to_run_at_this_runs_pace():
+    expected = {"sweeps": 1200.0, "01.ipynb": 600.0, "02.ipynb": 3000.0}
+    first = _stage_line(1, 3, "sweeps", [], expected)  # the recorded pace: 4,800 s
+    assert first.startswith("[1/3] sweeps  (all stages: about 80 min left, done about ")
+    twice_as_slow = _stage_line(2, 3, "01.ipynb", [("sweeps", 2400.0)], expected)
+    assert twice_as_slow.startswith("[2/3] 01  (all stages: about 2.0 h left, done about ")
+    half_as_slow = [("sweeps", 600.0), ("01.ipynb", 300.0)]
+    last = _stage_line(3, 3, "02.ipynb", half_as_slow, expected)
+    assert last.startswith("[3/3] 02  (all stages: about 25 min left, done about ")
+    assert _stage_line(2, 3, "01.ipynb", [("sweeps", 1.0)], {}) == "[2/3] 01"
 
 
 def test_retry_failed_lets_the_presets_failed_runs_train_again(tmp_path, monkeypatch, capsys):
