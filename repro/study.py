@@ -70,7 +70,8 @@ class Study:
 
     @property
     def shipped(self) -> Path:
-        """Where the notebooks look for the preset's results bundle (repro.bundle; git-ignored)."""
+        """Where the notebooks look for the preset's results bundle (repro.bundle; committed for
+        smoke)."""
         return self.root / "results" / f"{self.preset.name}.tar.xz"
 
     @property

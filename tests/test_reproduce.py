@@ -4,10 +4,12 @@ names the notebook and cell and exits non-zero."""
 import io
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -368,7 +370,20 @@ def test_a_smoke_reproduction_writes_every_table_and_refuses_damaged_runs(
     main(["reproduce", "--preset", "smoke", "--workers", "2"])
     tables = {p.name: p.read_bytes() for p in (tmp_path / "figures" / "smoke").glob("*_claims.*")}
     assert len(tables) == 2 * claim_tables  # .md and .csv
+    trained = {
+        p.name for p in (tmp_path / "runs" / "smoke" / "store").iterdir() if RUN.fullmatch(p.name)
+    }
+    with tarfile.open(notebooks.parent / "results" / "smoke.tar.xz") as bundle:
+        shipped = {name.split("/")[0] for name in bundle.getnames() if RUN.match(name)}
+    assert shipped == trained, (
+        "results/smoke.tar.xz (nbval reads it) is not smoke's runs: repro reproduce --preset "
+        "smoke, then repro results export runs/smoke/store --out results/smoke.tar.xz"
+    )
     _damaged_runs_fail_naming_them_or_give_the_same_tables(tmp_path, tables, capsys)
+
+
+RUN = re.compile(r"[0-9a-f]{12}")
+"""A run folder's name in a store (its run id)."""
 
 
 def _damaged_runs_fail_naming_them_or_give_the_same_tables(root, tables, capsys) -> None:
