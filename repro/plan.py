@@ -145,10 +145,8 @@ def record_times(
 def from_scratch_stages(figures_dir: Path) -> dict[str, float]:
     """Stage -> wall seconds of the last reproduction from scratch (figures_dir/FROM_SCRATCH);
     empty where none was recorded."""
-    path = figures_dir / FROM_SCRATCH
-    if not path.is_file():
-        return {}
-    return read_json(path, "delete it; the next whole reproduction writes it again")["stages"]
+    record = _times_record(figures_dir / FROM_SCRATCH)
+    return record["stages"] if record else {}
 
 
 def _measured_lines(results_dir: Path, figures_dir: Path) -> str:
@@ -159,14 +157,29 @@ def _measured_lines(results_dir: Path, figures_dir: Path) -> str:
         (figures_dir / FROM_SCRATCH, "from scratch: the last reproduction that trained every run"),
         (results_dir / MEASURED_TIMES, "measured here: the last whole reproduction"),
     ):
-        if path.is_file():
-            record = read_json(path, "delete it; the next whole reproduction writes it again")
+        record = _times_record(path)
+        if record:
             cpus = f", {record['cpus']} CPUs" if record.get("cpus") else ""
             text += (
                 f"\n{what} ({record['finished']}{cpus}) took {_hours(record['total_s'] / 3600)} "
                 f"of wall time, growth and notebooks included ({path})"
             )
     return text
+
+
+def _times_record(path: Path) -> dict | None:
+    """A record that record_times wrote, or None where there is none; one without its fields is
+    a one-line error."""
+    if not path.is_file():
+        return None
+    record = read_json(path, "delete it; the next whole reproduction writes it again")
+    complete = isinstance(record, dict) and {"finished", "stages", "total_s"} <= set(record)
+    if not complete or not isinstance(record["stages"], dict):
+        raise ReproError(
+            f"{path} is not a record of stage times (finished, stages, total_s): delete it; the "
+            "next whole reproduction writes it again"
+        )
+    return record
 
 
 class _Unbuilt(Study):

@@ -112,6 +112,9 @@ def notebooks(root: Path, only: list[str] | None = None) -> list[Path]:
     return [nb for nb in every if nb.name[:2] in wanted]
 
 
+PREFETCH = "preset sweeps (prefetch)"  # the first stage of a whole reproduction
+
+
 def reproduce(
     preset: str,
     only: list[str] | None = None,
@@ -168,9 +171,6 @@ def reproduce(
         if not only:
             record_times(study.results_dir, times, study.figures if from_scratch else None)
     return times
-
-
-PREFETCH = "preset sweeps (prefetch)"  # the first stage of a whole reproduction
 
 
 def _stage_line(

@@ -338,6 +338,8 @@ def estimated_cost(config: RunConfig) -> float:
         for phase in run_steps.phases
     )
     cost = run_steps.sequences_done(run_steps.total_steps) + passes
+    if not run_steps.total_steps:  # less than one batch: the trainer's checks say so
+        return cost
     return cost * (1 - branch_start(config) / run_steps.total_steps)
 
 
@@ -523,8 +525,13 @@ class WorkBar:
             with self._lock:
                 unfinished = [run for run in self.queue if run.name not in self.finished]
                 flying = unfinished[:POLLED]
-            trained = sum(self.work.get(run.name, 0.0) * self._trained(run) for run in flying)
-            with self._lock:
+            shares = {run.name: self._trained(run) for run in flying}
+            with self._lock:  # a run that finished meanwhile counts once, in full
+                trained = sum(
+                    self.work.get(name, 0.0) * share
+                    for name, share in shares.items()
+                    if name not in self.finished
+                )
                 self._fill(trained)
 
     def _trained(self, run: Path) -> float:

@@ -260,3 +260,6 @@ def test_the_last_whole_reproductions_measured_time_is_shown_beside_the_estimate
     text = plan_text(preset, tmp_path, (1,), vocab=300)
     line = next(t for t in text.splitlines() if t.startswith("from scratch"))
     assert f"{os.cpu_count()} CPUs) took 0.50 h" in line and str(figures) in line
+    (figures / "from-scratch-times.json").write_text('{"finished": "2026-12-03 02:57"}')
+    with pytest.raises(ReproError, match="from-scratch-times.json is not a record of stage times"):
+        plan_text(preset, tmp_path, (1,), vocab=300)

@@ -139,6 +139,11 @@ def test_only_a_whole_reproduction_into_an_empty_store_records_its_from_scratch_
         "[2/2] 01_only",
     ]
     assert all(" min left, done about " in h for h in headers)
+    (tmp_path / "runs" / "smoke" / "store").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "runs" / "smoke" / "store" / "sweep.json").write_text("{}")
+    main(["reproduce", "--preset", "smoke"])  # a store that holds runs: the record would overstate
+    assert "all stages: about" not in capsys.readouterr().out
+    shutil.rmtree(tmp_path / "runs" / "smoke" / "store")
     record.unlink()
     main(["reproduce", "--preset", "smoke", "--only", "01"])
     (tmp_path / "runs" / "smoke" / "store").mkdir(parents=True, exist_ok=True)
@@ -377,7 +382,8 @@ def test_a_smoke_reproduction_writes_every_table_and_refuses_damaged_runs(
         shipped = {name.split("/")[0] for name in bundle.getnames() if RUN.match(name)}
     assert shipped == trained, (
         "results/smoke.tar.xz (nbval reads it) is not smoke's runs: repro reproduce --preset "
-        "smoke, then repro results export runs/smoke/store --out results/smoke.tar.xz"
+        "smoke into an empty store, then repro results export runs/smoke/store --out "
+        "results/smoke.tar.xz"
     )
     _damaged_runs_fail_naming_them_or_give_the_same_tables(tmp_path, tables, capsys)
 

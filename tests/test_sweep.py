@@ -444,7 +444,21 @@ def test_the_work_bar_counts_the_trained_part_of_the_runs_in_flight(
         both = cost[trunk.run_id] / 4 + cost[branch.run_id] / 2
         assert settled(bar, both) == pytest.approx(both)
         (tmp_path / trunk.run_id / "status.json").write_text("{not json")
-        assert settled(bar, cost[branch.run_id] / 2) == pytest.approx(both)
+        time.sleep(10 * sweep.POLL_S)
+        assert bar.bar.n == pytest.approx(both)  # never back
+        with sweep.WorkBar(True, file=io.StringIO()) as fresh:  # a damaged status counts nothing
+            fresh.add([trunk, branch])
+            fresh.submitted([tmp_path / trunk.run_id, tmp_path / branch.run_id])
+            half = cost[branch.run_id] / 2
+            assert settled(fresh, half) == pytest.approx(half)
         bar.done([trunk.run_id])
         done = cost[trunk.run_id] + cost[branch.run_id] / 2
         assert settled(bar, done) == pytest.approx(done)
+
+
+def test_a_run_of_less_than_one_batch_costs_its_passes_not_a_crash(synthetic_pool):
+    """The trainer refuses a run with no step in one line; pricing it must not raise first."""
+    from repro.sweep import estimated_cost
+
+    config = make_run_config(TINY | {"pool": str(synthetic_pool), "batch_size": 100_000})
+    assert estimated_cost(config) == 0.0

@@ -129,6 +129,7 @@ def evaluate(
         if my_docs is not None:  # a second reduction, so that the mean keeps its bits
             ids = torch.from_numpy(my_docs[start : start + micro_batch].reshape(-1)).to(device)
             per_doc.index_add_(0, ids, F.nll_loss(log_probs, targets, reduction="none").double())
+        del logits, flat, log_probs  # vocab-wide: freed before the next forward
     if world_size > 1:
         dist.all_reduce(total)
         if my_docs is not None:
