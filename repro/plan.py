@@ -12,11 +12,12 @@ pool or trains.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import math
 import os
 import time
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -124,17 +125,29 @@ of the preset on this checkout (record_times), which `repro plan` shows beside i
 
 FROM_SCRATCH = "from-scratch-times.json"
 """figures/<preset>/from-scratch-times.json: the stage times of the last whole reproduction that
-trained every run (its store empty at the start) and the machine's CPU count, committed with the
-figures it made, so that `repro plan` and `repro reproduce` say what the study costs from scratch
-before anything trains."""
+trained every run (its store empty at the start), the machine's CPU count and the preset's
+fingerprint, committed with the figures it made, so that `repro plan` and `repro reproduce` say what
+the study costs from scratch before anything trains."""
+
+
+def preset_fingerprint(preset: Preset) -> str:
+    """12 hex digits of the SHA-256 of every field of `preset`: a times record made under other
+    fields (another grid, other workers) is not this preset's."""
+    fields = json.dumps(asdict(preset), sort_keys=True, default=str)
+    return hashlib.sha256(fields.encode()).hexdigest()[:12]
 
 
 def record_times(
-    results_dir: Path, times: list[tuple[str, float]], from_scratch_dir: Path | None = None
+    results_dir: Path,
+    times: list[tuple[str, float]],
+    fingerprint: str,
+    from_scratch_dir: Path | None = None,
 ) -> None:
-    """Keep a whole reproduction's stage times (wall seconds) in results_dir/MEASURED_TIMES and,
-    for one that trained every run, in from_scratch_dir/FROM_SCRATCH too."""
+    """Keep a whole reproduction's stage times (wall seconds) and its preset's fingerprint in
+    results_dir/MEASURED_TIMES and, for one that trained every run, in
+    from_scratch_dir/FROM_SCRATCH too."""
     record = {"finished": time.strftime("%Y-%m-%d %H:%M"), "cpus": os.cpu_count()}
+    record |= {"preset": fingerprint}
     record |= {"stages": dict(times), "total_s": sum(dict(times).values())}
     for folder, name in ((results_dir, MEASURED_TIMES), (from_scratch_dir, FROM_SCRATCH)):
         if folder is not None:
@@ -142,16 +155,16 @@ def record_times(
             write_json(folder / name, record)
 
 
-def from_scratch_stages(figures_dir: Path) -> dict[str, float]:
-    """Stage -> wall seconds of the last reproduction from scratch (figures_dir/FROM_SCRATCH);
-    empty where none was recorded."""
+def from_scratch_stages(figures_dir: Path, fingerprint: str) -> dict[str, float]:
+    """Stage -> wall seconds of the last reproduction from scratch (figures_dir/FROM_SCRATCH) of
+    the preset with this fingerprint; empty where none was recorded."""
     record = _times_record(figures_dir / FROM_SCRATCH)
-    return record["stages"] if record else {}
+    return record["stages"] if record and record.get("preset") == fingerprint else {}
 
 
-def _measured_lines(results_dir: Path, figures_dir: Path) -> str:
+def _measured_lines(results_dir: Path, figures_dir: Path, fingerprint: str) -> str:
     """The wall time of the last whole reproduction here and of the last one from scratch, where
-    they were recorded."""
+    they were recorded, marked where the preset has changed since."""
     text = ""
     for path, what in (
         (figures_dir / FROM_SCRATCH, "from scratch: the last reproduction that trained every run"),
@@ -160,9 +173,11 @@ def _measured_lines(results_dir: Path, figures_dir: Path) -> str:
         record = _times_record(path)
         if record:
             cpus = f", {record['cpus']} CPUs" if record.get("cpus") else ""
+            changed = record.get("preset", fingerprint) != fingerprint  # unrecorded: unknown
             text += (
                 f"\n{what} ({record['finished']}{cpus}) took {_hours(record['total_s'] / 3600)} "
-                f"of wall time, growth and notebooks included ({path})"
+                f"of wall time, growth and notebooks included"
+                f"{', with other preset fields than now' if changed else ''} ({path})"
             )
     return text
 
@@ -403,5 +418,7 @@ def plan_text(
         else ""
     )
     text = describe_plan(table, speed, gpus, preset.workers if on_cpu else 0) + growth
-    text += _measured_lines(root / "runs" / preset.name, root / "figures" / preset.name)
+    text += _measured_lines(
+        root / "runs" / preset.name, root / "figures" / preset.name, preset_fingerprint(preset)
+    )
     return f"plan of preset {preset.name} (vocab {vocab:,}):\n" + text

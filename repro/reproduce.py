@@ -30,7 +30,7 @@ from traitlets.config import Config
 
 from repro.errors import ReproError
 from repro.paths import project_root
-from repro.plan import from_scratch_stages, plan_text, record_times
+from repro.plan import from_scratch_stages, plan_text, preset_fingerprint, record_times
 from repro.preset_files import get_preset
 from repro.runtime.files import process_alive
 from repro.study import FIGURES_ENV, TERMINAL_PROGRESS_ENV, Study, open_study
@@ -146,7 +146,8 @@ def reproduce(
         times = []
         from_scratch = not only and not (study.store.is_dir() and any(study.store.iterdir()))
         stages = len(selected) + (not only)
-        expected = from_scratch_stages(study.figures) if from_scratch else {}
+        fingerprint = preset_fingerprint(study.preset)
+        expected = from_scratch_stages(study.figures, fingerprint) if from_scratch else {}
         if set(expected) != {PREFETCH, *(nb.name for nb in selected)}:
             expected = {}  # recorded for other notebooks: no estimate
         if not only:  # the whole series: first every run the preset fixes, as one sweep
@@ -169,7 +170,8 @@ def reproduce(
             for nb in selected:
                 copy_outputs(out_dir / nb.name, nb)
         if not only:
-            record_times(study.results_dir, times, study.figures if from_scratch else None)
+            figures = study.figures if from_scratch else None
+            record_times(study.results_dir, times, fingerprint, figures)
     return times
 
 

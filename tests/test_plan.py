@@ -19,11 +19,13 @@ from repro.plan import (
     _Unbuilt,
     cpu_speed,
     describe_plan,
+    from_scratch_stages,
     gpu_speed,
     notebook_grids,
     plan,
     plan_text,
     pool_vocab,
+    preset_fingerprint,
     record_times,
     run_rows,
     wall_hours,
@@ -251,15 +253,21 @@ def test_a_cpu_preset_is_priced_in_worker_hours_and_wall_time_on_its_workers(fak
 def test_the_last_whole_reproductions_measured_time_is_shown_beside_the_estimate(tmp_path):
     preset = replace(SMOKE, name="timed")
     assert "last whole reproduction" not in plan_text(preset, tmp_path, (1,), vocab=300)
-    record_times(tmp_path / "runs" / "timed", [("prefetch", 5400.0), ("02_batch_sweep", 1800.0)])
+    runs, figures, fingerprint = tmp_path / "runs" / "timed", tmp_path / "figures" / "timed", "x"
+    record_times(runs, [("prefetch", 5400.0), ("02_batch_sweep", 1800.0)], fingerprint)
     text = plan_text(preset, tmp_path, (1,), vocab=300)
     assert "last whole reproduction" in text and "took 2.00 h of wall time" in text
+    assert "with other preset fields than now" in text  # recorded for preset "x"
     assert "from scratch" not in text  # a reproduction over runs it found trained
-    figures = tmp_path / "figures" / "timed"
-    record_times(tmp_path / "runs" / "timed", [("prefetch", 1800.0)], figures)
+    record_times(runs, [("prefetch", 1800.0)], preset_fingerprint(preset), figures)
     text = plan_text(preset, tmp_path, (1,), vocab=300)
     line = next(t for t in text.splitlines() if t.startswith("from scratch"))
     assert f"{os.cpu_count()} CPUs) took 0.50 h" in line and str(figures) in line
+    assert "other preset fields" not in text
+    assert from_scratch_stages(figures, preset_fingerprint(preset)) == {"prefetch": 1800.0}
+    changed = replace(preset, workers=preset.workers + 1)
+    assert preset_fingerprint(changed) != preset_fingerprint(preset)
+    assert from_scratch_stages(figures, preset_fingerprint(changed)) == {}
     (figures / "from-scratch-times.json").write_text('{"finished": "2026-12-03 02:57"}')
     with pytest.raises(ReproError, match="from-scratch-times.json is not a record of stage times"):
         plan_text(preset, tmp_path, (1,), vocab=300)
