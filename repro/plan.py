@@ -187,12 +187,12 @@ def _times_record(path: Path) -> dict | None:
     a one-line error."""
     if not path.is_file():
         return None
-    record = read_json(path, "delete it; the next whole reproduction writes it again")
+    rewrite = "delete it; the next whole reproduction writes it again"
+    record = read_json(path, rewrite)
     complete = isinstance(record, dict) and {"finished", "stages", "total_s"} <= set(record)
     if not complete or not isinstance(record["stages"], dict):
         raise ReproError(
-            f"{path} is not a record of stage times (finished, stages, total_s): delete it; the "
-            "next whole reproduction writes it again"
+            f"{path} is not a record of stage times (finished, stages, total_s): {rewrite}"
         )
     return record
 

@@ -184,10 +184,10 @@ def _stage_line(
     line = f"[{stage}/{stages}] {name.removesuffix('.ipynb')}"
     if not expected:
         return line
-    spent = sum(seconds for _, seconds in times)
-    recorded = sum(expected[done] for done, _ in times)
-    left = sum(s for stage_name, s in expected.items() if stage_name not in dict(times))
-    left *= spent / recorded if recorded else 1.0
+    done = dict(times)
+    recorded = sum(expected[stage_name] for stage_name in done)
+    left = sum(s for stage_name, s in expected.items() if stage_name not in done)
+    left *= sum(done.values()) / recorded if recorded else 1.0
     finish = time.strftime("%H:%M", time.localtime(time.time() + left))
     duration = f"{left / 3600:.1f} h" if left >= 5400 else f"{left / 60:.0f} min"
     return f"{line}  (all stages: about {duration} left, done about {finish})"
