@@ -3,14 +3,19 @@
 A bundle (FILE.tar.xz) holds, for every finished (done or diverged) run of a store, what the
 analyses read: config.json, status.json, metrics.jsonl, downstream.json where there is one, and
 val_docs/ (per-document losses at each evaluation and the documents' token counts); plus
-bundle.json (format, config.NUMERICS, run count). A file whose bytes an earlier entry holds (a WSD
-branch's evaluations before its branch point are its trunk's) is a hard link to that entry, so it
-is stored once. The same store gives the same bytes (entries sorted, times and owners zeroed), so a
-committed bundle changes only when its runs do.
+bundle.json (format, config.NUMERICS, run count). Exported with `read` (the analyses' record of
+what they read: documents_read), it holds per-document losses only at each run's last evaluation
+and at the evaluations read, and val_docs/halves.json with the loss on each half of the
+documents at every evaluation (run_dir.half_losses, what notebook 04 chooses on): the analyses
+of those figures then read the same numbers from it, in a few MB. A file whose bytes an earlier
+entry holds (a WSD branch's evaluations before its branch point are its trunk's) is a hard link to
+that entry, so it is stored once. The same store gives the same bytes (entries sorted, times and
+owners zeroed), so a committed bundle changes only when its runs do.
 
 Importing refuses, before it writes anything, a bundle of other numerics, an entry that is not one
-of those files, and a run the store already holds with other contents: nothing in the store is
-overwritten. Each run lands whole (unpacked beside the store, then renamed into it).
+of those files, and a run the store already holds with other contents (in a file both hold):
+nothing in the store is overwritten. Each run lands whole (unpacked beside the store, then renamed
+into it).
 """
 
 from __future__ import annotations
@@ -27,22 +32,59 @@ from pathlib import Path
 
 from repro.errors import ReproError
 from repro.runtime.config import NUMERICS
-from repro.runtime.files import atomic_write, fsync_tree, process_alive
+from repro.runtime.files import atomic_write, fsync_tree, process_alive, read_json
 from repro.runtime.run_dir import RunDir
 
-FORMAT = 2  # 2: repeated files as hard links (format 1 had none; both read)
+FORMAT = 3  # 2: repeated files as hard links; 3: val_docs/halves.json (formats 1-3 read)
 MANIFEST = "bundle.json"
 RUN_FILE = re.compile(
-    r"(?P<run>[0-9a-f]{12})/"
-    r"(config\.json|status\.json|metrics\.jsonl|downstream\.json|val_docs/(tokens|step-\d+)\.npy)"
+    r"(?P<run>[0-9a-f]{12})/(config\.json|status\.json|metrics\.jsonl|downstream\.json"
+    r"|val_docs/(tokens|step-\d+)\.npy|val_docs/halves\.json)"
 )
 """The entries a bundle may hold besides its manifest: a run's files that the analyses read."""
 
+DOCUMENTS_READ = "_documents_read.json"
+"""figures/<preset>/<N>_documents_read.json: {run id: [steps]} whose per-document losses notebook
+N read (written by repro.study.Study with its figures)."""
 
-def _run_files(run: Path) -> list[Path]:
-    """A run's files that the analyses read (RunDir.analysed_files) and RUN_FILE names."""
-    files = RunDir(run).analysed_files()
-    return [p for p in files if RUN_FILE.fullmatch(_name(run.parent, p))]
+Steps = dict[str, set[int]]
+"""run id -> the steps of its evaluations whose per-document losses a bundle keeps."""
+
+
+def documents_read(folder: str | Path) -> Steps:
+    """The union of the records of `folder` (DOCUMENTS_READ), or a one-line error without one."""
+    records = sorted(Path(folder).glob(f"*{DOCUMENTS_READ}"))
+    if not records:
+        raise ReproError(
+            f"{folder} holds no *{DOCUMENTS_READ} (the notebooks write them beside their "
+            "figures): run the notebooks first (repro reproduce), or export without --read"
+        )
+    steps: Steps = {}
+    for record in records:
+        for run_id, read in read_json(record, "run its notebook again").items():
+            steps.setdefault(run_id, set()).update(int(step) for step in read)
+    return steps
+
+
+def _run_entries(run: Path, keep: set[int] | None) -> dict[str, bytes]:
+    """What a bundle holds of `run` (RunDir.analysed_files that RUN_FILE names), by name inside
+    the run; with `keep` (steps), per-document losses only at those and the last evaluation, and
+    halves.json (run_dir.half_losses at every evaluation) where some are left out."""
+    folder = RunDir(run)
+    files = [p for p in folder.analysed_files() if RUN_FILE.fullmatch(_name(run.parent, p))]
+    entries = {_name(run, p): p.read_bytes() for p in files}
+    if keep is None:
+        return entries
+    held = {int(p.stem.removeprefix("step-")) for p in folder.docs_dir.glob("step-*.npy")}
+    if folder.halves_file.is_file():  # a run imported from a bundle: its halves are all there
+        held |= {int(step) for step in read_json(folder.halves_file, folder.retrain)}
+    halves = {str(step): folder.half_losses(step) for step in sorted(held)}
+    left_out = held - {*keep, folder.status().get("step")}
+    for step in left_out:
+        entries.pop(_name(run, folder.document_losses_file(step)), None)
+    if left_out:
+        entries[_name(run, folder.halves_file)] = json.dumps(halves, sort_keys=True).encode()
+    return entries
 
 
 def _name(store: Path, path: Path) -> str:
@@ -64,9 +106,11 @@ def _add(archive: tarfile.TarFile, name: str, data: bytes, stored: dict[str, str
     archive.addfile(info, io.BytesIO(data))
 
 
-def export_bundle(store: str | Path, out: str | Path) -> int:
-    """Write the finished runs of `store` to the bundle `out` (.tar.xz); returns their number. A
-    store with no finished run, or an `out` that exists, is a one-line error."""
+def export_bundle(store: str | Path, out: str | Path, read: Steps | None = None) -> int:
+    """Write the finished runs of `store` to the bundle `out` (.tar.xz), with per-document losses
+    at every evaluation, or, given `read` (documents_read), at those read and each run's last
+    (module docstring); returns the number of runs. A store with no finished run, or an `out`
+    that exists, is a one-line error."""
     store, out = Path(store), Path(out)
     if not store.is_dir():
         raise ReproError(f"{store} is not a directory of runs")
@@ -79,14 +123,16 @@ def export_bundle(store: str | Path, out: str | Path) -> int:
     ]
     if not runs:
         raise ReproError(f"{store} has no finished runs to export")
-    manifest = {"format": FORMAT, "numerics": NUMERICS, "runs": len(runs)}
+    documents = "every evaluation" if read is None else "the last and those the analyses read"
+    manifest = {"format": FORMAT, "numerics": NUMERICS, "runs": len(runs), "documents": documents}
     stored: dict[str, str] = {}
     with atomic_write(out, "wb") as file:
         with tarfile.open(fileobj=file, mode="w:xz", format=tarfile.PAX_FORMAT) as archive:
             _add(archive, MANIFEST, json.dumps(manifest, sort_keys=True).encode(), stored)
             for run in runs:
-                for path in _run_files(run):
-                    _add(archive, _name(store, path), path.read_bytes(), stored)
+                keep = None if read is None else read.get(run.name, set())
+                for name, data in sorted(_run_entries(run, keep).items()):
+                    _add(archive, f"{run.name}/{name}", data, stored)
     return len(runs)
 
 
@@ -97,7 +143,7 @@ def import_bundle(bundle: str | Path, store: str | Path) -> tuple[int, int]:
     runs = _read_bundle(bundle)
     added = [rid for rid in runs if not (store / rid).exists()]
     for rid in sorted(set(runs) - set(added)):
-        if _contents(store / rid) != runs[rid]:
+        if not _same_run(store / rid, runs[rid]):
             raise ReproError(
                 f"{store / rid} holds other contents than {bundle}'s run {rid}; nothing was "
                 "imported: move that folder away, or import into another store"
@@ -114,7 +160,7 @@ def import_bundle(bundle: str | Path, store: str | Path) -> tuple[int, int]:
             try:
                 os.rename(staged, store / rid)
             except OSError:  # another import (a second notebook) placed it first
-                if _contents(store / rid) != runs[rid]:
+                if not _same_run(store / rid, runs[rid]):
                     raise
     return len(added), len(runs) - len(added)
 
@@ -162,9 +208,11 @@ def _read_bundle(bundle: Path) -> dict[str, dict[str, bytes]]:
     return runs
 
 
-def _contents(run: Path) -> dict[str, bytes]:
-    """What a bundle would hold of `run` (RUN_FILE's files), by name inside the run."""
-    return {_name(run, p): p.read_bytes() for p in _run_files(run)}
+def _same_run(run: Path, entries: dict[str, bytes]) -> bool:
+    """Whether the store's `run` holds the same bytes as a bundle's `entries` in every file that
+    both hold (a bundle may leave per-document losses out: Steps)."""
+    held = _run_entries(run, None)
+    return all(held[name] == data for name, data in entries.items() if name in held)
 
 
 def _remove_dead_imports(store: Path) -> None:

@@ -185,9 +185,10 @@ def _eval(args: argparse.Namespace) -> None:
 
 
 def _results_export(args: argparse.Namespace) -> None:
-    from repro.bundle import export_bundle
+    from repro.bundle import documents_read, export_bundle
 
-    count = export_bundle(args.store, args.out)
+    read = documents_read(args.read) if args.read else None
+    count = export_bundle(args.store, args.out, read)
     print(f"{args.out}: {count} runs, {Path(args.out).stat().st_size / 2**20:.1f} MiB")
 
 
@@ -483,6 +484,13 @@ def _add_results_commands(commands) -> None:
     )
     export.add_argument("store", help="a run store (runs/<preset>/store, repro sweep run --out)")
     export.add_argument("--out", required=True, help="the bundle to write, e.g. cpu.tar.xz")
+    export.add_argument(
+        "--read",
+        metavar="FIGURES",
+        help="keep per-document losses only at each run's last evaluation and at those the "
+        "notebooks that wrote FIGURES read (figures/<preset>: its *_documents_read.json), e.g. "
+        "the shipped results/<preset>.tar.xz; default: at every evaluation",
+    )
     export.set_defaults(func=_results_export)
     load = _add_command(
         results, "import", "unpack a bundle into a store (never replaces what the store holds)"

@@ -11,9 +11,11 @@ notebooks need is trained once.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from dataclasses import dataclass, replace
+from functools import cached_property
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -21,8 +23,8 @@ import pandas as pd
 
 from repro.analysis import cbs, frontier, plots
 from repro.analysis.intervals import MIN_REPLICATES, effective_documents
-from repro.analysis.results import Results, check_finished, open_results
-from repro.bundle import import_bundle
+from repro.analysis.results import Results, StoreDocuments, check_finished, open_results
+from repro.bundle import DOCUMENTS_READ, import_bundle
 from repro.data.build import build_pool
 from repro.data.pool import built_meta, load_pool
 from repro.errors import ReproError
@@ -73,6 +75,12 @@ class Study:
         """Where the notebooks look for the preset's results bundle (repro.bundle; committed for
         smoke)."""
         return self.root / "results" / f"{self.preset.name}.tar.xz"
+
+    @cached_property
+    def documents(self) -> StoreDocuments:
+        """The per-document losses of the store's runs, one reader for every sweep of the study
+        (what it read is recorded beside its figures: save)."""
+        return StoreDocuments(self.store)
 
     @property
     def figures(self) -> Path:
@@ -310,7 +318,7 @@ class Study:
         """Results of exactly the runs of `grids` (pools named as the grids name them)."""
         planned = {p.run_id: p for grid in grids for p in plan_grid(grid, self.store)}
         pools = {rid: p.config.pool for rid, p in planned.items()}
-        return open_results(self.store, list(planned), pools)
+        return open_results(self.store, list(planned), pools, self.documents)
 
     def _run(self, grids: dict | list[dict], bar: WorkBar | None = None) -> SweepResult | None:
         """run_sweep into this study's store with its workers and the preset's stacking; a failed
@@ -391,14 +399,17 @@ class Study:
         )
 
     def save(self, fig: plt.Figure, name: str) -> None:
-        """Write a figure as figures/<preset>/<name>.png and .pdf (self.figures)."""
+        """Write a figure as figures/<preset>/<name>.png and .pdf (self.figures), and the record
+        of what the study read (_record_documents)."""
         plots.save(fig, self.preset.name, name, self.figures)
+        self._record_documents(name)
 
     def save_table(self, table: pd.DataFrame, name: str) -> Path:
         """Write a table as figures/<preset>/<name>.md (a Markdown table, for the README) and
-        .csv (self.figures)."""
+        .csv (self.figures), and the record of what the study read (_record_documents)."""
         folder = self.figures
         folder.mkdir(parents=True, exist_ok=True)
+        self._record_documents(name)
         table.to_csv(folder / f"{name}.csv", index=False)
         cells = [
             [str(v).replace("|", "\\|") for v in row]
@@ -408,6 +419,21 @@ class Study:
         lines.insert(1, "|" + "---|" * len(table.columns))
         (folder / f"{name}.md").write_text("\n".join(lines) + "\n")
         return folder / f"{name}.md"
+
+    def _record_documents(self, name: str) -> None:
+        """figures/<preset>/<N>_documents_read.json, N the notebook's number (`name` up to its
+        first "_"): {run id: [steps]} whose per-document losses the study has read so far, what a
+        results bundle must hold for these figures (repro results export --read); none while it
+        has read none."""
+        if not self.documents.read:
+            return
+        steps: dict[str, list[int]] = {}
+        for run_id, step in sorted(self.documents.read):
+            steps.setdefault(run_id, []).append(step)
+        prefix = name.split("_", 1)[0]
+        self.figures.mkdir(parents=True, exist_ok=True)
+        text = json.dumps(steps, indent=0, sort_keys=True)
+        (self.figures / f"{prefix}{DOCUMENTS_READ}").write_text(text + "\n")
 
 
 def open_study(

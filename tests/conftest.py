@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from repro.analysis.results import Results, memory_documents
+from repro.analysis.results import MemoryDocuments, Results
 from repro.data.build import PoolSpec, build_pool
 
 SMALL_SYNTHETIC = PoolSpec(source="synthetic", tokens=30_000, val_tokens=5_000, vocab_size=300)
@@ -105,7 +105,7 @@ class HandMadeSweep:
         """Results of the runs added since the last call."""
         runs, evals = pd.DataFrame(self.runs), pd.DataFrame(self.evals)
         self.runs, self.evals = [], []
-        return Results(runs, evals, memory_documents(dict(self.documents)))
+        return Results(runs, evals, MemoryDocuments(dict(self.documents)))
 
 
 @pytest.fixture

@@ -13,11 +13,12 @@ import pandas as pd
 import pytest
 
 from repro.analysis.results import load_results
-from repro.bundle import bundle_manifest, export_bundle, import_bundle
+from repro.bundle import bundle_manifest, documents_read, export_bundle, import_bundle
 from repro.cli import main
 from repro.errors import ReproError
 from repro.preset_files import PRESETS, get_preset
 from repro.runtime.config import NUMERICS
+from repro.runtime.run_dir import RunDir
 from repro.study import Study
 from repro.sweep import plan_grid, run_sweep
 
@@ -57,7 +58,9 @@ def _files(store) -> dict[str, bytes]:
 
 
 def test_an_imported_bundle_reads_back_to_the_same_results(store, bundle, tmp_path):
-    assert bundle_manifest(bundle) == {"format": 2, "numerics": NUMERICS, "runs": 2}
+    documents = "every evaluation"
+    manifest = {"format": 3, "numerics": NUMERICS, "runs": 2, "documents": documents}
+    assert bundle_manifest(bundle) == manifest
     assert import_bundle(bundle, tmp_path / "copy") == (2, 0)
     copied = _files(tmp_path / "copy")
     assert copied == {name: data for name, data in _files(store).items() if name in copied}
@@ -86,6 +89,50 @@ def test_a_file_held_twice_is_stored_once_and_imported_twice(store, bundle, tmp_
     copied = _files(tmp_path / "copy")
     assert copied == {name: data for name, data in files.items() if name in copied}
     assert again <= set(copied)
+
+
+def _evaluated(run: RunDir) -> list[int]:
+    return [int(r["step"]) for r in run.metrics() if "val_loss" in r]
+
+
+def test_a_bundle_of_what_the_analyses_read(store, tmp_path):
+    """Exported with the analyses' record (documents_read): per-document losses only at each
+    run's last evaluation and those read; every evaluation's half losses in halves.json, read
+    back to the same floats; a left-out evaluation is a one-line error saying why; re-exporting
+    the imported runs gives the same bytes, and the original store takes it as its own runs."""
+    first, second = sorted(p for p in store.iterdir() if (p / "status.json").is_file())
+    early = _evaluated(RunDir(first))[0]
+    out = tmp_path / "read.tar.xz"
+    assert export_bundle(store, out, {first.name: {early}}) == 2
+    assert bundle_manifest(out)["documents"] == "the last and those the analyses read"
+    import_bundle(out, tmp_path / "copy")
+    for run, kept in ((first, {early}), (second, set())):
+        original, copy = RunDir(run), RunDir(tmp_path / "copy" / run.name)
+        steps = _evaluated(original)
+        held = {int(p.stem[5:]) for p in copy.docs_dir.glob("step-*.npy")}
+        assert len(steps) == 2 and held == kept | {steps[-1]}
+        assert copy.halves_file.is_file() == (held != set(steps))
+        for step in steps:
+            assert copy.half_losses(step) == original.half_losses(step)
+    with pytest.raises(ReproError, match="bundle holds them only at the evaluations the analyses"):
+        RunDir(tmp_path / "copy" / second.name).document_losses(_evaluated(RunDir(second))[0])
+    assert export_bundle(tmp_path / "copy", tmp_path / "again.tar.xz", {first.name: {early}}) == 2
+    assert (tmp_path / "again.tar.xz").read_bytes() == out.read_bytes()
+    assert import_bundle(out, store) == (0, 2)
+    left_out = RunDir(tmp_path / "copy" / second.name)
+    left_out.halves_file.write_text(json.dumps({"1": [1.0]}))
+    step = _evaluated(left_out)[0]
+    with pytest.raises(ReproError, match=f"halves.json holds no pair of losses at step {step}: "):
+        left_out.half_losses(step)
+
+
+def test_the_records_of_what_the_notebooks_read(tmp_path):
+    """documents_read: the union of a figures folder's records; none is a one-line error."""
+    with pytest.raises(ReproError, match="holds no \\*_documents_read.json .*without --read"):
+        documents_read(tmp_path)
+    (tmp_path / "02_documents_read.json").write_text(json.dumps({"a": [3, 6], "b": [6]}))
+    (tmp_path / "04_documents_read.json").write_text(json.dumps({"a": [4]}))
+    assert documents_read(tmp_path) == {"a": {3, 4, 6}, "b": {6}}
 
 
 def test_the_shipped_bundles_are_of_these_numerics_and_built_in_presets():
@@ -171,3 +218,9 @@ def test_a_study_without_training_reads_the_shipped_bundle(synthetic_pool, bundl
     assert sorted(results.runs["status"]) == ["done", "done"]
     planned = {p.run_id for p in plan_grid(_grid(synthetic_pool), study.store)}
     assert planned == set(results.runs["run_id"]) and not list(study.store.rglob("*.pt"))
+    steps = results.evals.groupby("run_id")["step"].agg(list)  # the last of each: checked
+    rid = sorted(planned)[0]
+    results.documents(rid, steps[rid][0])
+    study.save_table(pd.DataFrame({"x": [1]}), "07_table")
+    read = {r: s if r == rid else s[-1:] for r, s in steps.items()}
+    assert json.loads((study.figures / "07_documents_read.json").read_text()) == read

@@ -19,7 +19,7 @@ import pytest
 
 from repro.analysis.analyses import arm, batch_sweep_claims, recipe_claims, train_difference
 from repro.analysis.intervals import effective_documents, paired_difference, replicate_difference
-from repro.analysis.results import Results, memory_documents
+from repro.analysis.results import MemoryDocuments, Results
 from repro.analysis.selection import compare
 
 BATCHES = (1, 2, 4, 8, 16)
@@ -115,7 +115,7 @@ def simulate_arms(
                         {"run_id": rid, "step": 10, "epoch": epochs}
                         | {"val_loss": val, "train_loss": train}
                     )
-    return Results(pd.DataFrame(runs), pd.DataFrame(evals), memory_documents(documents))
+    return Results(pd.DataFrame(runs), pd.DataFrame(evals), MemoryDocuments(documents))
 
 
 def test_the_interval_covers_with_replicate_and_document_noise():

@@ -40,7 +40,7 @@ from repro.analysis.cbs import (
     target_losses,
 )
 from repro.analysis.intervals import Difference
-from repro.analysis.results import Results, memory_documents
+from repro.analysis.results import MemoryDocuments, Results
 from repro.data.pool import load_pool
 from repro.errors import ReproError
 from repro.preset_files import PRESETS
@@ -50,7 +50,7 @@ from repro.sweep import expand
 
 def _results(runs: pd.DataFrame, evals: pd.DataFrame) -> Results:
     """Hand-made runs and evaluations, without per-document losses."""
-    return Results(runs, evals, memory_documents({}))
+    return Results(runs, evals, MemoryDocuments({}))
 
 
 def test_fits_recover_known_constants():
@@ -682,7 +682,7 @@ def _schedule_study(shifts, pools=POOLS, decays=None) -> tuple[Results, Results]
                 | {"batch_schedule": schedule}
             )
             schedule_evals += _add_run(documents, rid, mean, seed=10 + i + 100 * p)
-    load = memory_documents(documents)
+    load = MemoryDocuments(documents)
     fixed_results = Results(pd.DataFrame(runs).assign(batch_schedule=""), pd.DataFrame(evals), load)
     return fixed_results, Results(pd.DataFrame(schedule_runs), pd.DataFrame(schedule_evals), load)
 

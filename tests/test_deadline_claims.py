@@ -11,7 +11,7 @@ from repro.analysis.deadline_claims import (
     judged_crossovers,
 )
 from repro.analysis.frontier import unit_step_time
-from repro.analysis.results import Results, memory_documents
+from repro.analysis.results import MemoryDocuments, Results
 from repro.errors import ReproError
 
 TOKENS = np.full(40, 50)  # 40 validation documents of 50 scored tokens
@@ -41,7 +41,7 @@ def _study(spec: dict, noise: float = 0.01, pool_sd: float = 0.01) -> Results:
                 documents[(rid, step)] = (per_token * TOKENS, TOKENS)
                 val = float(per_token.mean())
                 evals.append({"run_id": rid, "step": step, "epoch": epoch, "val_loss": val})
-    return Results(pd.DataFrame(runs), pd.DataFrame(evals), memory_documents(documents))
+    return Results(pd.DataFrame(runs), pd.DataFrame(evals), MemoryDocuments(documents))
 
 
 def _claims(spec, noise=0.01) -> pd.DataFrame:

@@ -16,7 +16,7 @@ import pytest
 from repro.analysis import cbs, figures, frontier, plots
 from repro.analysis.cbs import steps_to_target
 from repro.analysis.intervals import t_interval
-from repro.analysis.results import Results, memory_documents
+from repro.analysis.results import MemoryDocuments, Results
 from repro.errors import ReproError
 from repro.runtime.shapes import SIZES, by_size, model_config, parameter_count
 
@@ -25,7 +25,7 @@ BATCHES = (1, 2, 4, 8, 16, 32)
 
 def _results(runs: pd.DataFrame, evals: pd.DataFrame) -> Results:
     """Hand-made runs and evaluations, without per-document losses."""
-    return Results(runs, evals, memory_documents({}))
+    return Results(runs, evals, MemoryDocuments({}))
 
 
 def _curves(pools=("p0", "p1"), batches=BATCHES):

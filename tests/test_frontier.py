@@ -18,7 +18,7 @@ from repro.analysis.frontier import (
     step_units,
     unit_step_time,
 )
-from repro.analysis.results import Results, memory_documents
+from repro.analysis.results import MemoryDocuments, Results
 
 
 def _curves(spec):
@@ -32,7 +32,7 @@ def _curves(spec):
 
 def _results(runs: pd.DataFrame, evals: pd.DataFrame) -> Results:
     """Hand-made runs and evaluations, without per-document losses."""
-    return Results(runs, evals, memory_documents({}))
+    return Results(runs, evals, MemoryDocuments({}))
 
 
 def test_step_units():

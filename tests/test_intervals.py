@@ -15,7 +15,7 @@ from repro.analysis.intervals import (
     replicate_difference,
     t_interval,
 )
-from repro.analysis.results import store_documents
+from repro.analysis.results import StoreDocuments
 from repro.errors import ReproError
 
 TOKENS = np.full(40, 100)
@@ -80,11 +80,11 @@ def test_unpaired_inputs_and_missing_files_are_one_line_errors(tmp_path):
     with pytest.raises(ReproError, match="same validation documents"):
         paired_difference(TOKENS[:3] * 1.0, TOKENS * 1.0, TOKENS)
     with pytest.raises(ReproError, match="missing .deleted, or the run predates per-document"):
-        store_documents(tmp_path)("run", 10)
+        StoreDocuments(tmp_path)("run", 10)
     (tmp_path / "bad" / "val_docs").mkdir(parents=True)
     (tmp_path / "bad" / "val_docs" / "step-10.npy").write_bytes(b"garbage")
     with pytest.raises(ReproError, match="bad/val_docs is damaged"):
-        store_documents(tmp_path)("bad", 10)
+        StoreDocuments(tmp_path)("bad", 10)
 
 
 def test_too_few_documents_give_no_interval_and_no_verdict():

@@ -18,7 +18,7 @@ from repro.analysis.cbs import (
     noise_trajectory,
 )
 from repro.analysis.intervals import NOT_MEASURED
-from repro.analysis.results import Results, memory_documents
+from repro.analysis.results import MemoryDocuments, Results
 from repro.errors import ReproError
 from repro.grids import noise_scale_grid
 from repro.preset_files import PRESETS
@@ -122,7 +122,7 @@ def test_noise_trajectory_orders_by_pool_batch_then_tokens():
             "b_simple": [1.0, 4.0, 2.0, 7.0],
         }
     )
-    out = noise_trajectory(Results(runs, evals, memory_documents({})))
+    out = noise_trajectory(Results(runs, evals, MemoryDocuments({})))
     assert out[["pool", "batch_size", "b_simple"]].values.tolist() == [
         ["p0", 8, 2.0],
         ["p0", 8, 4.0],

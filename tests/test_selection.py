@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from repro.analysis.results import Results, check_finished, memory_documents
+from repro.analysis.results import MemoryDocuments, Results, check_finished
 from repro.analysis.selection import compare, cross_fit, describe_tuned, selection_halves, tuned
 from repro.errors import ReproError
 
@@ -133,7 +133,7 @@ def test_the_analysis_refuses_runs_that_are_not_finished_or_not_consistent(hand_
     with pytest.raises(ReproError, match="not at the step status.json records"):
         check_finished(torn)
     scaled = {key: (losses * 0.5, tokens) for key, (losses, tokens) in hand_made.documents.items()}
-    damaged = Results(results.runs, results.evals, memory_documents(scaled))
+    damaged = Results(results.runs, results.evals, MemoryDocuments(scaled))
     with pytest.raises(ReproError, match="val_docs is damaged"):
         check_finished(damaged)
 

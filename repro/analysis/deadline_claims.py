@@ -27,8 +27,9 @@ from repro.analysis.intervals import (
     lower_verdict,
 )
 from repro.analysis.results import TUNED, Results, default_group_by
-from repro.analysis.selection import contrast, selection_halves
+from repro.analysis.selection import contrast
 from repro.errors import ReproError
+from repro.runtime.run_dir import selection_halves
 
 StepTime = Callable[[int, int], float]
 
@@ -51,10 +52,10 @@ def deadline_points(results: Results) -> pd.DataFrame:
     # the n-th evaluation of a configuration matches across pools (their epochs may differ in
     # the last digits where pools differ in steps per epoch)
     points["position"] = points.sort_values("step").groupby("run_id").cumcount()
-    halves = []
-    for rid, step in zip(points["run_id"], points["step"]):
-        losses, tokens = results.documents(rid, int(step))
-        halves.append([h @ losses / max(h @ tokens, 1) for h in selection_halves(len(tokens))])
+    halves = [
+        results.documents.halves(rid, int(step))
+        for rid, step in zip(points["run_id"], points["step"])
+    ]
     return points.assign(**{f"half {i}": [h[i] for h in halves] for i in (0, 1)})
 
 

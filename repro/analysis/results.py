@@ -11,11 +11,10 @@
 
 from __future__ import annotations
 
-import functools
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import pandas as pd
@@ -23,7 +22,7 @@ import pandas as pd
 from repro.data.pool import built_meta
 from repro.errors import ReproError
 from repro.runtime.config import RunConfig, make_run_config, run_id
-from repro.runtime.run_dir import DEFAULT_RECORD, FINISHED, RunDir
+from repro.runtime.run_dir import DEFAULT_RECORD, FINISHED, RunDir, half_losses
 
 TUNED = ("lr", "weight_decay", "epochs")
 BOOKKEEPING = (
@@ -103,8 +102,15 @@ def _check_config(rid: str, config: dict, run: RunDir) -> None:
         )
 
 
-DocumentLosses = Callable[[str, int], tuple[np.ndarray, np.ndarray]]
-"""(run id, step) -> (summed loss per validation document, nats; scored tokens per document)."""
+class DocumentLosses(Protocol):
+    """Each evaluation's per-document losses: called with (run id, step), (summed loss per
+    validation document, nats; scored tokens per document); `halves(run id, step)`: the mean loss
+    (nats/token) on each half of the documents (run_dir.half_losses)."""
+
+    def __call__(self, run_id: str, step: int) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def halves(self, run_id: str, step: int) -> list[float]: ...
+
 
 REPLICATE_FIELDS = ("pool", "seed")
 """Run fields whose values are independent replicates of one experiment (pools, seeds)."""
@@ -137,15 +143,28 @@ class Results:
         return [f for f in REPLICATE_FIELDS if f in self.runs]
 
 
-def store_documents(store: str | Path) -> DocumentLosses:
-    """Per-document losses of the runs under `store` (RunDir.document_losses), each file read
-    once; a missing or damaged file is a one-line error naming it."""
+class StoreDocuments:
+    """The DocumentLosses of the runs under `store` (RunDir.document_losses, RunDir.half_losses),
+    each file read once; a missing or damaged file is a one-line error naming it. `read`: the
+    (run id, step) whose per-document losses were read, what a results bundle of the analyses
+    must hold (repro.bundle)."""
 
-    @functools.cache
-    def load(run_id: str, step: int) -> tuple[np.ndarray, np.ndarray]:
-        return RunDir(Path(store) / run_id).document_losses(step)
+    def __init__(self, store: str | Path) -> None:
+        self.store = Path(store)
+        self.read: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = {}
+        self._halves: dict[tuple[str, int], list[float]] = {}
 
-    return load
+    def __call__(self, run_id: str, step: int) -> tuple[np.ndarray, np.ndarray]:
+        key = (run_id, int(step))
+        if key not in self.read:
+            self.read[key] = RunDir(self.store / run_id).document_losses(step)
+        return self.read[key]
+
+    def halves(self, run_id: str, step: int) -> list[float]:
+        key = (run_id, int(step))
+        if key not in self._halves:
+            self._halves[key] = RunDir(self.store / run_id).half_losses(step)
+        return self._halves[key]
 
 
 VAL_LOSS_TOLERANCE = 1e-5  # nats/token: per-document losses against the logged val_loss
@@ -198,24 +217,30 @@ def _check_run(results: Results, rid: str, step, finals: pd.DataFrame) -> None:
         )
 
 
-def memory_documents(
-    table: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]],
-) -> DocumentLosses:
-    """Per-document losses held in memory ((run id, step) -> (losses, tokens)): simulated or
-    hand-made studies."""
+@dataclass(frozen=True)
+class MemoryDocuments:
+    """The DocumentLosses of simulated or hand-made studies: `table` maps (run id, step) to
+    (losses, tokens)."""
 
-    def load(run_id: str, step: int) -> tuple[np.ndarray, np.ndarray]:
-        return table[(run_id, int(step))]
+    table: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]]
 
-    return load
+    def __call__(self, run_id: str, step: int) -> tuple[np.ndarray, np.ndarray]:
+        return self.table[(run_id, int(step))]
+
+    def halves(self, run_id: str, step: int) -> list[float]:
+        return half_losses(*self(run_id, step))
 
 
 def open_results(
-    store: str | Path, run_ids: list[str] | None = None, pools: dict[str, str] | None = None
+    store: str | Path,
+    run_ids: list[str] | None = None,
+    pools: dict[str, str] | None = None,
+    documents: StoreDocuments | None = None,
 ) -> Results:
-    """load_results with the store's per-document losses: what the analyses take."""
+    """load_results with the store's per-document losses (read by `documents`, a reader of that
+    store shared with other Results, or a new one): what the analyses take."""
     runs, evals = load_results(store, run_ids, pools)
-    return Results(runs, evals, store_documents(store), Path(store))
+    return Results(runs, evals, documents or StoreDocuments(store), Path(store))
 
 
 def _downstream(run: RunDir) -> dict:

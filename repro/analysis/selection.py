@@ -29,15 +29,10 @@ import pandas as pd
 from repro.analysis.intervals import LEVEL, NOT_MEASURED, Difference, replicate_difference
 from repro.analysis.results import TUNED, Results
 from repro.errors import ReproError
+from repro.runtime.run_dir import selection_halves
 
 Candidates = dict[tuple, tuple[str, np.ndarray]]
 """A replicate's finished runs: tuned values -> (run id, per-document summed losses, nats)."""
-
-
-def selection_halves(n_documents: int) -> list[np.ndarray]:
-    """The two halves of the validation documents (boolean masks: even, odd index)."""
-    even = np.arange(n_documents) % 2 == 0
-    return [even, ~even]
 
 
 def _mean(losses: np.ndarray, tokens: np.ndarray, mask: np.ndarray) -> float:

@@ -7,7 +7,9 @@
     RUN/metrics.jsonl      one object per logged step and per evaluation: step, epoch, tokens, lr,
                            train_loss, wall_s [, val_loss]
     RUN/val_docs/          tokens.npy (scored tokens per validation document) and step-N.npy
-                           (summed loss per document at the evaluation of step N, nats)
+                           (summed loss per document at the evaluation of step N, nats); in a run
+                           from a results bundle (repro.bundle) that leaves some step-N.npy out,
+                           halves.json: {N: mean loss on each half of the documents} for every N
     RUN/checkpoint.pt      the resume point (checkpoint.prev.pt: the one before, while training)
     RUN/checkpoints/       step-N.pt, the steps a WSD trunk keeps for its branches
     RUN/downstream.json    repro eval's accuracies per task
@@ -39,6 +41,20 @@ DEFAULT_RECORD = config_record(RunConfig())
 LATEST, PREVIOUS = "checkpoint.pt", "checkpoint.prev.pt"
 """RUN/checkpoint.pt: the resume point; RUN/checkpoint.prev.pt: the one before it, kept while the
 run trains in case the latest is torn."""
+
+
+def selection_halves(n_documents: int) -> list[np.ndarray]:
+    """The two halves of the validation documents (boolean masks: even, odd index) on which the
+    analyses choose and report apart (repro.analysis.selection)."""
+    even = np.arange(n_documents) % 2 == 0
+    return [even, ~even]
+
+
+def half_losses(losses: np.ndarray, tokens: np.ndarray) -> list[float]:
+    """Mean loss (nats/token) on each of the selection_halves, from per-document summed losses
+    (nats) and scored tokens."""
+    return [float(h @ losses / max(h @ tokens, 1)) for h in selection_halves(len(tokens))]
+
 
 RUN_FILES = ("config.json", "metrics.jsonl", "status.json", LATEST, PREVIOUS, "downstream.json")
 RUN_ENTRIES = frozenset({*RUN_FILES, "checkpoints", "val_docs"})
@@ -81,6 +97,11 @@ class RunDir:
     @property
     def docs_dir(self) -> Path:
         return self.path / "val_docs"
+
+    @property
+    def halves_file(self) -> Path:
+        """RUN/val_docs/halves.json: half_losses at every evaluation, in a run from a bundle."""
+        return self.docs_dir / "halves.json"
 
     @property
     def lock_file(self) -> Path:
@@ -168,10 +189,10 @@ class RunDir:
         missing, damaged or mismatched file is a one-line error naming it."""
         losses, tokens = self.document_losses_file(step), self.document_tokens_file
         if not losses.is_file():
-            raise ReproError(
-                f"{losses} is missing (deleted, or the run predates per-document losses): "
-                f"{self.retrain}"
-            )
+            why = "deleted, or the run predates per-document losses"
+            if self.halves_file.is_file():
+                why = "its results bundle holds them only at the evaluations the analyses read"
+            raise ReproError(f"{losses} is missing ({why}): {self.retrain}")
 
         def damaged(why: str) -> ReproError:
             return ReproError(f"{self.docs_dir} is damaged ({why}): {self.retrain}")
@@ -186,6 +207,19 @@ class RunDir:
             raise damaged("not a numeric array")
         if pair[0].shape != pair[1].shape or pair[0].ndim != 1:
             raise ReproError(f"{losses} does not match {tokens}: {self.retrain}")
+        return pair
+
+    def half_losses(self, step: int) -> list[float]:
+        """Mean loss (nats/token) on each half of the validation documents at `step`
+        (half_losses): from val_docs/step-N.npy, else from val_docs/halves.json; a one-line error
+        naming the file where neither has it."""
+        if self.document_losses_file(step).is_file() or not self.halves_file.is_file():
+            return half_losses(*self.document_losses(step))
+        pair = read_json(self.halves_file, self.retrain).get(str(int(step)))
+        if not (isinstance(pair, list) and len(pair) == 2 and all(type(v) is float for v in pair)):
+            raise ReproError(
+                f"{self.halves_file} holds no pair of losses at step {step}: {self.retrain}"
+            )
         return pair
 
     def downstream(self) -> dict:
@@ -204,7 +238,7 @@ class RunDir:
     def analysed_files(self) -> list[Path]:
         """The files the analyses read (a results bundle's), those that exist, sorted."""
         files = [self.config_file, self.status_file, self.metrics_file, self.downstream_file]
-        files += sorted(self.docs_dir.glob("*.npy"))
+        files += sorted(self.docs_dir.glob("*.npy")) + [self.halves_file]
         return [p for p in files if p.is_file()]
 
     # --- writing ---------------------------------------------------------------------------------
