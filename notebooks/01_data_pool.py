@@ -51,7 +51,7 @@ table
 # sequences and short ones share a sequence.
 
 # %%
-study.save(figures.doc_lengths(pools[0], P.seq_len), "01_doc_lengths")
+study.save(figures.doc_lengths(pools[0], P.grid.seq_len), "01_doc_lengths")
 
 # %% [markdown]
 # ## Train/validation split and independent pools
@@ -80,7 +80,7 @@ floor = analyses.bayes_floor(pools[0])
 print(
     f"Bayes floor of the validation split: {floor:.4f} nats/token"
     if floor is not None
-    else f"source {P.pool_spec.source!r} has no known Bayes floor"
+    else f"source {P.pools.recipe.source!r} has no known Bayes floor"
 )
 
 # %% [markdown]

@@ -60,7 +60,7 @@ print(f"{len(runs)} runs over {counts}: {runs['status'].value_counts().to_dict()
 # validation documents, the cross-fitted loss `val_loss`, the final training loss of the chosen run
 # (mean over the steps since the previous evaluation), and within that run the epoch of its best
 # evaluation. `at_largest_budget`: the chosen budget is the largest tried, so the best budget may
-# lie beyond. Where the preset grows its grids (`grid_growth`, repro.growth), a group whose lr or
+# lie beyond. Where the preset grows its grids (`growth.rounds`, repro.growth), a group whose lr or
 # weight decay was chosen on the edge of what it tried got a run beyond it, round after round; a
 # line names every group whose choice still sits on an edge.
 
@@ -81,7 +81,7 @@ endpoints[[*columns, "val_loss", "train_loss", "early_stop_epoch"]]
 # reads.
 
 # %%
-fig = figures.best_loss_vs_batch(endpoints, P.batch_sizes, analyses.bayes_floor(pools[0]))
+fig = figures.best_loss_vs_batch(endpoints, P.grid.batch_sizes, analyses.bayes_floor(pools[0]))
 study.save(fig, "02_best_loss_vs_batch")
 analyses.across_replicates(endpoints).round(4)
 
@@ -91,8 +91,8 @@ analyses.across_replicates(endpoints).round(4)
 # documents, with 90% intervals. Above 0: worse than the optimum by that much.
 
 # %%
-differences = analyses.batch_differences(results, list(P.models))
-study.save(figures.batch_differences(differences, P.batch_sizes), "02_batch_differences")
+differences = analyses.batch_differences(results, list(P.grid.models))
+study.save(figures.batch_differences(differences, P.grid.batch_sizes), "02_batch_differences")
 differences.round(4)
 
 # %% [markdown]
@@ -115,7 +115,7 @@ budgets.round(3)
 
 # %%
 vocab = analyses.pool_vocab_size(pools[0])
-models = by_size(P.models, largest_first=True)
+models = by_size(P.grid.models, largest_first=True)
 optimum = analyses.optimum_table(endpoints, models)
 study.save_table(optimum, "02_optimum_per_size")
 optimum
@@ -149,16 +149,16 @@ study.save(
 # %% [markdown]
 # ## Downstream accuracy
 #
-# Where the preset names downstream tasks (`P.downstream_tasks`), each tuned endpoint above is
+# Where the preset names downstream tasks (`P.grid.downstream_tasks`), each tuned endpoint above is
 # scored with lm-evaluation-harness (`repro eval`, through `study.downstream`): accuracy per batch
 # size with a 90% interval from the standard errors over examples, to read beside the validation
 # loss. The paper finds downstream trends broadly follow the loss, with more noise.
 
 # %%
-tasks = list(P.downstream_tasks)
+tasks = list(P.grid.downstream_tasks)
 scored = study.downstream(endpoints) if tasks else None
 if tasks:
-    study.save(figures.accuracy_vs_batch(scored, tasks, P.batch_sizes), "02_accuracy_vs_batch")
+    study.save(figures.accuracy_vs_batch(scored, tasks, P.grid.batch_sizes), "02_accuracy_vs_batch")
 print(f"downstream tasks: {', '.join(tasks) or 'none in this preset'}")
 
 # %% [markdown]
@@ -184,7 +184,7 @@ optimizer_claims.beta2_settings(P)
 # %%
 ablated = analyses.pool_names(analyses.batch_endpoints(beta2_results))
 arms = optimizer_claims.beta2_arms(endpoints, ablated, P)
-study.save(figures.beta2_vs_batch(arms, P.batch_sizes), "02_beta2_vs_batch")
+study.save(figures.beta2_vs_batch(arms, P.grid.batch_sizes), "02_beta2_vs_batch")
 analyses.across_replicates(ablated).round(4)
 
 # %% [markdown]
@@ -207,7 +207,7 @@ analyses.across_replicates(ablated).round(4)
 
 # %%
 beta2_claims = optimizer_claims.beta2_claims(
-    results, beta2_results, P.models[0], P.beta2_half_life_batch > 0
+    results, beta2_results, P.grid.models[0], P.grid.beta2_half_life_batch > 0
 )
 beta2_table = study.save_table(beta2_claims, "02_beta2_claims")
 print(claim_count(beta2_claims))

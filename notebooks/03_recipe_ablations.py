@@ -7,16 +7,16 @@
 # alone does little, both together are best; and the best stopping point moves later.
 #
 # **Method.** Every arm of every ablation is tuned over the same grid as notebook 02 (lr, weight
-# decay and epoch budget, each budget its own run), with each replicate's choice made on the
-# other replicates' half of the validation documents and scored on its own other half
-# (`repro.analysis.selection`), so no arm inherits another's selection; identical configurations
-# are trained once. All ablations use the preset's first model size (printed below), on every
-# pool. Epoch orderings: at the preset's ablation batch sizes. Tying × embedding decay: four
-# arms (untied / tied × no / positive embedding decay, the positive decays tuned inside the arm)
-# at the preset's tying batch and loader (`tying_batch_size`, `tying_loader`; batch 0: the one
-# notebook 02 found best). Combined recipe vs the original: at the ablation batch sizes, the
-# batch size tuned inside each recipe over those sizes. Each claim is a difference
-# averaged over replicates with its 90% interval over replicates and validation documents.
+# decay and epoch budget, each budget its own run), with each replicate's choice made on the other
+# replicates' half of the validation documents and scored on its own other half
+# (`repro.analysis.selection`), so no arm inherits another's selection; identical configurations are
+# trained once. All ablations use the preset's first model size (printed below), on every pool.
+# Epoch orderings: at the preset's ablation batch sizes. Tying × embedding decay: four arms (untied
+# / tied × no / positive embedding decay, the positive decays tuned inside the arm) at the preset's
+# tying batch and loader (`ablations.tying_batch_size`, `tying_loader`; batch 0: the one notebook 02
+# found best). Combined recipe vs the original: at the ablation batch sizes, the batch size tuned
+# inside each recipe over those sizes. Each claim is a difference averaged over replicates with its
+# 90% interval over replicates and validation documents.
 
 # %% tags=["parameters"]
 import os
@@ -35,7 +35,7 @@ from repro.study import open_study
 
 study = open_study(preset, workers=workers, train=train, dry_run=dry_run)
 P = study.preset
-model = P.models[0]
+model = P.grid.models[0]
 print(study.summary())
 print(f"ablations at model {model}")
 
@@ -72,8 +72,8 @@ loader_ends[
 # (mean over pools); with the preset's tying loader.
 
 # %%
-b_tying = P.tying_batch_size or b_best
-print(f"tying x embedding decay at batch {b_tying}, loader {P.tying_loader}")
+b_tying = P.ablations.tying_batch_size or b_best
+print(f"tying x embedding decay at batch {b_tying}, loader {P.ablations.tying_loader}")
 embedding_fields = ["tie_embeddings", "embedding_weight_decay"]
 embedding = study.sweep(study.embedding_grid(b_tying))
 embedding_ends = analyses.batch_endpoints(embedding, embedding_fields)
@@ -94,7 +94,7 @@ recipes = {
     "original (SHUFFLE, untied, no emb. decay)": original_ends,
     "combined (REPACK, tied, emb. decay)": combined_ends,
 }
-study.save(figures.combined_vs_original(recipes, P.batch_sizes), "03_combined_vs_original")
+study.save(figures.combined_vs_original(recipes, P.grid.batch_sizes), "03_combined_vs_original")
 analyses.across_replicates(original_ends, ["batch_size"]).merge(
     analyses.across_replicates(combined_ends, ["batch_size"]),
     on="batch_size",
@@ -109,7 +109,7 @@ analyses.across_replicates(original_ends, ["batch_size"]).merge(
 # batch sizes) with the accuracy's standard error.
 
 # %%
-tasks = list(P.downstream_tasks)
+tasks = list(P.grid.downstream_tasks)
 ablations = {"loader": loader_ends, "embedding": embedding_ends, "recipe": combined_ends}
 scored = {name: study.downstream(ends) for name, ends in ablations.items()} if tasks else {}
 arms = {"loader": ["loader"], "embedding": embedding_fields, "recipe": ["batch_size"]}

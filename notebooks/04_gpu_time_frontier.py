@@ -8,15 +8,14 @@
 # more GPUs.
 #
 # **Method.** We reuse the runs of notebook 02 at one model size, the preset's first
-# (`P.models[0]`), on pool 0: every lr, weight decay and epoch budget (each budget is its own run,
-# its schedule ending at its budget) and every evaluation point. We price each evaluation point by
-# the time of the steps before it; a deadline's best loss is the best over all those runs. Main
-# frontier: the idealised model in *step units* (one GPU processes `frontier_micro_batch`
+# (`P.grid.models[0]`), on pool 0: every lr, weight decay and epoch budget (each budget is its own
+# run, its schedule ending at its budget) and every evaluation point. We price each evaluation point
+# by the time of the steps before it; a deadline's best loss is the best over all those runs. Main
+# frontier: the idealised model in *step units* (one GPU processes `P.frontier.micro_batch`
 # sequences per unit; a step of batch B on G GPUs costs max(1, ceil(B / (G m))) units;
-# `frontier.unit_step_time`). Deadlines are log-spaced from the earliest evaluation on the most
-# GPUs to the last one on one GPU (`frontier.deadline_grid`). The frontier is computed from the
-# observed curves, never from fitted ones. Latency-oriented parallelism is a *projection* and drawn
-# dashed.
+# `frontier.unit_step_time`). Deadlines are log-spaced from the earliest evaluation on the most GPUs
+# to the last one on one GPU (`frontier.deadline_grid`). The frontier is computed from the observed
+# curves, never from fitted ones. Latency-oriented parallelism is a *projection* and drawn dashed.
 
 # %% tags=["parameters"]
 import os
@@ -42,15 +41,15 @@ from repro.analysis import deadline_claims, frontier
 
 pools = study.pools()
 results = study.sweep(study.batch_sweep_grid())
-model_results = results.subset(results.runs["model"] == P.models[0])
+model_results = results.subset(results.runs["model"] == P.grid.models[0])
 results0 = model_results.subset(model_results.runs["pool"] == str(pools[0]))
-m = P.frontier_micro_batch
+m = P.frontier.micro_batch
 step = frontier.unit_step_time(m)
-deadlines = frontier.deadline_grid(results0, P.gpu_counts, step)
-table = frontier.frontier(results0, P.gpu_counts, deadlines, step)
+deadlines = frontier.deadline_grid(results0, P.frontier.gpu_counts, step)
+table = frontier.frontier(results0, P.frontier.gpu_counts, deadlines, step)
 budgets = sorted(results0.runs["epochs"].unique().tolist())
 print(
-    f"model {P.models[0]}: {len(results0.runs)} runs (epoch budgets {budgets}), "
+    f"model {P.grid.models[0]}: {len(results0.runs)} runs (epoch budgets {budgets}), "
     f"{len(results0.evals)} evaluation "
     f"points; deadlines {deadlines[0]:g} .. {deadlines[-1]:g} step units"
 )
@@ -71,7 +70,7 @@ study.save(figures.loss_vs_deadline(table), "04_loss_vs_deadline")
 # decay) that reaches the lowest validation loss on that many GPUs within the deadline.
 
 # %%
-study.save(figures.optimal_batch_heatmap(table, P.batch_sizes), "04_optimal_batch_heatmap")
+study.save(figures.optimal_batch_heatmap(table, P.grid.batch_sizes), "04_optimal_batch_heatmap")
 table.pivot(index="gpus", columns="deadline", values="batch_size")
 
 # %% [markdown]
@@ -94,7 +93,9 @@ study.save_table(
 )
 points = deadline_claims.deadline_points(model_results)
 judged = deadline_claims.judged_crossovers(points, model_results, deadlines, step, m)
-study.save(figures.fewer_gpus_smaller_batch(judged, P.batch_sizes), "04_fewer_gpus_smaller_batch")
+study.save(
+    figures.fewer_gpus_smaller_batch(judged, P.grid.batch_sizes), "04_fewer_gpus_smaller_batch"
+)
 judged.sort_values("high").head(20)
 
 # %% [markdown]
@@ -106,7 +107,7 @@ judged.sort_values("high").head(20)
 
 # %%
 efficiency = 0.7
-g_max = max(P.gpu_counts)
+g_max = max(P.frontier.gpu_counts)
 projections = {
     f"x{k} GPUs per replica (projection, e={efficiency})": frontier.frontier(
         results0, [g_max], deadlines, step, speedup=frontier.latency_speedup(k, efficiency)
@@ -125,7 +126,7 @@ study.save(figures.latency_projection(table, projections, g_max), "04_latency_pr
 
 # %%
 step_model = study.measured_step_time(m)
-frontier.step_time_table(P.batch_sizes, P.gpu_counts, step_model.step_seconds).pivot(
+frontier.step_time_table(P.grid.batch_sizes, P.frontier.gpu_counts, step_model.step_seconds).pivot(
     index="batch_size", columns="gpus", values="step_time"
 )
 
@@ -142,12 +143,12 @@ frontier.step_time_table(P.batch_sizes, P.gpu_counts, step_model.step_seconds).p
 # %%
 from repro.analysis import cbs
 
-ramps = list(P.batch_schedules.values())
+ramps = list(P.schedules.ramps.values())
 scheduled = study.sweep(study.schedule_grid(cbs.schedule_slices(model_results, ramps)))
 scheduled0 = scheduled.subset(scheduled.runs["pool"] == str(pools[0]))
 policy_gpus = [1, g_max]
 policy_frontiers, policies = frontier.schedule_policies(
-    table, scheduled0, P.batch_schedules, policy_gpus, deadlines, step
+    table, scheduled0, P.schedules.texts(), policy_gpus, deadlines, step
 )
 study.save(figures.schedule_policies(table, policy_frontiers, policy_gpus), "04_schedule_policies")
 policies
@@ -155,16 +156,15 @@ policies
 # %% [markdown]
 # ## Claims vs measurement
 #
-# `deadline_claims.frontier_claims`, model `P.models[0]` on every pool; differences in nats/token
-# with 90% intervals over replicates and validation documents, every arm held out (each
+# `deadline_claims.frontier_claims`, model `P.grid.models[0]` on every pool; differences in
+# nats/token with 90% intervals over replicates and validation documents, every arm held out (each
 # replicate's evaluation chosen on the other replicates). Tight deadlines favour larger batches: on
-# the most GPUs, the smaller half of the batch sizes minus the larger half, at the tightest
-# deadline at which both halves have an evaluation and at the loosest; "agrees" when that
-# difference falls as the deadline loosens (the difference-in-differences lies below 0),
-# "disagrees" when it rises. A smaller batch on fewer GPUs: the comparisons above made while both
-# train; "agrees" when one simultaneous interval is below 0, "disagrees" when all are above 0. The
-# latency row is a projection, which no measurement here can decide. Fewer than 3 replicates give
-# no verdict.
+# the most GPUs, the smaller half of the batch sizes minus the larger half, at the tightest deadline
+# at which both halves have an evaluation and at the loosest; "agrees" when that difference falls as
+# the deadline loosens (the difference-in-differences lies below 0), "disagrees" when it rises. A
+# smaller batch on fewer GPUs: the comparisons above made while both train; "agrees" when one
+# simultaneous interval is below 0, "disagrees" when all are above 0. The latency row is a
+# projection, which no measurement here can decide. Fewer than 3 replicates give no verdict.
 
 # %%
 claims = deadline_claims.frontier_claims(model_results, judged, deadlines, step, g_max)

@@ -10,34 +10,34 @@
 # target is not reached — and B_opt, the fewest tokens). And should the batch change during
 # training?
 #
-# **Method.** Everything below is measured on one model size, the preset's first (`P.models[0]`,
-# printed below), and on every pool: the pool is the replicate, each fitted quantity is computed
-# on each pool alone (from all of its runs), and its interval is over pools (a 90% t interval of
-# the mean over pools, of its log for batch sizes and ratios: `cbs.pool_interval`), so the spread
-# between pools, which holds each fit's own noise, sets its width. A verdict needs
-# `intervals.MIN_REPLICATES` pools. (1) Runs that log B_simple from micro-batch and global-batch
-# gradient norms (each EMA-smoothed before the ratio), on every pool, each noise-scale batch at its
-# tuned lr, weight decay and epoch budget from notebook 02's sweep (`cbs.noise_scale_choices`: the
-# run the growth would choose on that pool), so that their losses reach the tuned endpoints'.
-# (2) Steps-to-target from notebook 02's sweep: for each target loss (the same on every pool:
-# they share the validation documents), pool and batch size, the fewest steps over the batch's
-# runs (lr, weight decay and epoch budget; each budget is its own annealed run) in which the val
-# loss falls to it; the three fits per pool, beside B_simple near the target on that pool.
-# (3) The same sweep (first weight decay only) on pools of several sizes cut from every pool seed:
-# B_crit and B* against pool size D, one exponent per seed and an interval over seeds.
-# (4) Batch-size schedules (notebook 04's runs) against the fixed batches of the same pools: each
-# pool at the epoch budget and weight decay of the best fixed batch chosen on the *other* pools
+# **Method.** Everything below is measured on one model size, the preset's first
+# (`P.grid.models[0]`, printed below), and on every pool: the pool is the replicate, each fitted
+# quantity is computed on each pool alone (from all of its runs), and its interval is over pools (a
+# 90% t interval of the mean over pools, of its log for batch sizes and ratios:
+# `cbs.pool_interval`), so the spread between pools, which holds each fit's own noise, sets its
+# width. A verdict needs `intervals.MIN_REPLICATES` pools. (1) Runs that log B_simple from
+# micro-batch and global-batch gradient norms (each EMA-smoothed before the ratio), on every pool,
+# each noise-scale batch at its tuned lr, weight decay and epoch budget from notebook 02's sweep
+# (`cbs.noise_scale_choices`: the run the growth would choose on that pool), so that their losses
+# reach the tuned endpoints'. (2) Steps-to-target from notebook 02's sweep: for each target loss
+# (the same on every pool: they share the validation documents), pool and batch size, the fewest
+# steps over the batch's runs (lr, weight decay and epoch budget; each budget is its own annealed
+# run) in which the val loss falls to it; the three fits per pool, beside B_simple near the target
+# on that pool. (3) The same sweep (first weight decay only) on pools of several sizes cut from
+# every pool seed: B_crit and B* against pool size D, one exponent per seed and an interval over
+# seeds. (4) Batch-size schedules (notebook 04's runs) against the fixed batches of the same pools:
+# each pool at the epoch budget and weight decay of the best fixed batch chosen on the *other* pools
 # (`cbs.schedule_slices`), all arms as held-out tuned endpoints (`selection.tuned`: each pool's
-# choice made on the other pools' half of the validation documents, reported on its own other
-# half), compared with an interval over pools and documents.
-# Units: batch sizes in sequences of `seq_len` tokens; S in optimizer steps; E in tokens; losses
-# in nats/token. Evaluations fall every `eval_every` epochs (once per epoch on the CPU presets),
-# so the step at which a run reaches a target is interpolated between the last evaluation above
-# it and the first at or below it, linearly in log(step) (`cbs.crossing_step`): without it, every
-# batch that reaches a target in the same epoch gives S exactly proportional to 1/B. A target
-# reached at a run's first evaluation has nothing to interpolate from: that point is left-censored
-# and left out of the fits (counted in the table's "left-censored" column); "max log miss" still
-# checks each fit against every point's evaluation bracket.
+# choice made on the other pools' half of the validation documents, reported on its own other half),
+# compared with an interval over pools and documents. Units: batch sizes in sequences of `seq_len`
+# tokens; S in optimizer steps; E in tokens; losses in nats/token. Evaluations fall every
+# `eval_every` epochs (once per epoch on the CPU presets), so the step at which a run reaches a
+# target is interpolated between the last evaluation above it and the first at or below it, linearly
+# in log(step) (`cbs.crossing_step`): without it, every batch that reaches a target in the same
+# epoch gives S exactly proportional to 1/B. A target reached at a run's first evaluation has
+# nothing to interpolate from: that point is left-censored and left out of the fits (counted in the
+# table's "left-censored" column); "max log miss" still checks each fit against every point's
+# evaluation bracket.
 
 # %% tags=["parameters"]
 import os
@@ -63,7 +63,7 @@ print(study.summary())
 # %%
 from repro.analysis import cbs
 
-model = P.models[0]
+model = P.grid.models[0]
 pools = study.pools()
 results = study.sweep(study.batch_sweep_grid())
 model_results = results.subset(results.runs["model"] == model)
@@ -107,7 +107,7 @@ cbs.growth_intervals(growth).round(3)
 from repro.regime import NOISE_RATIO, describe_regime, preset_regime
 
 endpoints = analyses.batch_endpoints(model_results)
-noise_regime = cbs.noise_scale_regime(trajectory, endpoints, P.batch_sizes, P.seq_len)
+noise_regime = cbs.noise_scale_regime(trajectory, endpoints, P.grid.batch_sizes, P.grid.seq_len)
 study.save_table(noise_regime.round(4), cbs.NOISE_SCALE_TABLE)
 noise_range = cbs.noise_scale_range(noise_regime)
 regime = preset_regime(P, analyses.pool_vocab_size(pools[0]), noise_range)
@@ -128,14 +128,17 @@ noise_regime.round(4)
 # (`cbs.fit_intervals`).
 
 # %%
-n_reach = cbs.reach_count(len(P.batch_sizes))
+n_reach = cbs.reach_count(len(P.grid.batch_sizes))
 targets = cbs.target_losses(model_results, n_reach)
-reach = cbs.steps_to_target(model_results, targets, by=("pool", "batch_size"), seq_len=P.seq_len)
-limit = 10 * max(P.batch_sizes)  # sequences
+reach = cbs.steps_to_target(
+    model_results, targets, by=("pool", "batch_size"), seq_len=P.grid.seq_len
+)
+limit = 10 * max(P.grid.batch_sizes)  # sequences
 fits, mccandlish = cbs.fit_targets(reach, trajectory)
 fit_intervals = cbs.fit_intervals(fits)
 study.save(
-    figures.steps_tokens_to_target(reach, mccandlish, P.batch_sizes), "05_steps_tokens_to_target"
+    figures.steps_tokens_to_target(reach, mccandlish, P.grid.batch_sizes),
+    "05_steps_tokens_to_target",
 )
 print(f"{len(targets)} targets; fitted (pool, target) pairs: {len(mccandlish)} of {len(fits)}")
 display(analyses.pool_names(fits).round(3))
@@ -168,7 +171,7 @@ scaled = study.sweep(study.scaling_grids())
 scaled = scaled.subset(scaled.runs["model"] == model)
 tokens = analyses.train_tokens([pool for sizes in sized.values() for pool in sizes])
 by_seed = {seed: {str(p): tokens[str(p)] for p in sizes} for seed, sizes in sized.items()}
-scaling, scaling_points = cbs.pool_size_scaling(scaled, by_seed, n_reach, P.seq_len)
+scaling, scaling_points = cbs.pool_size_scaling(scaled, by_seed, n_reach, P.grid.seq_len)
 laws = cbs.scaling_laws(scaling)
 study.save(figures.cbs_vs_pool_size(scaling, laws, limit), "05_cbs_vs_pool_size")
 print({name: describe("alpha", alpha, ".2f") for name, alpha in laws.items()})
@@ -177,8 +180,8 @@ scaling.round(3)
 # %% [markdown]
 # ## Batch-size schedules vs the best fixed batch
 #
-# Notebook 04's schedule runs (first model, every pool; lr grid of batch `schedule_batch`, lr x
-# sqrt(B / schedule_batch) as the batch changes) against notebook 02's fixed batches of the same
+# Notebook 04's schedule runs (first model, every pool; lr grid of batch `schedules.batch`, lr x
+# sqrt(B / schedules.batch) as the batch changes) against notebook 02's fixed batches of the same
 # model and pool. Each pool meets them at its own slice: the epoch budget and weight decay of the
 # best fixed batch chosen on the other pools (`cbs.schedule_slices`, printed first), so no pool's
 # own runs pick the slice it is judged at. Every row is a held-out tuned endpoint
@@ -188,11 +191,11 @@ scaling.round(3)
 # pool's documents.
 
 # %%
-ramps = list(P.batch_schedules.values())
+ramps = list(P.schedules.ramps.values())
 slices = cbs.schedule_slices(model_results, ramps)
 print({Path(pool).name: slice_ for pool, slice_ in slices.items()})
 scheduled = study.sweep(study.schedule_grid(slices))
-schedules = cbs.schedules_vs_fixed(model_results, scheduled, P.batch_schedules)
+schedules = cbs.schedules_vs_fixed(model_results, scheduled, P.schedules.texts())
 study.save(figures.schedules(schedules.curves), "05_schedules")
 schedules.table.round(4)
 

@@ -215,11 +215,12 @@ def _preset_list(args: argparse.Namespace) -> None:
     from repro.preset_files import PRESETS
 
     for name, p in PRESETS.items():
+        pools, grid = p.pools, p.grid
         print(
-            f"{name:<11} {len(p.pool_seeds)} pools x {p.pool_spec.tokens:,} tokens "
-            f"({p.pool_spec.source}); "
-            f"models {', '.join(p.models)}; batches {', '.join(map(str, p.batch_sizes))} x "
-            f"{p.seq_len} tokens; epochs {', '.join(map(str, p.epochs))}"
+            f"{name:<11} {len(pools.seeds)} pools x {pools.recipe.tokens:,} tokens "
+            f"({pools.recipe.source}); "
+            f"models {', '.join(grid.models)}; batches {', '.join(map(str, grid.batch_sizes))} x "
+            f"{grid.seq_len} tokens; epochs {', '.join(map(str, grid.epochs))}"
         )
 
 

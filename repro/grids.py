@@ -5,10 +5,9 @@ fields, axes, and `when` rules; nothing here trains."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
-from repro.presets import Preset
+from repro.presets import Preset, changed
 from repro.runtime.config import RunConfig, make_run_config
 
 ORIGINAL_RECIPE = {"loader": "shuffle", "tie_embeddings": False, "embedding_weight_decay": 0.0}
@@ -23,28 +22,28 @@ def beta2_at(preset: Preset, batch_size: int) -> float:
 
 def beta2_setting(preset: Preset) -> str:
     """`preset`'s AdamW betas in words: the reference betas at every batch, or the
-    half-life rule (beta2_half_life_batch)."""
-    beta1, beta2 = make_run_config(preset.extra).adam_beta1, preset.base_beta2()
-    if not preset.beta2_half_life_batch:
+    half-life rule (grid.beta2_half_life_batch)."""
+    beta1, beta2 = make_run_config(preset.grid.run_fields).adam_beta1, preset.base_beta2()
+    if not preset.grid.beta2_half_life_batch:
         return f"reference betas ({beta1}, {beta2}) at every batch"
-    b = preset.beta2_half_life_batch
+    b = preset.grid.beta2_half_life_batch
     return f"half-life rule, beta2 {beta2} ** (B / {b}) at batch B, beta1 {beta1}"
 
 
 def beta2_ablation(preset: Preset) -> Preset:
     """`preset` with the other AdamW beta2 setting than its batch sweep's (notebook 02's
-    ablation): the reference betas where beta2_half_life_batch is set, else beta2 scaled to
-    the token half-life it has at schedule_batch (the preset's reference batch)."""
-    other = 0 if preset.beta2_half_life_batch else preset.schedule_batch
-    return replace(preset, beta2_half_life_batch=other)
+    ablation): the reference betas where grid.beta2_half_life_batch is set, else beta2 scaled to
+    the token half-life it has at schedules.batch (the preset's reference batch)."""
+    other = 0 if preset.grid.beta2_half_life_batch else preset.schedules.batch
+    return changed(preset, grid={"beta2_half_life_batch": other})
 
 
 def beta2_ablation_batches(preset: Preset) -> tuple[int, ...]:
-    """The batch sizes (sequences) of the beta2 ablation: beta2_ablation_batch_sizes, or the
-    two smallest batch sizes."""
-    if preset.beta2_ablation_batch_sizes:
-        return tuple(sorted(preset.beta2_ablation_batch_sizes))
-    return tuple(sorted(preset.batch_sizes)[:2])
+    """The batch sizes (sequences) of the beta2 ablation: batch_sweep.beta2_ablation_batch_sizes,
+    or the two smallest batch sizes."""
+    if preset.batch_sweep.beta2_ablation_batch_sizes:
+        return tuple(sorted(preset.batch_sweep.beta2_ablation_batch_sizes))
+    return tuple(sorted(preset.grid.batch_sizes)[:2])
 
 
 def _beta2_axes(preset: Preset, batch_size: int) -> dict:
@@ -63,32 +62,35 @@ def batch_sweep_grid(
     """Every model x batch size x (batch-dependent) lr x weight decay x epoch budget, on every
     pool (default: all of the preset's models and batch sizes), over the extra `axes` (recipe
     arms, notebook 03): every arm is tuned over the same grid."""
-    batch_sizes = list(batch_sizes or preset.batch_sizes)
-    models = list(models or preset.models)
+    batch_sizes = list(batch_sizes or preset.grid.batch_sizes)
+    models = list(models or preset.grid.models)
     rules = [
-        {"if": {"batch_size": b}, "axes": {"lr": list(preset.lrs[b])} | _beta2_axes(preset, b)}
+        {"if": {"batch_size": b}, "axes": {"lr": list(preset.grid.lrs[b])} | _beta2_axes(preset, b)}
         for b in batch_sizes
     ]
-    if preset.gpus_per_run:  # lr per batch size and GPUs per model
+    if preset.execution.gpus_per_run:  # lr per batch size and GPUs per model
         rules = [
             {
                 "if": {"batch_size": b, "model": m},
-                "axes": {"lr": list(preset.lrs[b]), "gpus": [preset.gpus_per_run.get(m, 1)]}
+                "axes": {
+                    "lr": list(preset.grid.lrs[b]),
+                    "gpus": [preset.execution.gpus_per_run.get(m, 1)],
+                }
                 | _beta2_axes(preset, b),
             }
             for b in batch_sizes
             for m in models
         ]
-    branches = {"wsd_branches": True} if preset.wsd_branches else {}
+    branches = {"wsd_branches": True} if preset.grid.wsd_branches else {}
     return branches | {
         "fixed": preset.run_fields(**(ORIGINAL_RECIPE | recipe)),
         "axes": {
             "pool": [str(p) for p in pools],
             "model": models,
             "batch_size": batch_sizes,
-            "lr": list(preset.lrs[batch_sizes[0]]),
-            "weight_decay": list(preset.weight_decays),
-            "epochs": list(preset.epochs),
+            "lr": list(preset.grid.lrs[batch_sizes[0]]),
+            "weight_decay": list(preset.grid.weight_decays),
+            "epochs": list(preset.grid.epochs),
         }
         | (axes or {}),
         "when": rules,
@@ -97,8 +99,8 @@ def batch_sweep_grid(
 
 def usual_batch_source(preset: Preset) -> str:
     """Where this preset's "usual" (one-pass) batch comes from."""
-    if preset.one_pass_batch_size:
-        return f"{preset.one_pass_batch_size} sequences, as set in the preset"
+    if preset.batch_sweep.one_pass_batch_size:
+        return f"{preset.batch_sweep.one_pass_batch_size} sequences, as set in the preset"
     return (
         "measured: the batch with the lowest tuned loss at an epoch budget of 1, on the other pools"
     )
@@ -111,8 +113,8 @@ def scaling_grids(preset: Preset, pools: dict[int, list[str | Path]], **recipe) 
     grids = []
     for tokens, paths in sorted(pools.items()):
         batches = list(preset.scaling_batch_sizes(tokens))
-        grid = batch_sweep_grid(preset, paths, batches, models=preset.models[:1], **recipe)
-        grid["axes"]["weight_decay"] = [preset.weight_decays[0]]
+        grid = batch_sweep_grid(preset, paths, batches, models=preset.grid.models[:1], **recipe)
+        grid["axes"]["weight_decay"] = [preset.grid.weight_decays[0]]
         grids.append(grid)
     return grids
 
@@ -121,34 +123,38 @@ def noise_scale_grid(preset: Preset, choices: list[dict]) -> list[dict]:
     """Runs that log the gradient noise scale: one per choice (complete run fields, such as
     cbs.noise_scale_choices' tuned runs), evaluated 4x per epoch, with the preset's noise
     micro-batch."""
-    noise = {"noise_scale": True, "micro_batch": preset.noise_micro_batch, "eval_every": 0.25}
+    noise = {
+        "noise_scale": True,
+        "micro_batch": preset.critical_batch.noise_micro_batch,
+        "eval_every": 0.25,
+    }
     return [{"fixed": choice | noise, "axes": {}} for choice in choices]
 
 
 def schedule_grid(
     preset: Preset, pools: list[str | Path], epochs: int, weight_decay: float, **recipe
 ) -> dict:
-    """Every batch-size schedule with the lr grid of `schedule_batch` (the reference batch) on
+    """Every batch-size schedule with the lr grid of `schedules.batch` (the reference batch) on
     every pool, at one epoch budget and weight decay (the notebooks pass the best fixed
     batch's). With
     wsd_branches, the fixed batches at a shorter budget warm up over their trunk's first steps,
     so the schedules warm up over the same fraction of the largest budget."""
-    fields = preset.run_fields(model=preset.models[0], **recipe)
-    if preset.wsd_branches and epochs != max(preset.epochs):
+    fields = preset.run_fields(model=preset.grid.models[0], **recipe)
+    if preset.grid.wsd_branches and epochs != max(preset.grid.epochs):
         warmup = fields.get("warmup", RunConfig.warmup)
-        fields["warmup"] = warmup * max(preset.epochs) / epochs
+        fields["warmup"] = warmup * max(preset.grid.epochs) / epochs
     return {
         "fixed": fields
         | {
-            "model": preset.models[0],
-            "batch_size": preset.schedule_batch,
+            "model": preset.grid.models[0],
+            "batch_size": preset.schedules.batch,
             "weight_decay": weight_decay,
             "epochs": epochs,
         }
-        | preset.beta2_fields(preset.schedule_batch),
+        | preset.beta2_fields(preset.schedules.batch),
         "axes": {
             "pool": [str(p) for p in pools],
-            "batch_schedule": list(preset.batch_schedules.values()),
-            "lr": list(preset.lrs[preset.schedule_batch]),
+            "batch_schedule": list(preset.schedules.texts().values()),
+            "lr": list(preset.grid.lrs[preset.schedules.batch]),
         },
     }

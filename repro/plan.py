@@ -201,29 +201,34 @@ class _Unbuilt(Study):
     """The study's grids over pool folders that are named, not built."""
 
     def pools(self) -> list[Path]:
-        return [self.preset.pool_dir(self.data_dir, seed) for seed in self.preset.pool_seeds]
+        return [self.preset.pool_dir(self.data_dir, seed) for seed in self.preset.pools.seeds]
 
     def sized_pools(self) -> dict[int, list[Path]]:
         P = self.preset
         return {
-            seed: [P.sized_pool_dir(self.data_dir, seed, t) for t in sorted(P.scaling_pool_tokens)]
+            seed: [
+                P.sized_pool_dir(self.data_dir, seed, t)
+                for t in sorted(P.critical_batch.pool_tokens)
+            ]
             + [main]
-            for seed, main in zip(P.pool_seeds, self.pools())
+            for seed, main in zip(P.pools.seeds, self.pools())
         }
 
 
 def notebook_grids(preset: Preset) -> dict[str, list[dict]]:
     """The grids each notebook sweeps, in the order the notebooks run: Study.notebook_grids and
     stand-ins for those that depend on results. 03's tying grid, where it trains at 02's optimal
-    batch (tying_batch_size 0), is planned at the first ablation batch (its cost hardly depends
-    on the batch). The schedules train at the best fixed batch's epoch budget, and 05's
+    batch (ablations.tying_batch_size 0), is planned at the first ablation batch (its cost hardly
+    depends on the batch). The schedules train at the best fixed batch's epoch budget, and 05's
     noise-scale runs at each batch's tuned one: both planned at the largest (an upper bound)."""
     study = _Unbuilt(preset, Path("."), Path("data/pools"), Path("runs") / preset.name, 1)
     grids = study.notebook_grids()
-    if not preset.tying_batch_size:
-        grids["03"].insert(1, study.embedding_grid(preset.ablation_batch_sizes[0]))
-    if preset.batch_schedules:
-        slices = {str(p): (max(preset.epochs), preset.weight_decays[0]) for p in study.pools()}
+    if not preset.ablations.tying_batch_size:
+        grids["03"].insert(1, study.embedding_grid(preset.ablations.batch_sizes[0]))
+    if preset.schedules.ramps:
+        slices = {
+            str(p): (max(preset.grid.epochs), preset.grid.weight_decays[0]) for p in study.pools()
+        }
         grids["04"] = study.schedule_grid(slices)
     grids["05"][:0] = noise_scale_grid(preset, _noise_stand_ins(preset, study.pools()))
     return {notebook: grids.get(notebook, []) for notebook in ("02", "03", "04", "05")}
@@ -233,12 +238,12 @@ def _noise_stand_ins(preset: Preset, pools: list[Path]) -> list[dict]:
     """05's noise-scale runs as planned before 02 has tuned them: each noise-scale batch on every
     pool at its middle lr, the first weight decay and the largest epoch budget."""
     return [
-        preset.run_fields(model=preset.models[0], batch_size=b, **ORIGINAL_RECIPE)
-        | {"pool": str(pool), "lr": preset.lrs[b][len(preset.lrs[b]) // 2]}
-        | {"weight_decay": preset.weight_decays[0]}
+        preset.run_fields(model=preset.grid.models[0], batch_size=b, **ORIGINAL_RECIPE)
+        | {"pool": str(pool), "lr": preset.grid.lrs[b][len(preset.grid.lrs[b]) // 2]}
+        | {"weight_decay": preset.grid.weight_decays[0]}
         | preset.beta2_fields(b)
         for pool in pools
-        for b in preset.noise_scale_batches
+        for b in preset.critical_batch.noise_scale_batches
     ]
 
 
@@ -282,9 +287,9 @@ def plan(preset: Preset, vocab: int, speed: GpuSpeed, cpu: bool = False) -> pd.D
     """Per notebook (then "all"): runs, training tokens, FLOPs, GPU-hours and the longest run's
     hours, at `speed`; with `cpu`, also CPU worker-hours measured here (cpu_speed)."""
     study = _Unbuilt(preset, Path("."), Path("data/pools"), Path("runs") / preset.name, 1)
-    pool_tokens = {str(p): preset.pool_spec.tokens for p in study.pools()}
-    for seed in preset.pool_seeds:
-        for tokens in preset.scaling_pool_tokens:
+    pool_tokens = {str(p): preset.pools.recipe.tokens for p in study.pools()}
+    for seed in preset.pools.seeds:
+        for tokens in preset.critical_batch.pool_tokens:
             pool_tokens[str(preset.sized_pool_dir(study.data_dir, seed, tokens))] = tokens
     seen: set[str] = set()
     runs = {}
@@ -292,13 +297,13 @@ def plan(preset: Preset, vocab: int, speed: GpuSpeed, cpu: bool = False) -> pd.D
         rows = [
             row
             for grid in grids
-            for row in run_rows(grid, pool_tokens, preset.pool_spec.val_tokens, vocab)
+            for row in run_rows(grid, pool_tokens, preset.pools.recipe.val_tokens, vocab)
         ]
         runs[notebook] = pd.DataFrame(
             [r for r in rows if not (r["run_id"] in seen or seen.add(r["run_id"]))]
         )
     keys = {k for new in runs.values() if len(new) for k in _pass_keys(new)}
-    on_cpu = cpu_speed(keys, vocab, preset.workers) if cpu else None
+    on_cpu = cpu_speed(keys, vocab, preset.execution.workers) if cpu else None
     everything = pd.DataFrame([_totals(nb, new, speed, on_cpu) for nb, new in runs.items()])
     total = everything.drop(columns="notebook").sum().to_dict()
     total["runs"] = int(total["runs"])
@@ -340,12 +345,13 @@ def pool_vocab(preset: Preset, built: dict | None) -> int:
     hub tokenizer's."""
     if built:
         return int(built["vocab_size"])
-    if not preset.pool_spec.tokenizer:
-        return preset.pool_spec.vocab_size
-    if preset.pool_spec.tokenizer in KNOWN_VOCABS:
-        return KNOWN_VOCABS[preset.pool_spec.tokenizer]
+    if not preset.pools.recipe.tokenizer:
+        return preset.pools.recipe.vocab_size
+    if preset.pools.recipe.tokenizer in KNOWN_VOCABS:
+        return KNOWN_VOCABS[preset.pools.recipe.tokenizer]
     raise ReproError(
-        f"preset {preset.name}: the vocab of tokenizer {preset.pool_spec.tokenizer} is known once "
+        f"preset {preset.name}: the vocab of tokenizer {preset.pools.recipe.tokenizer} is known "
+        "once "
         "the "
         "pool is built; build it (repro data build) or pass --vocab"
     )
@@ -404,20 +410,22 @@ def plan_text(
         raise ReproError(f"--gpus takes GPU counts of at least 1, got {min(gpus)}")
     if vocab is not None and vocab < 1:
         raise ReproError(f"--vocab takes a vocab size of at least 1, got {vocab}")
-    built = built_meta(preset.pool_dir(root / "data" / "pools", preset.pool_seeds[0]))
+    built = built_meta(preset.pool_dir(root / "data" / "pools", preset.pools.seeds[0]))
     vocab = vocab or pool_vocab(preset, built)
     speed = gpu_speed(root)
-    on_cpu = max(parameter_count(model_config(m, vocab)) for m in preset.models) <= CPU_MAX_PARAMS
+    on_cpu = (
+        max(parameter_count(model_config(m, vocab)) for m in preset.grid.models) <= CPU_MAX_PARAMS
+    )
     table = plan(preset, vocab, speed, cpu=on_cpu)
     epochs = ", and at twice a best epoch budget that is the largest tried"
     growth = (
-        f"\ngrid growth: up to {preset.grid_growth} rounds add runs beside each lr or weight "
-        f"decay not bracketed around its group's choice{epochs if preset.grow_epochs else ''} "
+        f"\ngrid growth: up to {preset.growth.rounds} rounds add runs beside each lr or weight "
+        f"decay not bracketed around its group's choice{epochs if preset.growth.epochs else ''} "
         "(repro.growth); not priced above"
-        if preset.grid_growth
+        if preset.growth.rounds
         else ""
     )
-    text = describe_plan(table, speed, gpus, preset.workers if on_cpu else 0) + growth
+    text = describe_plan(table, speed, gpus, preset.execution.workers if on_cpu else 0) + growth
     text += _measured_lines(
         root / "runs" / preset.name, root / "figures" / preset.name, preset_fingerprint(preset)
     )

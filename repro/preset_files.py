@@ -1,8 +1,8 @@
 """Presets as YAML files: the built-in ones (repro/builtin_presets/, PRESETS) and users' preset
-files, read by one loader. A file names the fields it sets; the rest come from its `base` preset
-(a user's file: default smoke; a built-in file: a built-in listed before it, or none, the
-dataclass defaults then); `pool_spec` sets fields of the pools' recipe
-(repro.data.build.PoolSpec)."""
+files, read by one loader (repro.typed_fields). A file names the fields it sets, section by
+section (`grid: {batch_sizes: [2, 8]}`); the rest come from its `base` preset (a user's file:
+default smoke; a built-in file: a built-in listed before it, or none, the dataclass defaults
+then); `pools.recipe` sets fields of the pools' recipe (repro.data.build.PoolSpec)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,11 @@ from pathlib import Path
 
 import yaml
 
-from repro.data.build import PoolSpec
 from repro.dry_run import DRY_RUN, dry_run_preset
 from repro.errors import ReproError
 from repro.paths import project_root
 from repro.presets import Preset
-from repro.typed_fields import typed_fields
+from repro.typed_fields import load_dataclass
 
 BUILTIN_DIR = Path(__file__).parent / "builtin_presets"
 BUILTIN_NAMES = ("smoke", "cpu", "cpu-regime", "gpu-small", "gpu")
@@ -39,24 +38,26 @@ def _read_yaml(path: Path) -> dict:
 
 
 def _preset(data: dict, name: str, base: Preset | None, path: Path) -> Preset:
-    """The preset `name` that `data` (a preset file's fields, `base` and `name` taken out) sets
-    over `base`; a local pool source is read relative to `path`'s folder."""
-    pool_changes = data.pop("pool_spec", None) or {}
-    if not isinstance(pool_changes, dict):
-        raise ReproError(
-            f"{path}: pool_spec must be a mapping of pool fields, e.g. 'source: my.txt'"
-        )
-    if {"seed", "val_seed"} & set(pool_changes):
-        raise ReproError(f"{path}: pool seeds come from pool_seeds (e.g. pool_seeds: [0, 1])")
-    pool_fields = typed_fields(PoolSpec, pool_changes, f"{path}: pool_spec")
-    pool = replace(base.pool_spec, **pool_fields) if base else PoolSpec(**pool_fields)
-    local = path.parent / pool.source
-    if "source" in pool_changes and (local.exists() or glob.glob(str(local))):
-        pool = replace(pool, source=str(local))  # a local file or glob, relative to this file
-    preset_fields = typed_fields(Preset, data, str(path))
-    if base is None:
-        return Preset(name=name, pool_spec=pool, **preset_fields)
-    return replace(base, name=name, pool_spec=pool, **preset_fields)
+    """The preset `name` that `data` (a preset file's sections, `base` and `name` taken out) sets
+    over `base` (repro.typed_fields); a local pool source is read relative to `path`'s folder."""
+    recipe = (
+        (data.get("pools") or {}).get("recipe") if isinstance(data.get("pools"), dict) else None
+    )
+    if isinstance(recipe, dict) and {"seed", "val_seed"} & set(recipe):
+        raise ReproError(f"{path}: pool seeds come from pools.seeds (e.g. seeds: [0, 1])")
+    try:
+        preset = load_dataclass(Preset, data | {"name": name}, "", base)
+    except ReproError as exc:
+        raise ReproError(f"{path}: {exc}") from None
+    local = path.parent / preset.pools.recipe.source
+    if (
+        isinstance(recipe, dict)
+        and "source" in recipe
+        and (local.exists() or glob.glob(str(local)))
+    ):
+        pools = replace(preset.pools, recipe=replace(preset.pools.recipe, source=str(local)))
+        preset = replace(preset, pools=pools)  # a local file or glob, relative to this file
+    return preset
 
 
 def _builtin_presets() -> dict[str, Preset]:
@@ -73,10 +74,10 @@ PRESETS: dict[str, Preset] = _builtin_presets()
 
 
 def load_preset(path: str | Path) -> Preset:
-    """A user's preset YAML file: `base` (a built-in preset, default smoke) with any of its
-    fields overridden; `pool_spec` overrides fields of the pools' recipe (source, text_field,
-    text_unit, tokens, val_tokens, vocab_size, tokenizer, ...); `name` defaults to the file's
-    stem. A local source path is read relative to the file."""
+    """A user's preset YAML file: `base` (a built-in preset, default smoke) with any field of any
+    section overridden; `pools: {recipe: ...}` overrides fields of the pools' recipe (source,
+    text_field, text_unit, tokens, val_tokens, vocab_size, tokenizer, ...); `name` defaults to
+    the file's stem. A local source path is read relative to the file."""
     path = Path(path).resolve()
     data = _read_yaml(path)
     base_name = data.pop("base", "smoke")
@@ -116,8 +117,8 @@ def get_preset(name: str | Path | None = None, dry_run: bool = False) -> Preset:
 
 
 def preset_yaml(preset: Preset) -> str:
-    """A preset as YAML (every field but the pool's seeds; lists for tuples), as `repro preset
-    show` prints it: a preset file that gives the same preset."""
+    """A preset as YAML (every field but the pool recipe's seeds; lists for tuples, batch schedules
+    as text), as `repro preset show` prints it: a preset file that gives the same preset."""
 
     def plain(value):
         if isinstance(value, tuple | list):
@@ -127,6 +128,7 @@ def preset_yaml(preset: Preset) -> str:
         return value
 
     values = asdict(preset)
-    for seed in ("seed", "val_seed"):  # set per pool from pool_seeds
-        del values["pool_spec"][seed]
+    for seed in ("seed", "val_seed"):  # set per pool from pools.seeds
+        del values["pools"]["recipe"][seed]
+    values["schedules"]["ramps"] = preset.schedules.texts()
     return yaml.safe_dump(plain(values), sort_keys=False, default_flow_style=None)

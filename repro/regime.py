@@ -95,14 +95,17 @@ def preset_regime(
     B_simple in tokens that notebook 05 measured over pools (NaN when not measured)."""
 
     params = {row["name"]: row["params"] for row in param_count_table(vocab_size)}
-    batch = [b * preset.seq_len / preset.pool_spec.tokens for b in preset.batch_sizes]
-    per_param = [preset.pool_spec.tokens / params[m] for m in preset.models]
+    batch = [b * preset.grid.seq_len / preset.pools.recipe.tokens for b in preset.grid.batch_sizes]
+    per_param = [preset.pools.recipe.tokens / params[m] for m in preset.grid.models]
     lowest, highest = noise_scale or (math.nan, math.nan)
-    tokens = (min(preset.batch_sizes) * preset.seq_len, max(preset.batch_sizes) * preset.seq_len)
+    tokens = (
+        min(preset.grid.batch_sizes) * preset.grid.seq_len,
+        max(preset.grid.batch_sizes) * preset.grid.seq_len,
+    )
     return {
         "batch / pool (tokens)": (min(batch), max(batch)),
         "pool tokens per parameter": (min(per_param), max(per_param)),
-        "epochs": (float(min(preset.epochs)), float(max(preset.epochs))),
+        "epochs": (float(min(preset.grid.epochs)), float(max(preset.grid.epochs))),
         NOISE_RATIO: (tokens[0] / highest, tokens[1] / lowest),
     }
 
@@ -112,30 +115,30 @@ def deviations(preset: Preset) -> list[str]:
     with it: AdamW (0.9, 0.95), eps 1e-8, clipping at 1.0, cosine to 0 after 1% warmup,
     Levanter's decay mask, untied embeddings, rope theta 10,000."""
     notes = []
-    others = [m for m in preset.models if m not in ("150m", "300m", "600m", "1.4b", "1.5b")]
+    others = [m for m in preset.grid.models if m not in ("150m", "300m", "600m", "1.4b", "1.5b")]
     if others:
         notes.append(f"models {', '.join(others)}: not in the reference ladder (150m-1.5b)")
-    if preset.seq_len != 4096:
-        notes.append(f"seq_len {preset.seq_len} (reference 4,096)")
-    if not preset.pool_spec.source.startswith("hf:mlfoundations/dclm"):
+    if preset.grid.seq_len != 4096:
+        notes.append(f"seq_len {preset.grid.seq_len} (reference 4,096)")
+    if not preset.pools.recipe.source.startswith("hf:mlfoundations/dclm"):
         notes.append(
-            f"pool: {preset.pool_spec.source}, {preset.pool_spec.tokens:,} tokens "
+            f"pool: {preset.pools.recipe.source}, {preset.pools.recipe.tokens:,} tokens "
             "(reference: DCLM-Baseline, 200M tokens)"
         )
-    budgets = ", ".join(map(str, preset.epochs))
-    if preset.wsd_branches:
+    budgets = ", ".join(map(str, preset.grid.epochs))
+    if preset.grid.wsd_branches:
         notes.append(
             f"epoch budgets {budgets} as WSD cool-downs (the last 20% of each budget's steps, "
-            f"linear to 0, warmup 1% of {max(preset.epochs)} epochs) branched from one run "
+            f"linear to 0, warmup 1% of {max(preset.grid.epochs)} epochs) branched from one run "
             "(reference: a cosine run per budget, 1 to 64 epochs)"
         )
     else:
         notes.append(f"epoch budgets {budgets}, each its own run (reference grid: 1 to 64 epochs)")
-    if preset.extra.get("device") != "cuda":
+    if preset.grid.run_fields.get("device") != "cuda":
         notes.append("float32 on CPU (reference: bfloat16 compute)")
-    if preset.beta2_half_life_batch:
+    if preset.grid.beta2_half_life_batch:
         notes.append(
             f"AdamW beta2 scaled with the batch to the token half-life of {preset.base_beta2()} "
-            f"at batch {preset.beta2_half_life_batch} (reference: 0.95 at every batch)"
+            f"at batch {preset.grid.beta2_half_life_batch} (reference: 0.95 at every batch)"
         )
     return notes

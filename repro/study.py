@@ -90,11 +90,11 @@ class Study:
     def summary(self) -> str:
         """One paragraph on what this study trains (the notebooks print it first)."""
         P = self.preset
-        meta = built_meta(P.pool_dir(self.data_dir, P.pool_seeds[0]))
+        meta = built_meta(P.pool_dir(self.data_dir, P.pools.seeds[0]))
         vocab = (
             meta["vocab_size"]
             if meta
-            else (None if P.pool_spec.tokenizer else P.pool_spec.vocab_size)
+            else (None if P.pools.recipe.tokenizer else P.pools.recipe.vocab_size)
         )
         noise = self._noise_scale()
         measured, gap = (noise[:2], noise[2]) if noise else (None, 0.0)
@@ -105,16 +105,17 @@ class Study:
             else "\nregime: build the pools to know the tokenizer's vocab"
         )
         differences = "\n".join(f"  {note}" for note in deviations(P))
-        budget_runs = "WSD cool-downs of one run" if P.wsd_branches else "each its own run"
-        few = f" (a verdict needs {MIN_REPLICATES})" if len(P.pool_seeds) < MIN_REPLICATES else ""
-        replicates = f"\nreplicates: {len(P.pool_seeds)} pools{few}" + (
+        budget_runs = "WSD cool-downs of one run" if P.grid.wsd_branches else "each its own run"
+        few = f" (a verdict needs {MIN_REPLICATES})" if len(P.pools.seeds) < MIN_REPLICATES else ""
+        replicates = f"\nreplicates: {len(P.pools.seeds)} pools{few}" + (
             self._validation_summary() if meta else ""
         )
         return (
-            f"preset {P.name}: source {P.pool_spec.source}, "
-            f"{P.pool_spec.tokens:,} training tokens per pool, "
-            f"models {list(P.models)}, seq_len {P.seq_len}, batch sizes {list(P.batch_sizes)}, "
-            f"epoch budgets {list(P.epochs)} ({budget_runs})"
+            f"preset {P.name}: source {P.pools.recipe.source}, "
+            f"{P.pools.recipe.tokens:,} training tokens per pool, "
+            f"models {list(P.grid.models)}, seq_len {P.grid.seq_len}, "
+            f"batch sizes {list(P.grid.batch_sizes)}, "
+            f"epoch budgets {list(P.grid.epochs)} ({budget_runs})"
             + f"\nusual (one-pass) batch: {usual_batch_source(P)}"
             + regime
             + replicates
@@ -138,7 +139,7 @@ class Study:
     def _validation_summary(self) -> str:
         """The validation documents every verdict averages over, and their effective number under
         token weights (intervals.effective_documents): what bounds an interval's precision."""
-        lengths = load_pool(self.preset.pool_dir(self.data_dir, self.preset.pool_seeds[0]))
+        lengths = load_pool(self.preset.pool_dir(self.data_dir, self.preset.pools.seeds[0]))
         lengths = lengths.val.doc_lengths()
         n_eff = effective_documents(lengths)
         return f"; {len(lengths)} validation documents, {n_eff:.1f} effective by token weight"
@@ -147,7 +148,7 @@ class Study:
         """Build (or reuse) the preset's pools: the first trains the tokenizer, the others share it
         and its validation documents."""
         paths = []
-        for seed in self.preset.pool_seeds:
+        for seed in self.preset.pools.seeds:
             tokenizer = str(paths[0] / "tokenizer.json") if paths else None
             paths.append(
                 build_pool(
@@ -159,10 +160,10 @@ class Study:
         return paths
 
     def sized_pools(self) -> dict[int, list[Path]]:
-        """Per pool seed: pools cut to scaling_pool_tokens (smallest first), then the seed's main
-        pool; each shares its main pool's tokenizer and the preset's validation documents."""
+        """Per pool seed: pools cut to critical_batch.pool_tokens (smallest first), then the seed's
+        main pool; each shares its main pool's tokenizer and the preset's validation documents."""
         sized = {}
-        for seed, main in zip(self.preset.pool_seeds, self.pools()):
+        for seed, main in zip(self.preset.pools.seeds, self.pools()):
             spec = self.preset.seeded_pool_spec(seed, str(main / "tokenizer.json"))
             sized[seed] = [
                 build_pool(
@@ -170,7 +171,7 @@ class Study:
                     self.preset.sized_pool_dir(self.data_dir, seed, tokens),
                     progress=self.progress,
                 )
-                for tokens in sorted(self.preset.scaling_pool_tokens)
+                for tokens in sorted(self.preset.critical_batch.pool_tokens)
             ] + [main]
         return sized
 
@@ -187,35 +188,35 @@ class Study:
         P = self.preset
         batches = list(beta2_ablation_batches(P))
         other = beta2_ablation(P)
-        return batch_sweep_grid(other, self.pools(), batches, P.models[:1], **ORIGINAL_RECIPE)
+        return batch_sweep_grid(other, self.pools(), batches, P.grid.models[:1], **ORIGINAL_RECIPE)
 
     def loader_grid(self) -> dict:
         """03's epoch orderings at the ablation batch sizes, on every pool, at the first model;
         every arm tuned over 02's grid (lr, weight decay, epoch budget)."""
         P = self.preset
         axes = {"loader": ["repeat", "shuffle", "repack"]}
-        return batch_sweep_grid(P, self.pools(), P.ablation_batch_sizes, P.models[:1], axes)
+        return batch_sweep_grid(P, self.pools(), P.ablations.batch_sizes, P.grid.models[:1], axes)
 
     def embedding_grid(self, batch_size: int) -> dict:
-        """03's tying x embedding weight decay at `batch_size`, with the preset's tying_loader, on
-        every pool, at the first model."""
+        """03's tying x embedding weight decay at `batch_size`, with the preset's
+        ablations.tying_loader, on every pool, at the first model."""
         P = self.preset
         axes = {
             "tie_embeddings": [False, True],
-            "embedding_weight_decay": list(P.embedding_weight_decays),
+            "embedding_weight_decay": list(P.ablations.embedding_weight_decays),
         }
-        loader = {"loader": P.tying_loader}
-        return batch_sweep_grid(P, self.pools(), [batch_size], P.models[:1], axes, **loader)
+        loader = {"loader": P.ablations.tying_loader}
+        return batch_sweep_grid(P, self.pools(), [batch_size], P.grid.models[:1], axes, **loader)
 
     def combined_grid(self) -> dict:
         """03's combined recipe (REPACK, tied, every positive embedding decay as a tuned axis) at
         the ablation batch sizes, on every pool, at the first model."""
         P = self.preset
-        positive = [w for w in P.embedding_weight_decays if w > 0]
+        positive = [w for w in P.ablations.embedding_weight_decays if w > 0]
         recipe = {"loader": "repack", "tie_embeddings": True}
         axes = {"embedding_weight_decay": positive}
         return batch_sweep_grid(
-            P, self.pools(), P.ablation_batch_sizes, P.models[:1], axes, **recipe
+            P, self.pools(), P.ablations.batch_sizes, P.grid.models[:1], axes, **recipe
         )
 
     def schedule_grid(self, slices: dict[str, tuple[int, float]]) -> list[dict]:
@@ -233,8 +234,10 @@ class Study:
         model: cbs.noise_scale_choices), so that B_simple is measured at the loss the tuned
         endpoints reach."""
         P = self.preset
-        first = sweep.subset(sweep.runs["model"] == P.models[0])
-        return noise_scale_grid(P, cbs.noise_scale_choices(first, P.noise_scale_batches))
+        first = sweep.subset(sweep.runs["model"] == P.grid.models[0])
+        return noise_scale_grid(
+            P, cbs.noise_scale_choices(first, P.critical_batch.noise_scale_batches)
+        )
 
     def scaling_grids(self) -> list[dict]:
         """05's batch sweeps on the pools of several sizes of every pool seed (sized_pools), one
@@ -242,22 +245,28 @@ class Study:
         P = self.preset
         by_tokens: dict[int, list[Path]] = {}
         for sized in self.sized_pools().values():
-            for tokens, pool in zip([*sorted(P.scaling_pool_tokens), P.pool_spec.tokens], sized):
+            for tokens, pool in zip(
+                [*sorted(P.critical_batch.pool_tokens), P.pools.recipe.tokens], sized
+            ):
                 by_tokens.setdefault(tokens, []).append(pool)
         return scaling_grids(P, by_tokens, **ORIGINAL_RECIPE)
 
     def notebook_grids(self) -> dict[str, list[dict]]:
         """The grids of each notebook that follow from the preset alone, by notebook number (the
         scaling grids where the preset has their pools). Those that depend on results are missing
-        here: 03's tying grid where it trains at 02's optimal batch (tying_batch_size 0), the
-        schedules (at the best fixed batch's budget) and 05's noise-scale runs (at each batch's
+        here: 03's tying grid where it trains at 02's optimal batch (ablations.tying_batch_size 0),
+        the schedules (at the best fixed batch's budget) and 05's noise-scale runs (at each batch's
         tuned point); repro.plan adds stand-ins to price them."""
         P = self.preset
-        tying = [self.embedding_grid(P.tying_batch_size)] if P.tying_batch_size else []
+        tying = (
+            [self.embedding_grid(P.ablations.tying_batch_size)]
+            if P.ablations.tying_batch_size
+            else []
+        )
         return {
             "02": [self.batch_sweep_grid(), self.beta2_ablation_grid()],
             "03": [self.loader_grid(), *tying, self.combined_grid()],
-            "05": self.scaling_grids() if P.scaling_pool_tokens else [],
+            "05": self.scaling_grids() if P.critical_batch.pool_tokens else [],
         }
 
     def preset_grids(self) -> list[dict]:
@@ -272,7 +281,7 @@ class Study:
 
     def sweep(self, grid: dict | list[dict]) -> Results:
         """Run what is missing of `grid` (or of several grids one analysis reads together, such as
-        one per pool) and of its growth (the preset's grid_growth rounds), then return the Results
+        one per pool) and of its growth (the preset's growth.rounds rounds), then return the Results
         of exactly those runs, every one finished and consistent (a damaged run is a one-line error
         naming it: results.check_finished)."""
         grids = [grid] if isinstance(grid, dict) else grid
@@ -289,15 +298,17 @@ class Study:
         return results
 
     def _grow(self, grids: list[dict]) -> list[list[dict]]:
-        """Each grid with its extension grids (repro.growth), up to grid_growth rounds; each
+        """Each grid with its extension grids (repro.growth), up to growth.rounds rounds; each
         round's new runs train as one sweep, every round in one progress bar."""
         parts = [[grid] for grid in grids]
         with self._work_bar() as bar:
             self._run(grids, bar)
-            for round_number in range(1, self.preset.grid_growth + 1):
+            for round_number in range(1, self.preset.growth.rounds + 1):
                 new = []
                 for grown in parts:
-                    grids = extension_grids(grown[0], self._results(grown), self.preset.grow_epochs)
+                    grids = extension_grids(
+                        grown[0], self._results(grown), self.preset.growth.epochs
+                    )
                     added = [g for g in grids if g not in grown]
                     grown += added
                     new += added
@@ -332,8 +343,8 @@ class Study:
             self.store,
             workers=self.workers,
             progress=self.progress,
-            stack=self.preset.stack,
-            max_stacked_batch=self.preset.max_stacked_batch,
+            stack=self.preset.execution.stack,
+            max_stacked_batch=self.preset.execution.max_stacked_batch,
             bar=bar,
         )
         result.raise_if_failed(self.store)
@@ -365,9 +376,9 @@ class Study:
             write_continuation_task,
         )
 
-        tasks, include = list(self.preset.downstream_tasks), None
+        tasks, include = list(self.preset.grid.downstream_tasks), None
         if POOL_TASK in tasks:
-            seq = self.preset.seq_len
+            seq = self.preset.grid.seq_len
             include = write_continuation_task(
                 self.pools()[0], self.results_dir / "tasks", 100, seq * 3 // 4, seq // 4
             )
@@ -393,7 +404,7 @@ class Study:
         device = "cuda" if torch.cuda.is_available() else "cpu"
         vocab = load_pool(self.pools()[0]).vocab_size
         P = self.preset
-        measured = bench.step_time(P.models[0], vocab, P.seq_len, max_micro_batch, device)
+        measured = bench.step_time(P.grid.models[0], vocab, P.grid.seq_len, max_micro_batch, device)
         return frontier.MeasuredStepTime(
             measured["seconds_by_micro_batch"], measured["gradient_bytes"]
         )
@@ -455,7 +466,7 @@ def open_study(
         root=root,
         data_dir=root / "data" / "pools",
         results_dir=root / "runs" / chosen.name,
-        workers=workers or chosen.workers,
+        workers=workers or chosen.execution.workers,
         progress=progress,
         figures_dir=Path(os.environ[FIGURES_ENV]) if os.environ.get(FIGURES_ENV) else None,
         train=train,

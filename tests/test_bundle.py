@@ -6,7 +6,6 @@ import io
 import json
 import shutil
 import tarfile
-from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -17,6 +16,7 @@ from repro.bundle import bundle_manifest, documents_read, export_bundle, import_
 from repro.cli import main
 from repro.errors import ReproError
 from repro.preset_files import PRESETS, get_preset
+from repro.presets import changed
 from repro.runtime.config import NUMERICS
 from repro.runtime.run_dir import RunDir
 from repro.study import Study
@@ -208,7 +208,7 @@ def test_the_commands_export_and_import(store, tmp_path, capsys):
 def test_a_study_without_training_reads_the_shipped_bundle(synthetic_pool, bundle, tmp_path):
     """Study.train False: no run trains; the runs come from results/<preset>.tar.xz, and a study
     without them says how to train them."""
-    preset = replace(get_preset("smoke"), grid_growth=0)
+    preset = changed(get_preset("smoke"), growth={"rounds": 0})
     study = Study(preset, tmp_path, tmp_path / "pools", tmp_path / "runs", 1, train=False)
     with pytest.raises(ReproError, match="2 of 2 runs are not in .*: train them with repro"):
         study.sweep(_grid(synthetic_pool))

@@ -5,7 +5,6 @@ pool contradicting the other two, and with 2 pools (the noise-scale claim:
 tests/test_noise_scale.py)."""
 
 import math
-from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -44,6 +43,8 @@ from repro.analysis.results import MemoryDocuments, Results
 from repro.data.pool import load_pool
 from repro.errors import ReproError
 from repro.preset_files import PRESETS
+from repro.presets import changed
+from repro.runtime.config import parse_batch_schedule
 from repro.study import Study
 from repro.sweep import expand
 
@@ -757,14 +758,16 @@ def test_the_schedule_slice_of_each_pool_is_chosen_on_the_other_pools(hand_made)
         hand_made.add(short, pool=pool, epochs=4, weight_decay=0.1)
         hand_made.add(3.5, pool=pool, epochs=2, weight_decay=0.1)
     results = hand_made.results()
-    ramp = ["0:2,0.5:8"]
+    ramp = [parse_batch_schedule("0:2,0.5:8")]
     assert schedule_slices(results, ramp) == {"p0": (4, 0.1), "p1": (8, 1.0), "p2": (8, 1.0)}
     alone = results.subset(results.runs["pool"] == "p0")
     assert schedule_slices(alone, ramp) == {"p0": (8, 1.0)}
-    five_phases = ["0:1,0.2:2,0.4:4,0.6:8,0.8:16"]  # no phase 5 in 4 epochs
+    five_phases = [parse_batch_schedule("0:1,0.2:2,0.4:4,0.6:8,0.8:16")]  # no phase 5 in 4 epochs
     assert schedule_slices(results, five_phases)["p0"] == (8, 0.1)
     with pytest.raises(ReproError, match="gives every phase"):
-        schedule_slices(results.subset(results.runs["epochs"] == 2), ["0:2,0.75:32"])
+        schedule_slices(
+            results.subset(results.runs["epochs"] == 2), [parse_batch_schedule("0:2,0.75:32")]
+        )
 
 
 # --- notebook 05's pools and grids ---------------------------------------------------------------
@@ -776,7 +779,7 @@ def test_every_pool_seed_gets_sized_pools_that_share_its_tokenizer_and_the_valid
     """The smoke preset's two seeds: each has pools of 2,000 and 4,000 tokens cut with its own
     seed, its main pool's tokenizer and the shared validation documents; the pool-size sweep and
     the main pools are every seed's."""
-    preset = replace(PRESETS["smoke"], scaling_pool_tokens=(2_000,))
+    preset = changed(PRESETS["smoke"], critical_batch={"pool_tokens": (2_000,)})
     study = Study(preset, tmp_path, tmp_path / "pools", tmp_path / "runs", 1, progress=False)
     sized = study.sized_pools()
     main = preset.pool_dir(tmp_path / "pools", 1).name  # smoke-synthetic_max_sentences_20-seed1

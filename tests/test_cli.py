@@ -86,4 +86,4 @@ def test_preset_list_names_every_built_in_preset(capsys):
     main(["preset", "list"])
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in lines] == list(PRESETS)
-    assert all(f"{len(p.pool_seeds)} pools" in line for line, p in zip(lines, PRESETS.values()))
+    assert all(f"{len(p.pools.seeds)} pools" in line for line, p in zip(lines, PRESETS.values()))

@@ -44,7 +44,7 @@ def test_defaults_keep_the_old_text_form_in_run_identity():
         ({"batch_schedule": "0:4,1:8"}, "must look like"),
         ({"batch_schedule": [[0, 4, 1]]}, "must look like"),
         ({"save_steps": [1.5]}, "not a comma-separated list"),
-        ({"min_lr_ratio": float("nan")}, "not a finite number"),
+        ({"min_lr_ratio": float("nan")}, "min_lr_ratio: expected a finite float, got nan"),
     ],
 )
 def test_malformed_values_are_one_line_errors(values, message):

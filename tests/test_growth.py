@@ -3,7 +3,6 @@ neighbours become runs."""
 
 import io
 import sys
-from dataclasses import replace
 
 import pytest
 
@@ -11,6 +10,7 @@ from repro.analysis.selection import step_past, tuned
 from repro.grids import batch_sweep_grid
 from repro.growth import extension_grids
 from repro.preset_files import get_preset
+from repro.presets import changed
 from repro.study import TERMINAL_PROGRESS_ENV, Study
 
 
@@ -108,7 +108,13 @@ def test_the_edge_note_names_the_missing_neighbour_and_a_grid_without_a_step(han
 @pytest.fixture
 def growing_study(tmp_path):
     smoke = get_preset("smoke")
-    preset = replace(smoke, name="grow", pool_seeds=(0,), wsd_branches=True, grid_growth=2)
+    preset = changed(
+        smoke,
+        name="grow",
+        pools={"seeds": (0,)},
+        grid={"wsd_branches": True},
+        growth={"rounds": 2},
+    )
     return Study(preset, tmp_path, tmp_path / "pools", tmp_path / "runs", 1, progress=False)
 
 

@@ -12,8 +12,14 @@ PACKAGE = Path(__file__).resolve().parents[1] / "repro"
 ORCHESTRATION = ("repro.sweep", "repro.study", "repro.reproduce", "repro.cli", "repro.plan")
 ORCHESTRATION += ("repro.growth", "repro.launch", "repro.bench", "repro.downstream")
 TORCH_FREE_RUNTIME = ("config", "files", "loaders", "run_dir", "schedules", "shapes")
-DESIGN = ("repro.presets", "repro.preset_files", "repro.grids", "repro.regime", "repro.dry_run")
-DESIGN += ("repro.typed_fields",)  # the study's design: what a preset is and what it trains
+DESIGN = (
+    "repro.presets",
+    "repro.preset_sections",
+    "repro.preset_files",
+    "repro.grids",
+    "repro.regime",
+    "repro.dry_run",
+)
 
 
 def _imports(path: Path) -> set[str]:

@@ -2,8 +2,6 @@
 covariance; notebook 05's noise-scale runs on every pool, B_simple's growth per pool and its claim
 over pools in all three directions (agrees, disagrees, undetermined)."""
 
-from dataclasses import replace
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -22,6 +20,7 @@ from repro.analysis.results import MemoryDocuments, Results
 from repro.errors import ReproError
 from repro.grids import noise_scale_grid
 from repro.preset_files import PRESETS
+from repro.presets import changed
 from repro.runtime.noise_scale import MicroBatchNorms, NoiseScaleEMA, two_batch_estimates
 from repro.sweep import expand
 
@@ -90,8 +89,10 @@ def test_noise_scale_runs_take_each_pools_tuned_run(hand_made):
     assert all(c.noise_scale and c.micro_batch == 2 and c.eval_every == 0.25 for c in runs)
     assert {c.adam_beta2 for c in runs} == {0.95}  # copied (the hand-made runs have none)
     assert noise_scale_choices(hand_made.results(), [8]) == []
-    with pytest.raises(ReproError, match="noise-scale batch size 3 is not one of batch_sizes"):
-        replace(smoke, noise_scale_batches=(3,))
+    with pytest.raises(
+        ReproError, match="noise_scale_batches: batch size 3 is not one of grid.batch_sizes"
+    ):
+        changed(smoke, critical_batch={"noise_scale_batches": (3,)})
 
 
 def _trajectory(b_simple, losses=None, batch=8, pool="p0") -> pd.DataFrame:

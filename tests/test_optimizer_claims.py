@@ -2,7 +2,6 @@
 with either setting as the batch sweep's, too few pools and a diverged arm; the settings table."""
 
 import re
-from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -15,6 +14,7 @@ from repro.analysis.optimizer_claims import (
     deficit_verdict,
 )
 from repro.preset_files import PRESETS
+from repro.presets import changed
 
 POOLS = ("p0", "p1", "p2")
 DEFICIT, OVERFITS = "deficit-is-optimizer", "rule-smallest-overfits"
@@ -144,7 +144,11 @@ def test_the_settings_table_keeps_the_token_half_life_under_the_rule():
     the half-life 0.95 has at batch 8: 13.51 steps of 8 x 128 tokens, 13,838 tokens. The cpu preset
     itself anchors 0.95 at batch 32: 55,351 tokens at every batch, the reference betas in its
     ablation at batch 1."""
-    fixed = replace(PRESETS["cpu"], beta2_half_life_batch=0, beta2_ablation_batch_sizes=())
+    fixed = changed(
+        PRESETS["cpu"],
+        grid={"beta2_half_life_batch": 0},
+        batch_sweep={"beta2_ablation_batch_sizes": ()},
+    )
     table = beta2_settings(fixed).set_index("batch (sequences)")
     assert (table["sweep beta2"] == 0.95).all()
     assert table.loc[[1, 2], "ablation beta2"].tolist() == [0.99361, 0.9873]
@@ -153,22 +157,26 @@ def test_the_settings_table_keeps_the_token_half_life_under_the_rule():
         rel=5e-3,  # beta2 keeps 3 significant digits of 1 - beta2
     )
     assert table.loc[8, "sweep half-life (tokens)"] == 13_838
-    assert table["ablation beta2"].isna().sum() == len(fixed.batch_sizes) - 2
+    assert table["ablation beta2"].isna().sum() == len(fixed.grid.batch_sizes) - 2
     cpu = beta2_settings(PRESETS["cpu"]).set_index("batch (sequences)")
     assert cpu["sweep half-life (tokens)"].to_numpy() == pytest.approx(55_351, rel=5e-3)
     assert cpu.loc[32, "sweep beta2"] == 0.95 and cpu.loc[1, "sweep beta2"] == 0.9984
     assert cpu.loc[[1], "ablation beta2"].tolist() == [0.95]
-    assert cpu["ablation beta2"].isna().sum() == len(fixed.batch_sizes) - 1
+    assert cpu["ablation beta2"].isna().sum() == len(fixed.grid.batch_sizes) - 1
     assert np.isfinite(cpu["sweep beta2"]).all()
 
 
 def test_the_reason_names_the_sweeps_setting_and_the_ablations():
-    fixed = replace(PRESETS["cpu"], beta2_half_life_batch=0, beta2_ablation_batch_sizes=())
+    fixed = changed(
+        PRESETS["cpu"],
+        grid={"beta2_half_life_batch": 0},
+        batch_sweep={"beta2_ablation_batch_sizes": ()},
+    )
     text = beta2_reason(fixed)
     assert text.startswith("batch sweep: reference betas (0.9, 0.95) at every batch")
     assert "ablation at batches 1, 2 (sequences), first model tiny: half-life rule, beta2" in text
     assert "0.95 ** (B / 8)" in text
-    ruled = beta2_reason(replace(fixed, beta2_half_life_batch=4))
+    ruled = beta2_reason(changed(fixed, grid={"beta2_half_life_batch": 4}))
     assert ruled.startswith("batch sweep: half-life rule, beta2 0.95 ** (B / 4)")
     assert "largest batch of the grid" not in ruled
     assert ruled.endswith("reference betas (0.9, 0.95) at every batch")

@@ -31,6 +31,7 @@ from repro.plan import (
     wall_hours,
 )
 from repro.preset_files import PRESETS
+from repro.presets import changed
 from repro.runtime.config import run_id
 from repro.runtime.shapes import flops_per_token, model_config
 from repro.sweep import expand
@@ -41,25 +42,25 @@ SPEED = GpuSpeed(1e12, "test")
 
 
 def _rows(preset, grid):
-    return run_rows(grid, {"p0": preset.pool_spec.tokens}, preset.pool_spec.val_tokens, 300)
+    return run_rows(grid, {"p0": preset.pools.recipe.tokens}, preset.pools.recipe.val_tokens, 300)
 
 
 def test_each_cosine_budget_trains_in_full_and_pays_its_evaluations():
     grid = batch_sweep_grid(SMOKE, ["p0"], [2], ["tiny"])
     rows = _rows(SMOKE, grid)
     assert len(rows) == len(expand(grid))
-    per_token = flops_per_token(model_config("tiny", 300), SMOKE.seq_len)
+    per_token = flops_per_token(model_config("tiny", 300), SMOKE.grid.seq_len)
     for row, config in zip(rows, expand(grid), strict=True):
-        assert row["tokens"] == config.epochs * SMOKE.pool_spec.tokens
+        assert row["tokens"] == config.epochs * SMOKE.pools.recipe.tokens
         evals = math.floor(config.epochs / config.eval_every) + 1
-        expected = per_token * (row["tokens"] + evals * SMOKE.pool_spec.val_tokens / 3)
+        expected = per_token * (row["tokens"] + evals * SMOKE.pools.recipe.val_tokens / 3)
         assert row["flops"] == pytest.approx(expected)
 
 
 def test_a_wsd_family_trains_its_longest_budget_and_only_the_other_cool_downs():
-    preset = replace(SMOKE, epochs=(1, 2, 4), wsd_branches=True)
+    preset = changed(SMOKE, grid={"epochs": (1, 2, 4), "wsd_branches": True})
     rows = _rows(preset, batch_sweep_grid(preset, ["p0"], [2], ["tiny"]))
-    tokens = sorted({row["tokens"] / preset.pool_spec.tokens for row in rows})
+    tokens = sorted({row["tokens"] / preset.pools.recipe.tokens for row in rows})
     assert tokens == pytest.approx([0.2, 0.4, 4.0])
 
 
@@ -79,9 +80,9 @@ def test_a_tying_grid_on_repack_at_the_ablation_batch_trains_two_arms_of_new_run
     """tying_batch_size set: 03's tying grid follows from the preset (prefetched, no stand-in);
     on REPACK at the ablation batch, its untied-no-decay cell is the REPACK arm's runs and its
     tied-with-decay cell the combined arm's, so 03 counts two arms of new runs for it."""
-    b = SMOKE.ablation_batch_sizes[0]
-    on_shuffle = replace(SMOKE, tying_batch_size=b)
-    on_repack = replace(on_shuffle, tying_loader="repack")
+    b = SMOKE.ablations.batch_sizes[0]
+    on_shuffle = changed(SMOKE, ablations={"tying_batch_size": b})
+    on_repack = changed(on_shuffle, ablations={"tying_loader": "repack"})
     assert len(notebook_grids(SMOKE)["03"]) == len(notebook_grids(on_repack)["03"]) == 3
     loader, embedding, combined = (expand(g) for g in notebook_grids(on_repack)["03"])
     ids = {
@@ -105,18 +106,24 @@ def test_02_prices_and_prefetches_the_beta2_ablation_without_training_the_sweeps
     every lr x weight decay x budget on each pool; with the rule's reference batch among the
     ablated ones (batch 8 of a preset scaling from 8), those runs are the sweep's and count
     once."""
-    cpu = replace(PRESETS["cpu"], beta2_half_life_batch=0, beta2_ablation_batch_sizes=())
+    cpu = changed(
+        PRESETS["cpu"],
+        grid={"beta2_half_life_batch": 0},
+        batch_sweep={"beta2_ablation_batch_sizes": ()},
+    )
     sweep, ablation = (expand(g) for g in notebook_grids(cpu)["02"])
     assert {(c.model, c.batch_size, c.adam_beta2) for c in ablation} == {
         ("tiny", 1, 0.99361),
         ("tiny", 2, 0.9873),
     }
-    per_batch = len(cpu.pool_seeds) * 3 * len(cpu.weight_decays) * len(cpu.epochs)
+    per_batch = len(cpu.pools.seeds) * 3 * len(cpu.grid.weight_decays) * len(cpu.grid.epochs)
     assert len(ablation) == 2 * per_batch
     assert plan(cpu, 512, SPEED).set_index("notebook").loc["02", "runs"] == len(sweep) + len(
         ablation
     )
-    ruled = replace(cpu, beta2_half_life_batch=8, beta2_ablation_batch_sizes=(1, 8))
+    ruled = changed(
+        cpu, grid={"beta2_half_life_batch": 8}, batch_sweep={"beta2_ablation_batch_sizes": (1, 8)}
+    )
     grids = notebook_grids(ruled)["02"]
     shared = {run_id(c) for c in expand(grids[0])} & {run_id(c) for c in expand(grids[1])}
     assert len(shared) == per_batch  # batch 8: 0.95 under both settings
@@ -147,9 +154,7 @@ def test_the_wall_time_is_never_below_the_longest_run():
 
 
 def test_a_hub_tokenizer_of_unknown_size_asks_for_the_pool_or_vocab():
-    preset = replace(
-        PRESETS["gpu"], pool_spec=replace(PRESETS["gpu"].pool_spec, tokenizer="someone/tok")
-    )
+    preset = changed(PRESETS["gpu"], pools={"recipe": {"tokenizer": "someone/tok"}})
     with pytest.raises(ReproError, match="build it .* or pass --vocab"):
         pool_vocab(preset, None)
     assert pool_vocab(preset, {"vocab_size": 1234}) == 1234
@@ -164,16 +169,16 @@ def test_the_readme_shows_the_gpu_presets_plans():
 
 
 def test_a_growing_preset_says_its_growth_is_not_priced():
-    grown = replace(PRESETS["smoke"], grid_growth=2)
+    grown = changed(PRESETS["smoke"], growth={"rounds": 2})
     assert "up to 2 rounds" in plan_text(grown, ROOT, (1,), vocab=300)
     assert "twice a best epoch budget" not in plan_text(grown, ROOT, (1,), vocab=300)
-    longer = replace(grown, grow_epochs=True)
+    longer = changed(grown, growth={"epochs": True})
     assert "twice a best epoch budget" in plan_text(longer, ROOT, (1,), vocab=300)
     assert "grid growth" not in plan_text(PRESETS["smoke"], ROOT, (1,), vocab=300)
 
 
 def test_a_run_on_several_gpus_is_shorter_but_needs_them():
-    preset = replace(SMOKE, gpus_per_run={"cpu-s": 2})
+    preset = changed(SMOKE, execution={"gpus_per_run": {"cpu-s": 2}})
     one, two = plan(SMOKE, 300, SPEED), plan(preset, 300, SPEED)
     assert two["GPU-h"].tolist() == pytest.approx(one["GPU-h"].tolist())
     assert two["GPUs per run"].iloc[-1] == 2
@@ -229,24 +234,28 @@ def test_a_cpu_preset_is_priced_in_worker_hours_and_wall_time_on_its_workers(fak
     measured on the CPU."""
     table = plan(SMOKE, 300, SPEED, cpu=True).set_index("notebook")
     study = _Unbuilt(SMOKE, Path("."), Path("data/pools"), Path("runs"), 1)
-    tokens = {str(p): SMOKE.pool_spec.tokens for p in study.pools()}
+    tokens = {str(p): SMOKE.pools.recipe.tokens for p in study.pools()}
     grids = notebook_grids(SMOKE)["02"]
     rows = {
-        r["run_id"]: r for g in grids for r in run_rows(g, tokens, SMOKE.pool_spec.val_tokens, 300)
+        r["run_id"]: r
+        for g in grids
+        for r in run_rows(g, tokens, SMOKE.pools.recipe.val_tokens, 300)
     }
     for row, config in zip(
-        run_rows(grids[0], tokens, SMOKE.pool_spec.val_tokens, 300), expand(grids[0])
+        run_rows(grids[0], tokens, SMOKE.pools.recipe.val_tokens, 300), expand(grids[0])
     ):
         micro = min(config.micro_batch or config.batch_size, config.batch_size)
-        steps = math.ceil(row["tokens"] / SMOKE.seq_len / config.batch_size)
+        steps = math.ceil(row["tokens"] / SMOKE.grid.seq_len / config.batch_size)
         evals = math.floor(config.epochs / config.eval_every) + 1
-        evaluation = evals * math.ceil(SMOKE.pool_spec.val_tokens / SMOKE.seq_len / micro) / 3
+        evaluation = (
+            evals * math.ceil(SMOKE.pools.recipe.val_tokens / SMOKE.grid.seq_len / micro) / 3
+        )
         assert row["passes"] == steps * math.ceil(config.batch_size / micro) + evaluation
     expected = sum(r["passes"] * 0.01 * r["micro_batch"] ** 0.5 for r in rows.values()) / 3600
     assert table.loc["02", "CPU-h"] == pytest.approx(expected)
     assert table.loc["all", "CPU-h"] == pytest.approx(table["CPU-h"].drop("all").sum())
     text = plan_text(SMOKE, ROOT, (1,), vocab=300)
-    assert f"wall {SMOKE.workers} CPU" in text and "CPU-h" in text
+    assert f"wall {SMOKE.execution.workers} CPU" in text and "CPU-h" in text
     assert "CPU-h" not in plan_text(PRESETS["gpu-small"], ROOT, (1,))
 
 
@@ -265,9 +274,9 @@ def test_the_last_whole_reproductions_measured_time_is_shown_beside_the_estimate
     assert f"{os.cpu_count()} CPUs) took 0.50 h" in line and str(figures) in line
     assert "other preset fields" not in text
     assert from_scratch_stages(figures, preset_fingerprint(preset)) == {"prefetch": 1800.0}
-    changed = replace(preset, workers=preset.workers + 1)
-    assert preset_fingerprint(changed) != preset_fingerprint(preset)
-    assert from_scratch_stages(figures, preset_fingerprint(changed)) == {}
+    other = changed(preset, execution={"workers": preset.execution.workers + 1})
+    assert preset_fingerprint(other) != preset_fingerprint(preset)
+    assert from_scratch_stages(figures, preset_fingerprint(other)) == {}
     (figures / "from-scratch-times.json").write_text('{"finished": "2026-12-03 02:57"}')
     with pytest.raises(ReproError, match="from-scratch-times.json is not a record of stage times"):
         plan_text(preset, tmp_path, (1,), vocab=300)

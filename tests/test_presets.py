@@ -21,6 +21,7 @@ from repro.grids import (
     schedule_grid,
 )
 from repro.preset_files import BUILTIN_DIR, PRESETS, get_preset, load_preset, preset_yaml
+from repro.presets import changed
 from repro.regime import (
     NOISE_RATIO,
     PAPER_NOISE_SCALE,
@@ -46,82 +47,112 @@ def test_yaml_preset_overrides_a_base_and_types_its_fields(tmp_path):
     (tmp_path / "notes.txt").write_text("one paragraph\n\nanother paragraph\n")
     path = _preset_file(
         tmp_path,
-        "base: cpu\npool_spec: {source: notes.txt, text_unit: paragraph, tokens: 2.5k}\n"
-        "batch_sizes: [4, 8]\nlrs: {4: [1e-3], 8: [2.0e-3, 4.0e-3]}\nepochs: [1, 3]\n"
-        "noise_scale_batches: [8]\nablation_batch_sizes: [4, 8]\nscaling_pool_tokens: [1100]\n"
-        "beta2_ablation_batch_sizes: [4]\ntying_batch_size: 8\n",
+        "base: cpu\npools: {recipe: {source: notes.txt, text_unit: paragraph, tokens: 2.5k}}\n"
+        "grid: {batch_sizes: [4, 8], lrs: {4: [1e-3], 8: [2.0e-3, 4.0e-3]}, epochs: [1, 3]}\n"
+        "critical_batch: {noise_scale_batches: [8], pool_tokens: [1100]}\n"
+        "ablations: {batch_sizes: [4, 8], tying_batch_size: 8}\n"
+        "batch_sweep: {beta2_ablation_batch_sizes: [4]}\n",
     )
     preset = get_preset(str(path))
-    assert preset.tying_batch_size == 8 and preset.tying_loader == "repack"  # the latter cpu's
-    assert preset.name == "mine" and preset.epochs == (1, 3) and preset.batch_sizes == (4, 8)
-    assert preset.lrs == {4: (0.001,), 8: (0.002, 0.004)}
     assert (
-        preset.pool_spec.source == str(tmp_path / "notes.txt") and preset.pool_spec.tokens == 2500
+        preset.ablations.tying_batch_size == 8 and preset.ablations.tying_loader == "repack"
+    )  # the latter cpu's
+    assert (
+        preset.name == "mine" and preset.grid.epochs == (1, 3) and preset.grid.batch_sizes == (4, 8)
     )
-    assert preset.pool_spec.text_unit == "paragraph"
-    assert preset.pool_spec.val_tokens == PRESETS["cpu"].pool_spec.val_tokens  # from the base
-    assert preset.models == PRESETS["cpu"].models
+    assert preset.grid.lrs == {4: (0.001,), 8: (0.002, 0.004)}
+    assert (
+        preset.pools.recipe.source == str(tmp_path / "notes.txt")
+        and preset.pools.recipe.tokens == 2500
+    )
+    assert preset.pools.recipe.text_unit == "paragraph"
+    assert preset.pools.recipe.val_tokens == PRESETS["cpu"].pools.recipe.val_tokens  # from the base
+    assert preset.grid.models == PRESETS["cpu"].grid.models
     assert preset.pool_dir("pools", 0) == Path("pools/mine-notes.txt-seed0")
 
 
 @pytest.mark.parametrize(
     "text, message",
     [
-        ("batch_size: [2]", "unknown field 'batch_size'"),
-        ("pool_spec: {tokenz: 3}", "pool_spec: unknown field 'tokenz'"),
-        ("epochs: two", "epochs[0]: expected int, got 'two'"),
-        ("epochs: true", "epochs[0]: expected int, got True"),
-        ("lrs: {2: [.nan], 8: [0.1]}", "lrs[2][0]: expected float"),
-        ("batch_sizes: [2, 4]", "no lr grid for batch size 4"),
-        ("models: [huge]", "unknown model size 'huge'"),
+        ("batch_size: [2]", "Preset: unknown field 'batch_size'; fields: name, pools, grid"),
+        ("grid: {batch_size: [2]}", "grid: unknown field 'batch_size'"),
+        ("pools: {recipe: {tokenz: 3}}", "pools.recipe: unknown field 'tokenz'"),
+        ("grid: {epochs: two}", "grid.epochs[0]: expected int, got 'two'"),
+        ("grid: {epochs: true}", "grid.epochs[0]: expected int, got True"),
+        ("grid: {lrs: {2: [.nan], 8: [0.1]}}", "grid.lrs[2][0]: expected a finite float"),
+        ("grid: {batch_sizes: [2, 4]}", "grid: no lr grid for batch size 4"),
+        ("grid: {models: [huge]}", "unknown model size 'huge'"),
+        ("grid: 3", "grid: expected a mapping of fields, got 3"),
         ("name: cpu", "name 'cpu' is a built-in preset's"),
         ("name: a/b", "name must be letters"),
         ("base: laptop", "unknown base 'laptop'"),
-        ("epochs: [2", "not valid YAML"),
+        ("grid: {epochs: [2}", "not valid YAML"),
         ("- 1\n- 2", "a preset file is a mapping"),
-        ("ablation_batch_sizes: [2, 4]", "ablation batch size 4 is not one of batch_sizes"),
-        ("ablation_batch_sizes: []", "ablation_batch_sizes is empty"),
-        ("tying_batch_size: 4", "tying_batch_size 4 is not one of batch_sizes"),
-        ("tying_loader: pack", "unknown tying_loader 'pack'; choose one of: repeat"),
+        (
+            "ablations: {batch_sizes: [2, 4]}",
+            "ablations.batch_sizes: batch size 4 is not one of grid.batch_sizes",
+        ),
+        ("ablations: {batch_sizes: []}", "ablations.batch_sizes is empty"),
+        (
+            "ablations: {tying_batch_size: 4}",
+            "ablations.tying_batch_size: batch size 4 is not one of grid.batch_sizes",
+        ),
+        ("ablations: {tying_loader: pack}", "unknown tying_loader 'pack'; choose one of: repeat"),
         ("base: [smoke]", "unknown base ['smoke']"),
         ("name: null", "name must be a string"),
-        ("pool_spec: {seed: 5}", "pool seeds come from pool_seeds"),
-        ("pool_seeds: [0, 0]", "pool_seeds repeat a seed"),
-        ("eval_every: 0.3", "eval_every=0.3 epochs must be 1/k"),
-        ("frontier_micro_batch: 0", "frontier_micro_batch and workers must be >= 1"),
-        ("grid_growth: -1", "grid_growth must be >= 0"),
-        ("grow_epochs: true", "grow_epochs needs grid_growth rounds"),
-        ("beta2_half_life_batch: -1", "beta2_half_life_batch must be >= 0"),
+        ("pools: {recipe: {seed: 5}}", "pool seeds come from pools.seeds"),
+        ("pools: {seeds: [0, 0]}", "pools.seeds repeat a seed"),
+        ("grid: {eval_every: 0.3}", "eval_every=0.3 epochs must be 1/k"),
+        ("frontier: {micro_batch: 0}", "frontier.micro_batch must be >= 1, got 0"),
+        ("execution: {workers: 0}", "execution.workers must be >= 1, got 0"),
+        ("growth: {rounds: -1}", "growth.rounds must be >= 0"),
+        ("growth: {epochs: true}", "growth.epochs needs rounds of growth"),
+        ("grid: {beta2_half_life_batch: -1}", "grid.beta2_half_life_batch must be >= 0"),
         (
-            "beta2_ablation_batch_sizes: [4]",
-            "beta2 ablation batch size 4 is not one of batch_sizes",
+            "batch_sweep: {beta2_ablation_batch_sizes: [4]}",
+            "batch_sweep.beta2_ablation_batch_sizes: batch size 4 is not one of grid.batch_sizes",
         ),
-        ("beta2_ablation_batch_sizes: [2, 2]", "beta2_ablation_batch_sizes repeats a batch size"),
-        ("extra: {adam_beta2: 1.0}", "adam_beta2=1.0 is outside [0, 1)"),
-        ("beta2_half_life_batch: 2\nextra: {adam_beta2: 1.5}", "adam_beta2=1.5 is outside [0, 1)"),
-        ("beta2_half_life_batch: 2\nextra: {adam_beta2: x}", "adam_beta2='x' is not a valid float"),
-        ("lrs: {2: [0.0], 8: [0.1]}", "lr must be positive"),
-        ("weight_decays: [-0.1]", "weight decays must be >= 0"),
-        ("batch_schedules: {up: 'fast'}", "batch_schedule='fast' must look like"),
-        ("extra: {devcie: cuda}", "unknown run field 'devcie'"),
-        ("noise_scale_batches: [2]", "noise_scale needs at least two micro-batches"),
-        ("scaling_pool_tokens: [8000]", "scaling pool of 8000 tokens is not smaller"),
-        ("epochs: '1.4'", "epochs[0]: expected int, got '1.4'"),
-        ("epochs: 4", "add 1 to epochs or give one_pass_batch_size"),
-        ("embedding_weight_decays: [0.1]", "needs 0.0 and a positive value"),
-        ("epochs: [1, -2]", "epochs must be >= 1, got -2"),
-        ("scaling_pool_tokens: [40]", "smallest scaling pool (40 tokens) holds a batch of"),
-        ("pool_spec: {val_tokens: -100}", "val_tokens must be positive, got -100"),
-        ("pool_spec: {tokens: 0}", "tokens must be positive, got 0"),
-        ("scaling_pool_tokens: [-5]", "scaling_pool_tokens must be positive"),
+        (
+            "batch_sweep: {beta2_ablation_batch_sizes: [2, 2]}",
+            "batch_sweep.beta2_ablation_batch_sizes repeats a batch size",
+        ),
+        ("grid: {run_fields: {adam_beta2: 1.0}}", "adam_beta2=1.0 is outside [0, 1)"),
+        (
+            "grid: {beta2_half_life_batch: 2, run_fields: {adam_beta2: 1.5}}",
+            "adam_beta2=1.5 is outside [0, 1)",
+        ),
+        (
+            "grid: {beta2_half_life_batch: 2, run_fields: {adam_beta2: x}}",
+            "grid.run_fields: adam_beta2: expected float, got 'x'",
+        ),
+        ("grid: {lrs: {2: [0.0], 8: [0.1]}}", "lr must be positive"),
+        ("grid: {weight_decays: [-0.1]}", "weight decays must be >= 0"),
+        ("schedules: {ramps: {up: 'fast'}}", "schedules.ramps[up]='fast' must look like"),
+        (
+            "grid: {run_fields: {devcie: cuda}}",
+            "grid.run_fields: RunConfig: unknown field 'devcie'",
+        ),
+        ("critical_batch: {noise_scale_batches: [2]}", "noise_scale needs at least two micro-"),
+        ("critical_batch: {pool_tokens: [8000]}", "pool of 8000 tokens is not smaller"),
+        ("grid: {epochs: '1.4'}", "grid.epochs[0]: expected int, got '1.4'"),
+        ("grid: {epochs: 4}", "add 1 to grid.epochs or give one_pass_batch_size"),
+        ("ablations: {embedding_weight_decays: [0.1]}", "needs 0.0 and a positive value"),
+        ("grid: {epochs: [1, -2]}", "grid.epochs must be >= 1, got -2"),
+        ("critical_batch: {pool_tokens: [40]}", "the smallest pool (40 tokens) holds a batch of"),
+        ("pools: {recipe: {val_tokens: -100}}", "val_tokens must be positive, got -100"),
+        ("pools: {recipe: {tokens: 0}}", "tokens must be positive, got 0"),
+        ("critical_batch: {pool_tokens: [-5]}", "critical_batch.pool_tokens must be >= 1, got -5"),
         ("name: cpu-dry-run", "name 'cpu-dry-run' is a built-in preset's"),
-        ("extra: {device: [cpu]}", "extra: device must be one value, not a list or mapping"),
+        (
+            "grid: {run_fields: {device: [cpu]}}",
+            "grid.run_fields: device must be one value, not a list or mapping",
+        ),
         pytest.param(  # 9**9 strings if expanded
-            "extra:\n  device:\n    - &a [x, x, x, x, x, x, x, x, x]\n"
+            "grid:\n run_fields:\n  device:\n    - &a [x, x, x, x, x, x, x, x, x]\n"
             + "".join(
                 f"    - &{n} [{', '.join(['*' + p] * 9)}]\n" for p, n in zip("abcdefgh", "bcdefghi")
             ),
-            "extra: device must be one value",
+            "grid.run_fields: device must be one value",
             id="yaml-alias-bomb",
         ),
     ],
@@ -142,8 +173,8 @@ def test_unknown_preset_name_or_missing_file(tmp_path):
 def test_example_preset_reads_the_shipped_corpus_by_paragraph():
     preset = get_preset(str(EXAMPLES / "own_corpus.yaml"))
     assert preset.name == "own-corpus" and preset.name not in PRESETS
-    assert Path(preset.pool_spec.source) == EXAMPLES / "corpus.txt"
-    assert preset.pool_spec.text_unit == "paragraph"
+    assert Path(preset.pools.recipe.source) == EXAMPLES / "corpus.txt"
+    assert preset.pools.recipe.text_unit == "paragraph"
 
 
 def test_preset_show_prints_every_field_and_round_trips(tmp_path, capsys):
@@ -165,7 +196,7 @@ def test_the_built_in_presets_are_yaml_files_in_the_users_form(tmp_path):
     for name, preset in PRESETS.items():
         shown = preset_yaml(preset).replace(f"name: {name}\n", "")
         assert replace(load_preset(_preset_file(tmp_path, shown)), name=name) == preset
-    assert PRESETS["cpu-regime"].pool_seeds == PRESETS["cpu"].pool_seeds  # from its base
+    assert PRESETS["cpu-regime"].pools.seeds == PRESETS["cpu"].pools.seeds  # from its base
 
 
 def test_example_grid_is_a_valid_grid():
@@ -185,7 +216,7 @@ def test_example_preset_builds_a_pool_of_paragraph_documents(tmp_path):
     )
     paragraphs = (EXAMPLES / "corpus.txt").read_text().count("\n\n") + 1
     assert pool.train.n_docs + pool.val.n_docs > 30 and pool.train.n_docs < paragraphs
-    assert pool.train.n_tokens >= preset.pool_spec.tokens
+    assert pool.train.n_tokens >= preset.pools.recipe.tokens
 
 
 def test_regime_states_the_presets_ratios_against_the_papers():
@@ -193,12 +224,12 @@ def test_regime_states_the_presets_ratios_against_the_papers():
     from repro.runtime.shapes import model_config
 
     preset = PRESETS["cpu"]
-    params = Transformer(model_config(preset.models[0], 512)).num_params()
+    params = Transformer(model_config(preset.grid.models[0], 512)).num_params()
     regime = preset_regime(preset, 512)
-    tokens = preset.pool_spec.tokens
+    tokens = preset.pools.recipe.tokens
     assert regime["batch / pool (tokens)"] == (
-        min(preset.batch_sizes) * preset.seq_len / tokens,
-        max(preset.batch_sizes) * preset.seq_len / tokens,
+        min(preset.grid.batch_sizes) * preset.grid.seq_len / tokens,
+        max(preset.grid.batch_sizes) * preset.grid.seq_len / tokens,
     )
     assert regime["pool tokens per parameter"] == (tokens / params, tokens / params)
     assert regime["epochs"] == (1.0, 16.0)
@@ -275,7 +306,7 @@ def test_readme_states_every_built_in_presets_regime():
     }  # gpu: Llama 3's
     assert set(vocab) == set(PRESETS)
     for name, preset in PRESETS.items():
-        assert preset.pool_spec.tokenizer or preset.pool_spec.vocab_size == vocab[name]
+        assert preset.pools.recipe.tokenizer or preset.pools.recipe.vocab_size == vocab[name]
         table = EXAMPLES.parent / "figures" / name / f"{NOISE_SCALE_TABLE}.csv"
         committed = table.is_file() and name != "smoke"  # figures/smoke/: CI's, never committed
         noise = noise_scale_range(pd.read_csv(table)) if committed else None
@@ -295,7 +326,7 @@ def test_deviations_from_the_reference_recipe_are_listed():
 
 
 def test_a_wsd_branches_preset_branches_its_budgets_from_one_run(tmp_path):
-    preset = replace(PRESETS["smoke"], wsd_branches=True)
+    preset = changed(PRESETS["smoke"], grid={"wsd_branches": True})
     grid = batch_sweep_grid(preset, ["p0"])
     assert grid["wsd_branches"] and grid["fixed"]["schedule"] == "wsd"
     assert "wsd_branches" not in batch_sweep_grid(PRESETS["smoke"], ["p0"])
@@ -312,18 +343,22 @@ def test_the_regime_preset_sits_in_the_papers_ratios():
     from repro.runtime.shapes import model_config, parameter_count
 
     preset = PRESETS["cpu-regime"]
-    params = [parameter_count(model_config(m, 512)) for m in preset.models]
+    params = [parameter_count(model_config(m, 512)) for m in preset.grid.models]
     assert len(params) >= 2 and params == sorted(params)
-    assert all(0.13 <= preset.pool_spec.tokens / p <= 1.3 for p in params)
-    assert min(preset.batch_sizes) * 4 <= 45 and max(preset.batch_sizes) >= 4 * 58
-    assert 1 <= min(preset.epochs) and max(preset.epochs) <= 32 and len(preset.pool_seeds) >= 3
-    assert preset.beta2_half_life_batch == max(preset.batch_sizes)
+    assert all(0.13 <= preset.pools.recipe.tokens / p <= 1.3 for p in params)
+    assert min(preset.grid.batch_sizes) * 4 <= 45 and max(preset.grid.batch_sizes) >= 4 * 58
+    assert (
+        1 <= min(preset.grid.epochs)
+        and max(preset.grid.epochs) <= 32
+        and len(preset.pools.seeds) >= 3
+    )
+    assert preset.grid.beta2_half_life_batch == max(preset.grid.batch_sizes)
 
 
 def test_the_pool_size_sweep_trains_only_the_model_notebook_05_reads():
     small, large = scaling_grids(PRESETS["smoke"], {4_000: ["p4k"], 8_000: ["p8k"]})
-    assert small["axes"]["model"] == [PRESETS["smoke"].models[0]]
-    assert small["axes"]["weight_decay"] == [PRESETS["smoke"].weight_decays[0]]
+    assert small["axes"]["model"] == [PRESETS["smoke"].grid.models[0]]
+    assert small["axes"]["weight_decay"] == [PRESETS["smoke"].grid.weight_decays[0]]
     assert small["axes"]["pool"] == ["p4k"] and large["axes"]["pool"] == ["p8k"]
 
 
@@ -332,22 +367,25 @@ def test_the_pool_size_sweep_trains_the_batches_a_pool_holds_twice():
     (4,128 tokens); the 16k-token main pool holds every batch of the grid."""
     cpu = PRESETS["cpu"]
     assert cpu.scaling_batch_sizes(4_000) == (1, 2, 4, 8, 16)
-    assert cpu.scaling_batch_sizes(cpu.pool_spec.tokens) == cpu.batch_sizes
-    grids = scaling_grids(cpu, {4_000: ["a"], cpu.pool_spec.tokens: ["b"]})
-    assert [g["axes"]["batch_size"] for g in grids] == [[1, 2, 4, 8, 16], list(cpu.batch_sizes)]
-    with pytest.raises(ReproError, match=r"smallest scaling pool \(200 tokens\) holds a batch of"):
-        replace(cpu, scaling_pool_tokens=(200, 8_000))
+    assert cpu.scaling_batch_sizes(cpu.pools.recipe.tokens) == cpu.grid.batch_sizes
+    grids = scaling_grids(cpu, {4_000: ["a"], cpu.pools.recipe.tokens: ["b"]})
+    assert [g["axes"]["batch_size"] for g in grids] == [
+        [1, 2, 4, 8, 16],
+        list(cpu.grid.batch_sizes),
+    ]
+    with pytest.raises(ReproError, match=r"the smallest pool \(200 tokens\) holds a batch of"):
+        changed(cpu, critical_batch={"pool_tokens": (200, 8_000)})
 
 
 def test_gpus_per_run_gives_each_model_its_gpus_in_every_grid():
-    preset = replace(PRESETS["smoke"], gpus_per_run={"cpu-s": 2})
+    preset = changed(PRESETS["smoke"], execution={"gpus_per_run": {"cpu-s": 2}})
     runs = expand(batch_sweep_grid(preset, ["p0"]))
     assert {(c.model, c.gpus) for c in runs} == {("tiny", 1), ("cpu-s", 2)}
     assert len(runs) == len(expand(batch_sweep_grid(PRESETS["smoke"], ["p0"])))
-    first = replace(PRESETS["smoke"], gpus_per_run={"tiny": 2})
+    first = changed(PRESETS["smoke"], execution={"gpus_per_run": {"tiny": 2}})
     assert {c.gpus for c in expand(schedule_grid(first, "p0", 2, 0.1))} == {2}
-    with pytest.raises(ReproError, match="gpus_per_run needs models of this preset"):
-        replace(PRESETS["smoke"], gpus_per_run={"1.5b": 8})
+    with pytest.raises(ReproError, match="gpus_per_run names a model that is not in grid.models"):
+        changed(PRESETS["smoke"], execution={"gpus_per_run": {"1.5b": 8}})
 
 
 def test_beta2_half_life_batch_scales_beta2_with_the_batch_in_every_grid(tmp_path):
@@ -355,8 +393,8 @@ def test_beta2_half_life_batch_scales_beta2_with_the_batch_in_every_grid(tmp_pat
     8, 0.815 at 3 significant digits of 1 - beta2; 0.99 at batch 8 is 0.99 ** (2 / 8) =
     0.9974906, 0.99749, at batch 2. The reference batch keeps the default and its run ids."""
     smoke = PRESETS["smoke"]
-    preset = load_preset(_preset_file(tmp_path, "base: smoke\nbeta2_half_life_batch: 2\n"))
-    assert preset.beta2_half_life_batch == 2 and smoke.beta2_half_life_batch == 0
+    preset = load_preset(_preset_file(tmp_path, "base: smoke\ngrid: {beta2_half_life_batch: 2}\n"))
+    assert preset.grid.beta2_half_life_batch == 2 and smoke.grid.beta2_half_life_batch == 0
     sweep = expand(batch_sweep_grid(preset, ["p0"]))
     assert {(c.batch_size, c.adam_beta2) for c in sweep} == {(2, 0.95), (8, 0.815)}
     assert {c.adam_beta2 for c in expand(schedule_grid(preset, "p0", 2, 0.1))} == {0.815}
@@ -366,13 +404,18 @@ def test_beta2_half_life_batch_scales_beta2_with_the_batch_in_every_grid(tmp_pat
         run_id(c) for c in plain if c.batch_size == 2
     ]
     assert any("beta2 scaled with the batch" in note for note in deviations(preset))
-    other = replace(
-        preset, beta2_half_life_batch=8, extra={"adam_beta2": 0.99}, gpus_per_run={"cpu-s": 2}
+    other = changed(
+        preset,
+        grid={"beta2_half_life_batch": 8, "run_fields": {"adam_beta2": 0.99}},
+        execution={"gpus_per_run": {"cpu-s": 2}},
     )
     runs = expand(batch_sweep_grid(other, ["p0"]))
     assert {(c.batch_size, c.adam_beta2) for c in runs} == {(2, 0.99749), (8, 0.99)}
     assert (
-        dry_run_preset(replace(PRESETS["gpu"], beta2_half_life_batch=64)).beta2_half_life_batch == 3
+        dry_run_preset(
+            changed(PRESETS["gpu"], grid={"beta2_half_life_batch": 64})
+        ).grid.beta2_half_life_batch
+        == 3
     )
 
 
@@ -380,23 +423,31 @@ def test_the_beta2_ablation_runs_the_other_setting_at_the_smallest_batches():
     """Fixed betas: the ablation scales 0.95 from schedule_batch 8 at the two smallest batches
     (0.95 ** (1 / 8) = 0.99361); a preset with the rule (cpu: 0.95 at batch 32) ablates the
     reference betas at its beta2_ablation_batch_sizes."""
-    cpu = replace(PRESETS["cpu"], beta2_half_life_batch=0, beta2_ablation_batch_sizes=())
+    cpu = changed(
+        PRESETS["cpu"],
+        grid={"beta2_half_life_batch": 0},
+        batch_sweep={"beta2_ablation_batch_sizes": ()},
+    )
     assert beta2_ablation_batches(cpu) == (1, 2) and beta2_ablation_batches(PRESETS["smoke"]) == (
         2,
     )
     ablation = beta2_ablation(cpu)
-    assert ablation.beta2_half_life_batch == cpu.schedule_batch == 8
+    assert ablation.grid.beta2_half_life_batch == cpu.schedules.batch == 8
     assert [beta2_at(ablation, b) for b in (1, 2, 8)] == [0.99361, 0.9873, 0.95]
     assert [beta2_at(cpu, b) for b in (1, 2)] == [0.95, 0.95]
     assert beta2_ablation_batches(PRESETS["cpu"]) == (1,)
     assert beta2_at(beta2_ablation(PRESETS["cpu"]), 1) == 0.95
-    ruled = replace(cpu, beta2_half_life_batch=4, beta2_ablation_batch_sizes=(8, 1, 4))
+    ruled = changed(
+        cpu,
+        grid={"beta2_half_life_batch": 4},
+        batch_sweep={"beta2_ablation_batch_sizes": (8, 1, 4)},
+    )
     assert beta2_ablation_batches(ruled) == (1, 4, 8)
-    assert beta2_ablation(ruled).beta2_half_life_batch == 0
+    assert beta2_ablation(ruled).grid.beta2_half_life_batch == 0
     assert [beta2_at(beta2_ablation(ruled), b) for b in (1, 8)] == [0.95, 0.95]
     assert beta2_at(ruled, 1) == 0.9873  # 0.95 ** (1 / 4) = 0.987259
-    gpu = replace(PRESETS["gpu"], beta2_ablation_batch_sizes=(32, 16))
-    assert dry_run_preset(gpu).beta2_ablation_batch_sizes == (2, 1)
+    gpu = changed(PRESETS["gpu"], batch_sweep={"beta2_ablation_batch_sizes": (32, 16)})
+    assert dry_run_preset(gpu).batch_sweep.beta2_ablation_batch_sizes == (2, 1)
 
 
 @pytest.mark.parametrize("name", ["gpu-small", "gpu"])
@@ -408,13 +459,17 @@ def test_a_dry_run_keeps_every_run_of_the_plan_at_cpu_size(name):
     speed = GpuSpeed(1e12, "test")
     runs = plan(dry, 300, speed)["runs"].tolist()
     assert runs == plan(preset, 8192, speed)["runs"].tolist()
-    sizes = [parameter_count(model_config(m, 300)) for m in dry.models]
-    ladder = [parameter_count(model_config(m, 300)) for m in preset.models]
+    sizes = [parameter_count(model_config(m, 300)) for m in dry.grid.models]
+    ladder = [parameter_count(model_config(m, 300)) for m in preset.grid.models]
     assert sorted(range(len(sizes)), key=sizes.__getitem__) == sorted(
         range(len(ladder)), key=ladder.__getitem__
     )  # the same order by size
-    assert dry.name == f"{name}-dry-run" and dry.seq_len == 16 and dry.extra == {"device": "cpu"}
-    assert dry.pool_spec.dtype == ("uint32" if name == "gpu" else "auto")  # Llama 3: uint32 ids
+    assert (
+        dry.name == f"{name}-dry-run"
+        and dry.grid.seq_len == 16
+        and dry.grid.run_fields == {"device": "cpu"}
+    )
+    assert dry.pools.recipe.dtype == ("uint32" if name == "gpu" else "auto")  # Llama 3: uint32 ids
 
 
 def test_a_dry_run_takes_a_built_in_preset_and_keeps_the_notebooks_outputs(capsys):

@@ -193,7 +193,7 @@ RUN_DAMAGES = {
     "bare status": (_bare_status, "has no config.json"),
     "config.json missing": (lambda r: (r / "config.json").unlink(), "has no config.json"),
     "config.json edited": (lambda r: _edit_config(r, lr=0.5), "does not hash to its run id"),
-    "lr not a number": (lambda r: _edit_config(r, lr="abc"), "lr='abc' is not a valid float"),
+    "lr not a number": (lambda r: _edit_config(r, lr="abc"), "lr: expected float, got 'abc'"),
     "documents' losses not numbers": (
         lambda r: [np.save(p, np.array(["a", "b"])) for p in (r / "val_docs").glob("step-*.npy")],
         "val_docs is damaged (not a numeric array)",

@@ -221,8 +221,8 @@ def usual_batch(results: Results, preset) -> dict[str, int]:
     model sizes (grids.usual_batch_source), so that no pool's own luck picks the batch it is
     tested against; with a single pool, measured on it."""
     pools = sorted(results.runs["pool"].unique())
-    if preset.one_pass_batch_size:
-        return dict.fromkeys(pools, preset.one_pass_batch_size)
+    if preset.batch_sweep.one_pass_batch_size:
+        return dict.fromkeys(pools, preset.batch_sweep.one_pass_batch_size)
     one = batch_endpoints(results.subset(results.runs["epochs"] == 1))
     means = one.groupby(["pool", "batch_size"])["val_loss"].mean().unstack("batch_size")
     others = {pool: means.drop(index=pool) if len(pools) > 1 else means for pool in pools}

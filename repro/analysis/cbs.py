@@ -54,8 +54,8 @@ from repro.analysis.intervals import (
 )
 from repro.analysis.results import CONFIG_FIELDS, REPLICATE_FIELDS, Results, plain_value
 from repro.errors import ReproError
-from repro.runtime.config import parse_batch_schedule
-from repro.runtime.loaders import epoch_batches
+from repro.runtime.config import batch_schedule_text
+from repro.runtime.loaders import BatchPhases, epoch_batches
 
 # --- steps to a target loss ---------------------------------------------------------------------
 
@@ -614,15 +614,14 @@ def scaling_laws(scaling: pd.DataFrame) -> dict[str, Difference]:
 # --- batch-size schedules vs the best fixed batch -----------------------------------------------
 
 
-def _every_phase_within(schedule: str, epochs: int) -> bool:
-    """Whether every phase of `schedule` ("0:2,0.5:8") starts within `epochs` (phases start at
-    whole epochs, loaders.epoch_batches)."""
-    phases = parse_batch_schedule(schedule)
+def _every_phase_within(phases: BatchPhases, epochs: int) -> bool:
+    """Whether every phase of a batch schedule ((0.0, 2), (0.5, 8)) starts within `epochs`
+    (phases start at whole epochs, loaders.epoch_batches)."""
     batches = epoch_batches(epochs, 0, phases)
     return all(batch in batches for _, batch in phases)
 
 
-def schedule_slices(fixed: Results, schedules: list[str]) -> dict[str, tuple[int, float]]:
+def schedule_slices(fixed: Results, schedules: list[BatchPhases]) -> dict[str, tuple[int, float]]:
     """Per pool, the epoch budget and weight decay at which the `schedules` meet the `fixed`
     batches (one model): those of the best fixed batch (batch, lr, weight decay and budget) chosen
     on the *other* pools (selection.held_out_choices; on the pool itself when it is the only one),
@@ -638,7 +637,8 @@ def schedule_slices(fixed: Results, schedules: list[str]) -> dict[str, tuple[int
         if not fits:
             raise ReproError(
                 f"no epoch budget up to {budgets[-1]} gives every phase of the batch schedules "
-                f"{schedules} an epoch: add a longer budget or shorten the schedules"
+                f"{[batch_schedule_text(s) for s in schedules]} an epoch: add a longer budget or "
+                "shorten the schedules"
             )
         slices[pool] = (fits[0], float(best["weight_decay"]))
     return slices

@@ -29,25 +29,25 @@ MAREK = "not tested (betas fixed); Marek et al. 2025: yes"
 
 def beta2_reason(preset: Preset) -> str:
     """Which AdamW betas the batch sweep uses and why, and what the ablation runs instead."""
-    if preset.beta2_half_life_batch:
-        anchor_batch = preset.beta2_half_life_batch
+    if preset.grid.beta2_half_life_batch:
+        anchor_batch = preset.grid.beta2_half_life_batch
         why = (
-            f"the preset sets beta2_half_life_batch {anchor_batch}, so that every batch keeps the "
-            "token half-life its beta2 has there (Marek et al. 2025)"
+            f"the preset sets grid.beta2_half_life_batch {anchor_batch}, so that every batch keeps "
+            "the token half-life its beta2 has there (Marek et al. 2025)"
         )
-        if anchor_batch == max(preset.batch_sizes):
+        if anchor_batch == max(preset.grid.batch_sizes):
             why += (
                 "; that is the largest batch of the grid, so no batch runs a lower beta2 than the "
                 "reference recipe's and only the smaller batches average over more steps"
             )
         anchor = ""
     else:
-        why = "Kim et al.'s recipe, which the preset keeps (beta2_half_life_batch 0)"
-        anchor = f"\n  from schedule_batch {preset.schedule_batch}, the preset's reference batch"
+        why = "Kim et al.'s recipe, which the preset keeps (grid.beta2_half_life_batch 0)"
+        anchor = f"\n  from schedule_batch {preset.schedules.batch}, the preset's reference batch"
     batches = ", ".join(map(str, beta2_ablation_batches(preset)))
     return (
         f"batch sweep: {beta2_setting(preset)}\n  why: {why}\n"
-        f"ablation at batches {batches} (sequences), first model {preset.models[0]}: "
+        f"ablation at batches {batches} (sequences), first model {preset.grid.models[0]}: "
         f"{beta2_setting(beta2_ablation(preset))}{anchor}"
     )
 
@@ -57,8 +57,8 @@ def beta2_settings(preset: Preset) -> pd.DataFrame:
     average in tokens, and the ablation's at its batches (empty elsewhere)."""
     other = beta2_ablation(preset)
     rows = []
-    for batch in preset.batch_sizes:
-        tokens = batch * preset.seq_len
+    for batch in preset.grid.batch_sizes:
+        tokens = batch * preset.grid.seq_len
         row = {"batch (sequences)": batch, "sweep beta2": beta2_at(preset, batch)}
         row["sweep half-life (tokens)"] = round(beta2_half_life_tokens(row["sweep beta2"], tokens))
         if batch in beta2_ablation_batches(preset):
@@ -75,7 +75,7 @@ def beta2_arms(
 ) -> dict[str, pd.DataFrame]:
     """{setting in words: endpoints} for the figure: the batch sweep's endpoints (rows of
     analyses.batch_endpoints) at the ablation's model, and the ablation's."""
-    model = preset.models[0]
+    model = preset.grid.models[0]
     return {
         f"{beta2_setting(preset)} (sweep)": sweep[sweep["model"] == model],
         f"{beta2_setting(beta2_ablation(preset))} (ablation)": ablation,

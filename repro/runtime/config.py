@@ -8,12 +8,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
-import typing
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Literal
 
 import yaml
 
@@ -22,11 +19,59 @@ from repro.errors import ReproError
 from repro.runtime.loaders import LOADERS, BatchPhases, Loader
 from repro.runtime.schedules import DecayShape, Schedule, ScheduleName
 from repro.runtime.shapes import SIZES
+from repro.typed_fields import load_dataclass
 
 
-def _field(default, doc: str):
-    """A run field: its default and meaning with units (`repro train --help` lists them)."""
-    return field(default=default, metadata={"doc": doc})
+def _parse_save_steps(value, where: str) -> tuple[int, ...]:
+    """ "10,20" (or [10, 20]) -> (10, 20), sorted, each step once."""
+    items = value.split(",") if isinstance(value, str) else value
+    try:
+        return tuple(sorted({int(str(x)) for x in items if str(x).strip()}))
+    except (TypeError, ValueError):
+        raise ReproError(f"{where}={value!r} is not a comma-separated list of steps") from None
+
+
+def parse_batch_schedule(value, where: str = "batch_schedule") -> BatchPhases:
+    """ "0:4,0.5:16" (or [[0, 4], [0.5, 16]]) -> ((0.0, 4), (0.5, 16)): from each fraction of the
+    training epochs on, that batch size (sequences); a malformed one is a one-line error naming
+    `where`."""
+    wrong = ReproError(
+        f"{where}={value!r} must look like 0:4,0.5:16 "
+        "(fraction of epochs:batch size, starting at 0, fractions increasing below 1)"
+    )
+    try:
+        if isinstance(value, str):
+            items = [item.partition(":")[::2] for item in value.split(",")] if value else []
+        else:
+            items = list(value)
+        phases = tuple((float(fraction), int(batch)) for fraction, batch in items)
+    except (TypeError, ValueError):
+        raise wrong from None
+    fractions = [f for f, _ in phases]
+    if phases and (
+        fractions[0] != 0
+        or any(b <= 0 for _, b in phases)
+        or any(not 0 <= f < 1 for f in fractions)
+        or fractions != sorted(set(fractions))
+    ):
+        raise wrong
+    return phases
+
+
+def batch_schedule_text(phases: BatchPhases) -> str:
+    """Phases ((0.0, 4), (0.5, 16)) as a batch_schedule's text, "0:4,0.5:16"."""
+    return ",".join(f"{_fraction_text(f)}:{b}" for f, b in phases)
+
+
+def _fraction_text(fraction: float) -> str:
+    return str(int(fraction)) if fraction.is_integer() else repr(fraction)
+
+
+def _field(default, doc: str, parse=None, text=None):
+    """A run field: its default and meaning with units (`repro train --help` lists them); a field
+    written as text has its parser (value, where) and its formatter for config.json."""
+    metadata = {"doc": doc} | ({"parse": parse, "text": text} if parse else {})
+    return field(default=default, metadata=metadata)
 
 
 @dataclass
@@ -66,10 +111,18 @@ class RunConfig:
         1, "processes the run trains on with DDP, a GPU each (gloo on a CPU); sweeps launch them"
     )
     vocab_size: int = _field(0, "0: the pool's; otherwise must equal it")
-    save_steps: tuple[int, ...] = _field((), "steps whose checkpoints are kept (WSD trunk): 10,20")
+    save_steps: tuple[int, ...] = _field(
+        (),
+        "steps whose checkpoints are kept (WSD trunk): 10,20",
+        _parse_save_steps,
+        lambda steps: ",".join(str(s) for s in steps),
+    )
     init_from: str = _field("", "checkpoints/step-N.pt of another run to continue (WSD branch)")
     batch_schedule: BatchPhases = _field(
-        (), "f:B,...: batch B (sequences) from fraction f of the epochs; lr * sqrt(B / batch_size)"
+        (),
+        "f:B,...: batch B (sequences) from fraction f of the epochs; lr * sqrt(B / batch_size)",
+        parse_batch_schedule,
+        batch_schedule_text,
     )
     noise_scale: bool = _field(
         False, "log the gradient noise scale (needs >= 2 micro-batches or processes per step)"
@@ -86,104 +139,20 @@ class RunConfig:
         )
 
 
-def _coerce(name: str, kind: type, value):
-    if name in _TEXT_FIELDS:
-        return _TEXT_FIELDS[name][0](name, value)
-    if kind is bool and isinstance(value, str):
-        if value.lower() in ("true", "1", "yes", "on"):
-            return True
-        if value.lower() in ("false", "0", "no", "off"):
-            return False
-        raise ReproError(f"{name}={value!r} is not a boolean; use true or false")
-    if kind is int and isinstance(value, float):
-        if not value.is_integer():
-            raise ReproError(f"{name}={value!r} is not a whole number")
-        return int(value)
-    try:
-        value = kind(value) if not isinstance(value, kind) or kind is float else value
-    except (TypeError, ValueError):
-        raise ReproError(f"{name}={value!r} is not a valid {kind.__name__}") from None
-    if kind is float and not math.isfinite(value):
-        raise ReproError(f"{name}={value} is not a finite number; give a real value")
-    return value
-
-
-def _parse_save_steps(name: str, value) -> tuple[int, ...]:
-    """ "10,20" (or [10, 20]) -> (10, 20), sorted, each step once."""
-    items = value.split(",") if isinstance(value, str) else value
-    try:
-        return tuple(sorted({int(str(x)) for x in items if str(x).strip()}))
-    except (TypeError, ValueError):
-        raise ReproError(f"{name}={value!r} is not a comma-separated list of steps") from None
-
-
-def _parse_batch_schedule(name: str, value) -> BatchPhases:
-    """ "0:4,0.5:16" (or [[0, 4], [0.5, 16]]) -> ((0.0, 4), (0.5, 16)): from each fraction of the
-    training epochs on, that batch size (sequences)."""
-    wrong = ReproError(
-        f"{name}={value!r} must look like 0:4,0.5:16 "
-        "(fraction of epochs:batch size, starting at 0, fractions increasing below 1)"
-    )
-    try:
-        if isinstance(value, str):
-            items = [item.partition(":")[::2] for item in value.split(",")] if value else []
-        else:
-            items = list(value)
-        phases = tuple((float(fraction), int(batch)) for fraction, batch in items)
-    except (TypeError, ValueError):
-        raise wrong from None
-    fractions = [f for f, _ in phases]
-    if phases and (
-        fractions[0] != 0
-        or any(b <= 0 for _, b in phases)
-        or any(not 0 <= f < 1 for f in fractions)
-        or fractions != sorted(set(fractions))
-    ):
-        raise wrong
-    return phases
-
-
-def parse_batch_schedule(text: str) -> BatchPhases:
-    """A batch_schedule's text ("0:4,0.5:16") as its phases ((0.0, 4), (0.5, 16))."""
-    return _parse_batch_schedule("batch_schedule", text)
-
-
-def batch_schedule_text(phases: BatchPhases) -> str:
-    """Phases ((0.0, 4), (0.5, 16)) as a batch_schedule's text, "0:4,0.5:16"."""
-    return ",".join(f"{_fraction_text(f)}:{b}" for f, b in phases)
-
-
-def _fraction_text(fraction: float) -> str:
-    return str(int(fraction)) if fraction.is_integer() else repr(fraction)
-
-
-_TEXT_FIELDS = {
-    "save_steps": (_parse_save_steps, lambda steps: ",".join(str(s) for s in steps)),
-    "batch_schedule": (_parse_batch_schedule, batch_schedule_text),
-}
-"""Tuple fields written as text in config.json and run ids (parser, formatter)."""
-
-
 def make_run_config(values: dict) -> RunConfig:
-    """A RunConfig from a dict of field values (strings are converted to the field's type; a
-    choice such as `loader` stays a string, checked by check_fields)."""
-    hints = typing.get_type_hints(RunConfig)
-    types = {
-        f.name: str if typing.get_origin(hints[f.name]) is Literal else hints[f.name]
-        for f in fields(RunConfig)
-    }
-    unknown = sorted(set(values) - set(types))
-    if unknown:
-        raise ReproError(f"unknown run field {unknown[0]!r}; valid fields: {', '.join(types)}")
-    return RunConfig(**{k: _coerce(k, types[k], v) for k, v in values.items()})
+    """A RunConfig from a dict of field values, as YAML, config.json or key=value text give them
+    (repro.typed_fields, in its text mode: "8" and "true" convert; a choice such as `loader`
+    stays a string, checked by check_fields)."""
+    return load_dataclass(RunConfig, values, text=True)
 
 
 def config_record(config: RunConfig) -> dict:
     """The config as config.json holds it: every field, tuples in their text form (0:4,0.5:16),
     so make_run_config reads it back unchanged."""
     record = asdict(config)
-    for name, (_, text) in _TEXT_FIELDS.items():
-        record[name] = text(record[name])
+    for f in fields(RunConfig):
+        if "text" in f.metadata:
+            record[f.name] = f.metadata["text"](record[f.name])
     return record
 
 
