@@ -75,11 +75,9 @@ def _run_entries(run: Path, keep: set[int] | None) -> dict[str, bytes]:
     entries = {_name(run, p): p.read_bytes() for p in files}
     if keep is None:
         return entries
-    held = {int(p.stem.removeprefix("step-")) for p in folder.docs_dir.glob("step-*.npy")}
-    if folder.halves_file.is_file():  # a run imported from a bundle: its halves are all there
-        held |= {int(step) for step in read_json(folder.halves_file, folder.retrain)}
-    halves = {str(step): folder.half_losses(step) for step in sorted(held)}
-    left_out = held - {*keep, folder.status().get("step")}
+    held = folder.document_steps()
+    halves = {str(step): folder.half_losses(step) for step in held}
+    left_out = set(held) - {*keep, folder.status().get("step")}
     for step in left_out:
         entries.pop(_name(run, folder.document_losses_file(step)), None)
     if left_out:

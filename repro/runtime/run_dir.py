@@ -209,6 +209,14 @@ class RunDir:
             raise ReproError(f"{losses} does not match {tokens}: {self.retrain}")
         return pair
 
+    def document_steps(self) -> list[int]:
+        """The evaluation steps whose per-document losses the run holds (val_docs/step-N.npy), or,
+        in a run from a bundle, whose half losses it holds (val_docs/halves.json)."""
+        held = {int(p.stem.removeprefix("step-")) for p in self.docs_dir.glob("step-*.npy")}
+        if self.halves_file.is_file():
+            held |= {int(step) for step in read_json(self.halves_file, self.retrain)}
+        return sorted(held)
+
     def half_losses(self, step: int) -> list[float]:
         """Mean loss (nats/token) on each half of the validation documents at `step`
         (half_losses): from val_docs/step-N.npy, else from val_docs/halves.json; a one-line error
