@@ -62,7 +62,11 @@ def documents_read(folder: str | Path) -> Steps:
     steps: Steps = {}
     for record in records:
         for run_id, read in read_json(record, "run its notebook again").items():
-            steps.setdefault(run_id, set()).update(int(step) for step in read)
+            if not (isinstance(read, list) and all(type(step) is int for step in read)):
+                raise ReproError(
+                    f"{record}: {run_id} holds no list of steps; run its notebook again"
+                )
+            steps.setdefault(run_id, set()).update(read)
     return steps
 
 
@@ -76,13 +80,29 @@ def _run_entries(run: Path, keep: set[int] | None) -> dict[str, bytes]:
     if keep is None:
         return entries
     held = folder.document_steps()
+    if not keep <= set(held):
+        raise ReproError(
+            f"{run} has no per-document losses at step {min(keep - set(held))}, which the "
+            "record of the notebooks names: run them again against this store"
+        )
     halves = {str(step): folder.half_losses(step) for step in held}
-    left_out = set(held) - {*keep, folder.status().get("step")}
+    left_out = set(held[:-1]) - keep  # the last evaluation is always kept
     for step in left_out:
         entries.pop(_name(run, folder.document_losses_file(step)), None)
     if left_out:
         entries[_name(run, folder.halves_file)] = json.dumps(halves, sort_keys=True).encode()
     return entries
+
+
+def _check_read(store: Path, runs: list[Path], read: Steps | None) -> None:
+    """A one-line error for a record of the notebooks (`read`) that names a run `store` does not
+    hold finished: they analysed another store."""
+    missing = sorted(set(read or {}) - {run.name for run in runs})
+    if missing:
+        raise ReproError(
+            f"the notebooks' record names run {missing[0]}, which {store} does not hold "
+            f"finished ({len(missing)} such runs): run them again against this store"
+        )
 
 
 def _name(store: Path, path: Path) -> str:
@@ -121,7 +141,9 @@ def export_bundle(store: str | Path, out: str | Path, read: Steps | None = None)
     ]
     if not runs:
         raise ReproError(f"{store} has no finished runs to export")
-    documents = "every evaluation" if read is None else "the last and those the analyses read"
+    _check_read(store, runs, read)
+    partial = read is not None or any(RunDir(run).halves_file.is_file() for run in runs)
+    documents = "the last and those the analyses read" if partial else "every evaluation"
     manifest = {"format": FORMAT, "numerics": NUMERICS, "runs": len(runs), "documents": documents}
     stored: dict[str, str] = {}
     with atomic_write(out, "wb") as file:
@@ -207,10 +229,17 @@ def _read_bundle(bundle: Path) -> dict[str, dict[str, bytes]]:
 
 
 def _same_run(run: Path, entries: dict[str, bytes]) -> bool:
-    """Whether the store's `run` holds the same bytes as a bundle's `entries` in every file that
-    both hold (a bundle may leave per-document losses out: Steps)."""
+    """Whether the store's `run` is a bundle's `entries`: the same files apart from per-document
+    losses (a bundle may leave some out: Steps), the same bytes in every file that both hold."""
     held = _run_entries(run, None)
+    if {n for n in held if not _losses(n)} != {n for n in entries if not _losses(n)}:
+        return False
     return all(held[name] == data for name, data in entries.items() if name in held)
+
+
+def _losses(name: str) -> bool:
+    """Whether a run's file `name` holds per-document or half losses of one evaluation or more."""
+    return re.fullmatch(r"val_docs/(step-\d+\.npy|halves\.json)", name) is not None
 
 
 def _remove_dead_imports(store: Path) -> None:

@@ -28,12 +28,10 @@ def dry_run_preset(preset: Preset) -> Preset:
     grid, recipe = preset.grid, preset.pools.recipe
     if len(grid.models) > len(CPU_SIZES):
         raise ReproError(f"preset {preset.name}: a dry run maps at most {len(CPU_SIZES)} models")
-    by_size = sorted(grid.models, key=lambda m: parameter_count(model_config(m, 512)))
     ramps = preset.schedules.ramps
     half_life = [grid.beta2_half_life_batch] if grid.beta2_half_life_batch else []
     scheduled = [b for phases in ramps.values() for _, b in phases]
     batch = _ranks([*grid.lrs, preset.schedules.batch, *scheduled, *half_life])
-    epochs = _ranks(list(grid.epochs))
     largest = max(batch.values()) * 17  # tokens of one batch of 16-token sequences (+1 target)
     share = min(preset.critical_batch.pool_tokens, default=recipe.tokens) / recipe.tokens
     tokens = max(2 * largest, math.ceil(largest / share))  # every pool holds a largest batch
@@ -44,19 +42,7 @@ def dry_run_preset(preset: Preset) -> Preset:
         preset,
         name=preset.name + DRY_RUN,
         pools=replace(preset.pools, recipe=pool),
-        grid=Grid(
-            models=tuple(CPU_SIZES[by_size.index(m)] for m in grid.models),
-            seq_len=16,
-            batch_sizes=tuple(batch[b] for b in grid.batch_sizes),
-            lrs={batch[b]: lrs for b, lrs in grid.lrs.items()},
-            weight_decays=grid.weight_decays,
-            epochs=tuple(epochs[e] for e in grid.epochs),
-            wsd_branches=grid.wsd_branches,
-            eval_every=1.0,  # the fewest evaluations a run may have: they cost more than its steps
-            beta2_half_life_batch=batch.get(grid.beta2_half_life_batch, 0),
-            run_fields={"device": "cpu"},
-            downstream_tasks=("pool_continuation",) if grid.downstream_tasks else (),
-        ),
+        grid=_dry_grid(grid, batch),
         execution=replace(
             preset.execution,
             workers=2,
@@ -78,6 +64,25 @@ def dry_run_preset(preset: Preset) -> Preset:
             tuple(batch[b] for b in preset.critical_batch.noise_scale_batches),
             noise_micro_batch=1,
         ),
+    )
+
+
+def _dry_grid(grid: Grid, batch: dict[int, int]) -> Grid:
+    """dry_run_preset's grid: models, batches and epoch budgets by rank, 16-token sequences."""
+    by_size = sorted(grid.models, key=lambda m: parameter_count(model_config(m, 512)))
+    epochs = _ranks(list(grid.epochs))
+    return Grid(
+        models=tuple(CPU_SIZES[by_size.index(m)] for m in grid.models),
+        seq_len=16,
+        batch_sizes=tuple(batch[b] for b in grid.batch_sizes),
+        lrs={batch[b]: lrs for b, lrs in grid.lrs.items()},
+        weight_decays=grid.weight_decays,
+        epochs=tuple(epochs[e] for e in grid.epochs),
+        wsd_branches=grid.wsd_branches,
+        eval_every=1.0,  # the fewest evaluations a run may have: they cost more than its steps
+        beta2_half_life_batch=batch.get(grid.beta2_half_life_batch, 0),
+        run_fields={"device": "cpu"},
+        downstream_tasks=("pool_continuation",) if grid.downstream_tasks else (),
     )
 
 

@@ -8,8 +8,8 @@ or past the end of the group's grid one geometric step as wide as the grid's ste
 run counts as tried; weight decay 0 is a floor). Each missing neighbour becomes a run, with every
 epoch budget of the grid (selection.untried_neighbours). So a choice that moved past the grid's
 edge also gets the other axis's neighbours there, and the search is coordinate-wise. Repeated for a
-preset's `grid_growth` rounds, it stops where every choice is bracketed; where the rounds run out,
-the notebooks' edge notes say so. With the preset's `grow_epochs`, a choice at the largest epoch
+preset's `growth.rounds`, it stops where every choice is bracketed; where the rounds run out,
+the notebooks' edge notes say so. With the preset's `growth.epochs`, a choice at the largest epoch
 budget its group tried also gets a run of twice that budget each round (with WSD branches, a
 longer trunk of its own), so a best budget is bracketed too unless the rounds run out.
 

@@ -351,9 +351,7 @@ def pool_vocab(preset: Preset, built: dict | None) -> int:
         return KNOWN_VOCABS[preset.pools.recipe.tokenizer]
     raise ReproError(
         f"preset {preset.name}: the vocab of tokenizer {preset.pools.recipe.tokenizer} is known "
-        "once "
-        "the "
-        "pool is built; build it (repro data build) or pass --vocab"
+        "once the pool is built; build it (repro data build) or pass --vocab"
     )
 
 

@@ -40,9 +40,8 @@ def _read_yaml(path: Path) -> dict:
 def _preset(data: dict, name: str, base: Preset | None, path: Path) -> Preset:
     """The preset `name` that `data` (a preset file's sections, `base` and `name` taken out) sets
     over `base` (repro.typed_fields); a local pool source is read relative to `path`'s folder."""
-    recipe = (
-        (data.get("pools") or {}).get("recipe") if isinstance(data.get("pools"), dict) else None
-    )
+    pools = data.get("pools")
+    recipe = pools.get("recipe") if isinstance(pools, dict) else None
     if isinstance(recipe, dict) and {"seed", "val_seed"} & set(recipe):
         raise ReproError(f"{path}: pool seeds come from pools.seeds (e.g. seeds: [0, 1])")
     try:

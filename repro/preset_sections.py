@@ -12,11 +12,12 @@ from repro.data.build import PoolSpec, check_spec
 from repro.errors import ReproError
 from repro.runtime.config import (
     BatchPhases,
+    RunConfig,
     batch_schedule_text,
-    make_run_config,
     parse_batch_schedule,
 )
 from repro.runtime.loaders import LOADERS
+from repro.typed_fields import load_dataclass
 
 
 def _at_least(section: str, minimum: int, **values: int | tuple[int, ...]) -> None:
@@ -58,10 +59,7 @@ def _run_fields(value, where: str) -> dict[str, bool | int | float | str]:
     listed = [k for k, v in value.items() if not isinstance(v, bool | int | float | str)]
     if listed:  # a list or mapping (maybe a YAML alias bomb) is never a run field's value
         raise ReproError(f"{where}: {listed[0]} must be one value, not a list or mapping")
-    try:
-        config = make_run_config(value)
-    except ReproError as exc:
-        raise ReproError(f"{where}: {exc}") from None
+    config = load_dataclass(RunConfig, value, where)
     return {name: getattr(config, name) for name in value}
 
 
@@ -97,6 +95,9 @@ class Grid:
         missing = sorted(set(self.batch_sizes) - set(self.lrs))
         if missing:
             raise ReproError(f"grid: no lr grid for batch size {missing[0]}; add it under lrs")
+        empty = sorted(b for b, lrs in self.lrs.items() if not lrs)
+        if empty:
+            raise ReproError(f"grid.lrs[{empty[0]}] is empty; give at least one lr")
 
 
 @dataclass(frozen=True)
@@ -129,7 +130,10 @@ class Growth:
     def __post_init__(self) -> None:
         _at_least("growth", 0, rounds=self.rounds)
         if self.epochs and not self.rounds:
-            raise ReproError("growth.epochs needs rounds of growth (set growth.rounds: 1)")
+            raise ReproError(
+                "growth.epochs needs rounds of growth (set growth.rounds: 1, or growth.epochs: "
+                "false)"
+            )
 
 
 @dataclass(frozen=True)

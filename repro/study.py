@@ -433,18 +433,16 @@ class Study:
 
     def _record_documents(self, name: str) -> None:
         """figures/<preset>/<N>_documents_read.json, N the notebook's number (`name` up to its
-        first "_"): {run id: [steps]} whose per-document losses the study has read so far, what a
-        results bundle must hold for these figures (repro results export --read); none while it
-        has read none."""
-        if not self.documents.read:
-            return
+        first "_"): {run id: [steps]} whose per-document losses the study has read so far (one
+        run a line), what a results bundle must hold for these figures (repro results export
+        --read)."""
         steps: dict[str, list[int]] = {}
         for run_id, step in sorted(self.documents.read):
             steps.setdefault(run_id, []).append(step)
-        prefix = name.split("_", 1)[0]
+        lines = [f"{json.dumps(run_id)}: {json.dumps(read)}" for run_id, read in steps.items()]
         self.figures.mkdir(parents=True, exist_ok=True)
-        text = json.dumps(steps, indent=0, sort_keys=True)
-        (self.figures / f"{prefix}{DOCUMENTS_READ}").write_text(text + "\n")
+        record = self.figures / f"{name.split('_', 1)[0]}{DOCUMENTS_READ}"
+        record.write_text("{\n" + ",\n".join(lines) + ("\n" if lines else "") + "}\n")
 
 
 def open_study(

@@ -1,7 +1,8 @@
 """One loader from plain values (YAML, JSON, key=value text) to typed dataclasses: the run config
 (repro.runtime.config), presets and their sections, and the pools' recipe (repro.preset_files).
-Each value is checked and converted to its field's type; a wrong one is a one-line error naming
-the field's path (`grid.lrs[2][0]: expected float, got 'x'`).
+Each value is checked and converted to its field's type (a Literal's choices are left to the
+class's own checks); a wrong one is a one-line error naming the field's path
+(`grid.lrs[2][0]: expected float, got 'x'`).
 
 A field may name its own parser in its metadata (`{"parse": function(value, where)}`), as the run
 fields written as text do (save_steps "10,20", batch_schedule "0:4,0.5:16"). With `text`, values
@@ -18,28 +19,34 @@ import re
 import types
 import typing
 from dataclasses import MISSING, fields, is_dataclass, replace
+from typing import TypeVar
 
 from repro.errors import ReproError
 from repro.units import parse_count
+
+T = TypeVar("T")
 
 BOOLEANS = {"true": True, "1": True, "yes": True, "on": True}
 BOOLEANS |= {"false": False, "0": False, "no": False, "off": False}
 
 
-def load_dataclass(cls: type, values: dict, where: str = "", base=None, text: bool = False):
+def load_dataclass(
+    cls: type[T], values: dict, where: str = "", base: T | None = None, text: bool = False
+) -> T:
     """An instance of dataclass `cls`: `values` converted to its fields' types over `base` (an
     instance whose other fields are kept; None: the class's defaults). A field that is itself a
     dataclass takes a mapping, merged over `base`'s value of it the same way. An unknown field or
     a wrong type is a one-line ReproError naming its path under `where`."""
+    at = f"{where}: " if where else ""
     if not isinstance(values, dict):
-        raise ReproError(f"{where or cls.__name__}: expected a mapping of fields, got {values!r}")
+        raise ReproError(f"{at}expected a mapping of fields, got {values!r}")
     hints, by_name = _hints(cls), {f.name: f for f in fields(cls)}
     converted = {}
     for key, value in values.items():
         path = f"{where}.{key}" if where else str(key)
         if key not in by_name:
             known = ", ".join(by_name)
-            raise ReproError(f"{where or cls.__name__}: unknown field {key!r}; fields: {known}")
+            raise ReproError(f"{at}unknown field {key!r}; fields: {known}")
         hint, parse = hints[key], by_name[key].metadata.get("parse")
         if parse is not None:
             converted[key] = parse(value, path)
@@ -51,7 +58,7 @@ def load_dataclass(cls: type, values: dict, where: str = "", base=None, text: bo
         return replace(base, **converted)
     missing = [f.name for f in fields(cls) if f.name not in converted and _required(f)]
     if missing:
-        raise ReproError(f"{where or cls.__name__}: {missing[0]} is missing; give it")
+        raise ReproError(f"{at}{missing[0]} is missing; give it")
     return cls(**converted)
 
 
@@ -65,7 +72,8 @@ def _required(f) -> bool:
 
 
 def _converted(value, hint, where: str, text: bool):
-    """`value` as type `hint`: int, float, str, bool, a Literal (a string), X | None,
+    """`value` as type `hint`: int, float, str, bool, a Literal (a string: its choices are checked
+    where the class checks its fields, e.g. runtime.config.check_fields), X | None,
     tuple[X, ...] (a single value for a one-element tuple), tuple[X, Y], dict[K, V] or dict."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (types.UnionType, typing.Union):

@@ -126,6 +126,41 @@ def test_a_bundle_of_what_the_analyses_read(store, tmp_path):
         left_out.half_losses(step)
 
 
+def test_a_bundle_of_the_analyses_keeps_each_runs_last_evaluation(store, tmp_path):
+    """Whatever its status.json says (a diverged run's last step has no evaluation), a run keeps
+    the per-document losses of its last evaluation; a record naming an evaluation or a run that
+    the store does not hold is a one-line error, before anything is written."""
+    copy = tmp_path / "store"
+    shutil.copytree(store, copy)
+    first = sorted(p for p in copy.iterdir() if (p / "status.json").is_file())[0]
+    status = json.loads((first / "status.json").read_text())
+    (first / "status.json").write_text(json.dumps(status | {"status": "diverged", "step": 1}))
+    out = tmp_path / "b.tar.xz"
+    export_bundle(copy, out, {})
+    with tarfile.open(out) as archive:
+        kept = [n for n in archive.getnames() if n.startswith(f"{first.name}/val_docs/step-")]
+    assert kept == [f"{first.name}/val_docs/step-{_evaluated(RunDir(first))[-1]}.npy"]
+    for read, says in (
+        ({first.name: {3}}, "has no per-document losses at step 3"),
+        ({"fedcba987654": {3}}, "names run fedcba987654, which"),
+    ):
+        with pytest.raises(ReproError, match=says):
+            export_bundle(copy, tmp_path / "c.tar.xz", read)
+        assert not (tmp_path / "c.tar.xz").exists()
+
+
+def test_a_store_folder_that_is_not_the_bundles_run_is_refused(bundle, tmp_path):
+    """A folder of the same name that lacks the run's files (an interrupted run: config.json
+    only) is not the bundle's run, though every file it holds matches."""
+    with tarfile.open(bundle) as archive:
+        rid = next(n.split("/")[0] for n in archive.getnames() if n.endswith("config.json"))
+        config = archive.extractfile(f"{rid}/config.json").read()
+    (tmp_path / "s" / rid).mkdir(parents=True)
+    (tmp_path / "s" / rid / "config.json").write_bytes(config)
+    with pytest.raises(ReproError, match=f"{rid} holds other contents than"):
+        import_bundle(bundle, tmp_path / "s")
+
+
 def test_the_records_of_what_the_notebooks_read(tmp_path):
     """documents_read: the union of a figures folder's records; none is a one-line error."""
     with pytest.raises(ReproError, match="holds no \\*_documents_read.json .*without --read"):
@@ -133,6 +168,9 @@ def test_the_records_of_what_the_notebooks_read(tmp_path):
     (tmp_path / "02_documents_read.json").write_text(json.dumps({"a": [3, 6], "b": [6]}))
     (tmp_path / "04_documents_read.json").write_text(json.dumps({"a": [4]}))
     assert documents_read(tmp_path) == {"a": {3, 4, 6}, "b": {6}}
+    (tmp_path / "05_documents_read.json").write_text(json.dumps({"a": "4"}))
+    with pytest.raises(ReproError, match="05_documents_read.json: a holds no list of steps"):
+        documents_read(tmp_path)
 
 
 def test_the_shipped_bundles_are_of_these_numerics_and_built_in_presets():

@@ -71,7 +71,7 @@ def test_a_choice_that_moved_past_the_grid_gets_the_other_axis_beside_it(hand_ma
 
 @pytest.mark.parametrize("best_budget,grown", [(4, [8]), (2, [])])
 def test_a_best_budget_at_the_largest_tried_grows_to_twice_it(hand_made, best_budget, grown):
-    """With `epochs` (the preset's grow_epochs), a bracketed lr and weight decay at the largest
+    """With `epochs` (the preset's growth.epochs), a bracketed lr and weight decay at the largest
     budget tried get one run of twice that budget; an interior best budget gets none."""
     square = {(lr, wd): 3.2 for lr in (1e-3, 3e-3, 9e-3) for wd in (0.1, 0.3, 1.0)}
     _square(hand_made, square | {(3e-3, 0.3): 3.1})

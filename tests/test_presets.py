@@ -74,7 +74,7 @@ def test_yaml_preset_overrides_a_base_and_types_its_fields(tmp_path):
 @pytest.mark.parametrize(
     "text, message",
     [
-        ("batch_size: [2]", "Preset: unknown field 'batch_size'; fields: name, pools, grid"),
+        ("batch_size: [2]", "mine.yaml: unknown field 'batch_size'; fields: name, pools, grid"),
         ("grid: {batch_size: [2]}", "grid: unknown field 'batch_size'"),
         ("pools: {recipe: {tokenz: 3}}", "pools.recipe: unknown field 'tokenz'"),
         ("grid: {epochs: two}", "grid.epochs[0]: expected int, got 'two'"),
@@ -123,14 +123,14 @@ def test_yaml_preset_overrides_a_base_and_types_its_fields(tmp_path):
         ),
         (
             "grid: {beta2_half_life_batch: 2, run_fields: {adam_beta2: x}}",
-            "grid.run_fields: adam_beta2: expected float, got 'x'",
+            "grid.run_fields.adam_beta2: expected float, got 'x'",
         ),
         ("grid: {lrs: {2: [0.0], 8: [0.1]}}", "lr must be positive"),
         ("grid: {weight_decays: [-0.1]}", "weight decays must be >= 0"),
         ("schedules: {ramps: {up: 'fast'}}", "schedules.ramps[up]='fast' must look like"),
         (
             "grid: {run_fields: {devcie: cuda}}",
-            "grid.run_fields: RunConfig: unknown field 'devcie'",
+            "grid.run_fields: unknown field 'devcie'; fields: pool, model",
         ),
         ("critical_batch: {noise_scale_batches: [2]}", "noise_scale needs at least two micro-"),
         ("critical_batch: {pool_tokens: [8000]}", "pool of 8000 tokens is not smaller"),
@@ -420,7 +420,7 @@ def test_beta2_half_life_batch_scales_beta2_with_the_batch_in_every_grid(tmp_pat
 
 
 def test_the_beta2_ablation_runs_the_other_setting_at_the_smallest_batches():
-    """Fixed betas: the ablation scales 0.95 from schedule_batch 8 at the two smallest batches
+    """Fixed betas: the ablation scales 0.95 from schedules.batch 8 at the two smallest batches
     (0.95 ** (1 / 8) = 0.99361); a preset with the rule (cpu: 0.95 at batch 32) ablates the
     reference betas at its beta2_ablation_batch_sizes."""
     cpu = changed(

@@ -96,7 +96,8 @@ def test_a_notebook_replaces_its_figures_only_when_it_succeeds(tmp_path, monkeyp
     assert (figures / "01_table.md").read_text() == "old\n"
     (tmp_path / "FAIL").unlink()
     main(["reproduce", "--preset", "smoke", "--only", "01"])
-    assert sorted(p.name for p in figures.iterdir()) == ["01_table.csv", "01_table.md"]
+    written = ["01_documents_read.json", "01_table.csv", "01_table.md"]
+    assert sorted(p.name for p in figures.iterdir()) == written
     assert "2.5" in (figures / "01_table.md").read_text()
     assert not list((tmp_path / "runs" / "smoke").glob("staging-*"))
 
@@ -342,7 +343,7 @@ def test_outside_a_checkout_fails_before_any_training(tmp_path, monkeypatch, cap
 
 def test_preset_file_runs_under_its_own_name_and_outputs_can_be_stored(tmp_path, monkeypatch):
     _project(tmp_path, "print(preset)")
-    (tmp_path / "mine.yaml").write_text("base: smoke\nepochs: 1\n")
+    (tmp_path / "mine.yaml").write_text("base: smoke\ngrid: {epochs: 1}\n")
     monkeypatch.chdir(tmp_path)
     main(["reproduce", "--preset", "mine.yaml", "--only", "01", "--store-outputs"])
     executed = nbformat.read(tmp_path / "runs" / "mine" / "notebooks" / "01_only.ipynb", 4)

@@ -230,7 +230,7 @@ def test_small_model_overfits_a_tiny_pool(tmp_path):
         ({"loader": "random"}, "unknown loader"),
         ({"lr": -1}, "lr must be positive"),
         ({"epochs": 0}, "epochs must be positive"),
-        ({"colour": "red"}, "RunConfig: unknown field 'colour'; fields: pool, model"),
+        ({"colour": "red"}, "unknown field 'colour'; fields: pool, model"),
         ({"tie_embeddings": "maybe"}, "tie_embeddings: expected bool, got 'maybe'"),
         ({"micro_batch": -1}, "must be >= 0"),
         ({"seed": -3}, "must be >= 0"),

@@ -43,7 +43,7 @@ def test_a_nested_mapping_merges_over_the_base_section():
 @pytest.mark.parametrize(
     ("values", "message"),
     [
-        ({"name": "a"}, "Outer: inner is missing; give it"),
+        ({"name": "a"}, "inner is missing; give it"),
         ({"name": "a", "inner": 3}, "inner: expected a mapping of fields, got 3"),
         ({"name": "a", "inner": {"stepz": 1}}, "inner: unknown field 'stepz'; fields: steps, rate"),
         ({"name": "a", "inner": {"steps": "8"}}, "inner.steps: expected int, got '8'"),

@@ -43,7 +43,7 @@ def beta2_reason(preset: Preset) -> str:
         anchor = ""
     else:
         why = "Kim et al.'s recipe, which the preset keeps (grid.beta2_half_life_batch 0)"
-        anchor = f"\n  from schedule_batch {preset.schedules.batch}, the preset's reference batch"
+        anchor = f"\n  from schedules.batch {preset.schedules.batch}, the preset's reference batch"
     batches = ", ".join(map(str, beta2_ablation_batches(preset)))
     return (
         f"batch sweep: {beta2_setting(preset)}\n  why: {why}\n"

@@ -217,7 +217,7 @@ def _check_run(results: Results, rid: str, step, finals: pd.DataFrame) -> None:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class MemoryDocuments:
     """The DocumentLosses of simulated or hand-made studies: `table` maps (run id, step) to
     (losses, tokens)."""

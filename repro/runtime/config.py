@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from repro.runtime.shapes import SIZES
 from repro.typed_fields import load_dataclass
 
 
-def _parse_save_steps(value, where: str) -> tuple[int, ...]:
+def _parse_save_steps(value: str | Sequence, where: str) -> tuple[int, ...]:
     """ "10,20" (or [10, 20]) -> (10, 20), sorted, each step once."""
     items = value.split(",") if isinstance(value, str) else value
     try:
@@ -31,7 +32,7 @@ def _parse_save_steps(value, where: str) -> tuple[int, ...]:
         raise ReproError(f"{where}={value!r} is not a comma-separated list of steps") from None
 
 
-def parse_batch_schedule(value, where: str = "batch_schedule") -> BatchPhases:
+def parse_batch_schedule(value: str | Sequence, where: str = "batch_schedule") -> BatchPhases:
     """ "0:4,0.5:16" (or [[0, 4], [0.5, 16]]) -> ((0.0, 4), (0.5, 16)): from each fraction of the
     training epochs on, that batch size (sequences); a malformed one is a one-line error naming
     `where`."""
