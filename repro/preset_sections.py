@@ -29,6 +29,7 @@ def _at_least(section: str, minimum: int, **values: int | tuple[int, ...]) -> No
 
 
 def _not_empty(section: str, **values: tuple) -> None:
+    """A one-line error for the first of `values` that is empty."""
     for name, value in values.items():
         if not value:
             raise ReproError(f"{section}.{name} is empty; give at least one value")
@@ -88,8 +89,8 @@ class Grid:
     downstream_tasks: tuple[str, ...] = ()  # lm-eval tasks at the tuned endpoints (repro eval)
 
     def __post_init__(self) -> None:
-        _not_empty("grid", **{n: getattr(self, n) for n in ("models", "batch_sizes", "epochs")})
-        _not_empty("grid", weight_decays=self.weight_decays)
+        names = ("models", "batch_sizes", "weight_decays", "epochs")
+        _not_empty("grid", **{name: getattr(self, name) for name in names})
         _at_least("grid", 1, batch_sizes=self.batch_sizes, epochs=self.epochs)
         _at_least("grid", 0, beta2_half_life_batch=self.beta2_half_life_batch)
         missing = sorted(set(self.batch_sizes) - set(self.lrs))
