@@ -13,8 +13,9 @@ that entry, so it is stored once. The same store gives the same bytes (entries s
 owners zeroed), so a committed bundle changes only when its runs do.
 
 Importing refuses, before it writes anything, a bundle of other numerics, an entry that is not one
-of those files, and a run the store already holds with other contents (in a file both hold):
-nothing in the store is overwritten. Each run lands whole (unpacked beside the store, then renamed
+of those files, and a run the store already holds with other contents (other files than the
+bundle's apart from per-document losses, or other bytes in a file both hold): nothing in the
+store is overwritten. Each run lands whole (unpacked beside the store, then renamed
 into it).
 """
 
@@ -85,12 +86,12 @@ def _run_entries(run: Path, keep: set[int] | None) -> dict[str, bytes]:
             f"{run} has no per-document losses at step {min(keep - set(held))}, which the "
             "record of the notebooks names: run them again against this store"
         )
-    halves = {str(step): folder.half_losses(step) for step in held}
     left_out = set(held[:-1]) - keep  # the last evaluation is always kept
+    if left_out:
+        halves = {str(step): folder.half_losses(step) for step in held}
+        entries[_name(run, folder.halves_file)] = json.dumps(halves, sort_keys=True).encode()
     for step in left_out:
         entries.pop(_name(run, folder.document_losses_file(step)), None)
-    if left_out:
-        entries[_name(run, folder.halves_file)] = json.dumps(halves, sort_keys=True).encode()
     return entries
 
 
