@@ -109,13 +109,8 @@ def throughput(
     at once (repro.runtime.stacked) and tokens/s counts all K. With `peak_flops` (FLOP/s, measured
     in the same run), also model FLOPs utilisation: flops_per_token * tokens/s / peak_flops.
     first_step_s is the first step's seconds (with `compile`, mostly compilation)."""
-    members = []
-    for k in range(stack):
-        torch.manual_seed(k)
-        model = Transformer(model_config(size, vocab_size)).to(device)
-        fields = {"model": size, "seq_len": seq_len, "batch_size": micro_batch, "compile": compile}
-        config = make_run_config(fields | {"lr": 1e-3 * (k + 1), "device": device})
-        members.append(Member(config, Path("."), model, checkpoint=None))
+    fields = {"model": size, "seq_len": seq_len, "batch_size": micro_batch, "compile": compile}
+    members = _bench_members(fields | {"device": device}, vocab_size, stack)
     engine = build_engine(members, torch.device(device))
     if bf16:
         engine.autocast = torch.autocast(torch.device(device).type, dtype=torch.bfloat16)
@@ -154,6 +149,18 @@ def throughput(
         "mfu": model_flops / peak_flops if peak_flops else None,
         "peak_memory_bytes": _peak_memory_bytes(device),
     }
+
+
+def _bench_members(fields: dict, vocab_size: int, stack: int) -> list[Member]:
+    """`stack` runs of the RunConfig `fields` at lrs 1e-3, 2e-3, ... (seeds 0, 1, ...), each its
+    model on fields["device"], fed batches by the benchmark (no folder, no loader)."""
+    members = []
+    for k in range(stack):
+        torch.manual_seed(k)
+        config = make_run_config(fields | {"lr": 1e-3 * (k + 1)})
+        model = Transformer(model_config(config.model, vocab_size)).to(config.device)
+        members.append(Member(config, Path("."), model, checkpoint=None))
+    return members
 
 
 def stacked_vs_sequential(
@@ -350,22 +357,10 @@ def load_results_speed(n_runs: int = 10_000, evals_per_run: int = 16) -> dict:
             run.path.mkdir()
             run.write_config({"pool": "p", "lr": 1e-3 * (1 + i % 7), "batch_size": 2 ** (i % 8)})
             run.write_status({"status": "done", "best_val_loss": 3.0})
-            run.metrics_file.write_text(
-                "".join(
-                    json.dumps(
-                        {
-                            "step": 10 * k,
-                            "epoch": k,
-                            "tokens": 1000 * k,
-                            "lr": 1e-3,
-                            "train_loss": 3.0,
-                            "wall_s": 1.0,
-                            "val_loss": 3.1,
-                        }
-                    )
-                    + "\n"
-                    for k in range(1, evals_per_run + 1)
-                )
+            metrics = {"lr": 1e-3, "train_loss": 3.0, "wall_s": 1.0, "val_loss": 3.1}
+            run.write_metrics(
+                {"step": 10 * k, "epoch": k, "tokens": 1000 * k} | metrics
+                for k in range(1, evals_per_run + 1)
             )
         t0 = time.perf_counter()
         runs, evals = load_results(tmp)

@@ -33,15 +33,12 @@ from pathlib import Path
 
 from repro.errors import ReproError
 from repro.runtime.config import NUMERICS
-from repro.runtime.files import atomic_write, fsync_tree, process_alive, read_json
-from repro.runtime.run_dir import RunDir
+from repro.runtime.files import atomic_write, process_alive, read_json
+from repro.runtime.run_dir import ANALYSED_FILE, LOSSES_FILE, RunDir
 
 FORMAT = 3  # 2: repeated files as hard links; 3: val_docs/halves.json (formats 1-3 read)
 MANIFEST = "bundle.json"
-RUN_FILE = re.compile(
-    r"(?P<run>[0-9a-f]{12})/(config\.json|status\.json|metrics\.jsonl|downstream\.json"
-    r"|val_docs/(tokens|step-\d+)\.npy|val_docs/halves\.json)"
-)
+RUN_FILE = re.compile(rf"(?P<run>[0-9a-f]{{12}})/({ANALYSED_FILE.pattern})")
 """The entries a bundle may hold besides its manifest: a run's files that the analyses read."""
 
 DOCUMENTS_READ = "_documents_read.json"
@@ -72,12 +69,11 @@ def documents_read(folder: str | Path) -> Steps:
 
 
 def _run_entries(run: Path, keep: set[int] | None) -> dict[str, bytes]:
-    """What a bundle holds of `run` (RunDir.analysed_files that RUN_FILE names), by name inside
-    the run; with `keep` (steps), per-document losses only at those and the last evaluation, and
-    halves.json (run_dir.half_losses at every evaluation) where some are left out."""
+    """What a bundle holds of `run` (RunDir.analysed_entries), by name inside the run; with `keep`
+    (steps), per-document losses only at those and the last evaluation, and halves.json
+    (run_dir.half_losses at every evaluation) where some are left out."""
     folder = RunDir(run)
-    files = [p for p in folder.analysed_files() if RUN_FILE.fullmatch(_name(run.parent, p))]
-    entries = {_name(run, p): p.read_bytes() for p in files}
+    entries = folder.analysed_entries()
     if keep is None:
         return entries
     held = folder.document_steps()
@@ -89,9 +85,9 @@ def _run_entries(run: Path, keep: set[int] | None) -> dict[str, bytes]:
     left_out = set(held[:-1]) - keep  # the last evaluation is always kept
     if left_out:
         halves = {str(step): folder.half_losses(step) for step in held}
-        entries[_name(run, folder.halves_file)] = json.dumps(halves, sort_keys=True).encode()
+        entries[folder.entry(folder.halves_file)] = json.dumps(halves, sort_keys=True).encode()
     for step in left_out:
-        entries.pop(_name(run, folder.document_losses_file(step)), None)
+        entries.pop(folder.entry(folder.document_losses_file(step)), None)
     return entries
 
 
@@ -104,10 +100,6 @@ def _check_read(store: Path, runs: list[Path], read: Steps | None) -> None:
             f"the notebooks' record names run {missing[0]}, which {store} does not hold "
             f"finished ({len(missing)} such runs): run them again against this store"
         )
-
-
-def _name(store: Path, path: Path) -> str:
-    return path.relative_to(store).as_posix()
 
 
 def _add(archive: tarfile.TarFile, name: str, data: bytes, stored: dict[str, str]) -> None:
@@ -174,10 +166,7 @@ def import_bundle(bundle: str | Path, store: str | Path) -> tuple[int, int]:
     for rid in added:
         with tempfile.TemporaryDirectory(dir=store, prefix=f".import-{os.getpid()}-") as scratch:
             staged = Path(scratch) / rid
-            for name, data in runs[rid].items():
-                (staged / name).parent.mkdir(parents=True, exist_ok=True)
-                (staged / name).write_bytes(data)
-            fsync_tree(staged)
+            RunDir(staged).write_entries(runs[rid])
             try:
                 os.rename(staged, store / rid)
             except OSError:  # another import (a second notebook) placed it first
@@ -240,7 +229,7 @@ def _same_run(run: Path, entries: dict[str, bytes]) -> bool:
 
 def _losses(name: str) -> bool:
     """Whether a run's file `name` holds per-document or half losses of one evaluation or more."""
-    return re.fullmatch(r"val_docs/(step-\d+\.npy|halves\.json)", name) is not None
+    return LOSSES_FILE.fullmatch(name) is not None
 
 
 def _remove_dead_imports(store: Path) -> None:

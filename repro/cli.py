@@ -502,7 +502,7 @@ def _add_results_commands(commands) -> None:
 
 
 def _add_preset_commands(commands) -> None:
-    """`repro preset show`."""
+    """`repro preset list` and `repro preset show`."""
     preset = _add_group(commands, "preset", "inspect presets", "preset_command")
     listing = _add_command(preset, "list", "the built-in presets, one line each")
     listing.set_defaults(func=_preset_list)

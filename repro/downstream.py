@@ -19,8 +19,8 @@ import torch
 import torch.nn.functional as F
 from lm_eval.api.model import LM
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
-from tokenizers import Tokenizer
 
+from repro.data.tokenizer import load_tokenizer
 from repro.errors import ReproError
 from repro.runtime.member import load_final_model
 from repro.runtime.run_dir import RunDir
@@ -32,9 +32,9 @@ class ReproLM(LM):
 
     def __init__(self, run: str | Path, device: str = "cpu", batch_size: int = 16) -> None:
         super().__init__()
-        self.model, config, pool_dir = load_final_model(Path(run), torch.device(device))
-        self.tokenizer = Tokenizer.from_file(str(Path(pool_dir) / "tokenizer.json"))
-        self.eos_id = json.loads((Path(pool_dir) / "meta.json").read_text())["eos_id"]
+        self.model, config, pool = load_final_model(Path(run), torch.device(device))
+        self.tokenizer = load_tokenizer(str(pool.path.resolve()))
+        self.eos_id = pool.eos_id
         self.max_length = config.seq_len
         self.batch_size = batch_size
         self.torch_device = torch.device(device)
@@ -181,7 +181,7 @@ def write_continuation_task(
     from repro.data.pool import load_pool
 
     data = load_pool(pool)
-    tokenizer = Tokenizer.from_file(str(Path(pool) / "tokenizer.json"))
+    tokenizer = load_tokenizer(str(Path(pool).resolve()))
     starts, ends = data.val.doc_offsets[:-1], data.val.doc_offsets[1:]
     usable = np.flatnonzero(ends - starts >= context_tokens + answer_tokens)
     if not len(usable):

@@ -37,11 +37,13 @@ def dry_run_preset(preset: Preset) -> Preset:
     tokens = max(2 * largest, math.ceil(largest / share))  # every pool holds a largest batch
     large_vocab = recipe.tokenizer is not None or recipe.vocab_size > 65_535
     dtype = "uint32" if large_vocab else "auto"
-    pool = PoolSpec("synthetic", tokens, 1_000, vocab_size=300, dtype=dtype, exact_tokens=True)
+    dry_recipe = PoolSpec(
+        "synthetic", tokens, 1_000, vocab_size=300, dtype=dtype, exact_tokens=True
+    )
     return replace(
         preset,
         name=preset.name + DRY_RUN,
-        pools=replace(preset.pools, recipe=pool),
+        pools=replace(preset.pools, recipe=dry_recipe),
         grid=_dry_grid(grid, batch),
         execution=replace(
             preset.execution,

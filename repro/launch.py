@@ -10,7 +10,6 @@ TorchDistributedEnvironment, from Slurm's) and joins the process group before tr
 from __future__ import annotations
 
 import ctypes
-import json
 import math
 import os
 import signal
@@ -27,9 +26,8 @@ from repro.runtime.run_dir import FINISHED, RunDir
 def train_with_torchrun(config: RunConfig, run_dir: Path, threads: int = 0) -> dict:
     """Train `config` into `run_dir` in config.gpus processes started by torchrun (this machine);
     returns the run's final status. `threads`: CPU threads per process (0: torch's default)."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    launch = run_dir / "launch.json"  # the config the processes read (JSON is YAML)
-    launch.write_text(json.dumps(config_record(config)))
+    run = RunDir(run_dir)
+    run.write_launch(config_record(config))
     command = [
         sys.executable,
         "-m",
@@ -48,14 +46,14 @@ def train_with_torchrun(config: RunConfig, run_dir: Path, threads: int = 0) -> d
         "--out",
         str(run_dir),
         "--config",
-        str(launch),
+        str(run.launch_file),
         "--quiet",
     ]
     env = os.environ | ({"OMP_NUM_THREADS": str(threads)} if threads else {})
     done = subprocess.run(
         command, env=env, capture_output=True, text=True, preexec_fn=_die_with_parent
     )
-    status = RunDir(run_dir).status()
+    status = run.status()
     if done.returncode or status.get("status") not in FINISHED:
         lines = done.stderr.splitlines()
         errors = [line for line in lines if "repro: error:" in line] or [

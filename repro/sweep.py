@@ -60,7 +60,7 @@ from repro.runtime.config import (
 )
 from repro.runtime.files import NoSpace, read_json, write_json
 from repro.runtime.loaders import epoch_steps
-from repro.runtime.run_dir import FINISHED, RunDir
+from repro.runtime.run_dir import FINISHED, RunDir, step_of
 from repro.runtime.schedules import decay_start_step
 from repro.runtime.shapes import model_config, parameter_count
 
@@ -274,11 +274,7 @@ def _claim(
     claimed, outcomes = [], {}
     for rid, config in job:
         run = RunDir(store / rid)
-        run.path.mkdir(parents=True, exist_ok=True)
-        lock = locks.enter_context(open(run.lock_file, "w"))
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if not locks.enter_context(run.held()):
             outcomes[rid] = "busy"
             continue
         status = run.state()
@@ -346,7 +342,7 @@ def estimated_cost(config: RunConfig) -> float:
 def branch_start(config: RunConfig) -> int:
     """The step a WSD branch starts from (init_from is checkpoints/step-<N>.pt: steps 1..N are its
     trunk's); 0 for a run trained from scratch."""
-    return int(Path(config.init_from).stem.removeprefix("step-")) if config.init_from else 0
+    return step_of(config.init_from) if config.init_from else 0
 
 
 def longest_first(jobs: list[list[PlannedRun]]) -> list[list[PlannedRun]]:
@@ -572,8 +568,8 @@ def _wait_for_holders(store: Path, run_ids: list[str], bar: tqdm) -> None:
     if run_ids:
         bar.write(f"waiting for {len(run_ids)} run(s) that another sweep is training")
     for rid in run_ids:
-        with open(store / rid / ".lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        with RunDir(store / rid).held(wait=True):
+            pass
 
 
 def _local_workers(workers: int) -> int:
@@ -724,12 +720,8 @@ def reset_failed(store: str | Path) -> list[str]:
     reset = []
     for rid in failed_runs(store):
         run = RunDir(Path(store) / rid)
-        with open(run.lock_file, "w") as lock:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                continue
-            if run.state() == "failed":
+        with run.held() as held:
+            if held and run.state() == "failed":
                 run.forget_status()
                 reset.append(rid)
     return reset

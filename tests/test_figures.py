@@ -347,3 +347,46 @@ def test_differences_figure_marks_a_batch_without_an_interval(all_figures):
     ax = all_figures["02_differences"].axes[0]
     assert "no interval" in [t.get_text() for t in ax.get_legend().get_texts()]
     assert np.isfinite(ax.get_ylim()).all() and ax.get_yscale() == "symlog"
+
+
+def test_settled_keeps_four_significant_digits_and_leaves_the_rest():
+    frame = pd.DataFrame({"pool": ["a", "b"], "n": [3, 4], "B": [123.456789, np.inf]})
+    settled = plots.settled(frame)
+    assert settled["B"].tolist() == [123.5, np.inf] and settled["n"].tolist() == [3, 4]
+    fit = plots.settled({"S_min": 0.000123456, "residuals": np.array([1.23456, np.nan])})
+    assert fit["S_min"] == 0.0001235 and np.isnan(fit["residuals"][1])
+    assert fit["residuals"][0] == 1.235 and frame["B"][0] == 123.456789  # the input is unchanged
+
+
+def _fit_figures(scale: float) -> list:
+    """The figures that draw fits, over fits multiplied by `scale` (a fit's last digits as another
+    CPU rounds them)."""
+    runs, evals, *_ = _frontier()
+    reach = steps_to_target(_results(runs, evals), [2.5, 2.7], by=("pool", "batch_size"))
+    fits = {("p0", 2.5): {"S_min": 40.1 * scale, "E_min": 640.3 * scale}}
+    scaling = pd.DataFrame(
+        {"seed": [0, 0, 1, 1], "pool tokens": [8_000, 24_000, 8_300, 24_100]}
+        | {"B_crit": np.array([4.61, 16.2, 5.03, 17.1]) * scale, "B*": [2.1, 7.4, 2.4, 8.0]}
+    )
+    fitted = pd.DataFrame(
+        {"pool": ["p0", "p1", "p2"], "target": 2.5, "B_crit": np.array([8.31, 9.52, 7.73]) * scale}
+        | {"B*": [5.1, 6.2, 4.3], "B_opt": np.nan, "B_min": np.nan, "B_simple": [7.0, 8.1, 6.9]}
+    )
+    law = {"B_crit": t_interval([1.15, 1.2])}
+    return [
+        figures.steps_tokens_to_target(reach, fits, BATCHES),
+        figures.cbs_vs_pool_size(scaling, law, limit=320),
+        figures.fitted_batches(cbs.fit_intervals(fitted), fitted, 2.5),
+    ]
+
+
+def test_figures_of_fits_are_the_same_file_when_fits_differ_in_their_ninth_digit(tmp_path):
+    """An ill-conditioned fit's eighth or ninth digit differs between CPUs: its figure must not."""
+    saved = {}
+    for scale in (1.0, 1 + 3e-9):
+        for i, fig in enumerate(_fit_figures(scale)):
+            saved.setdefault(i, []).append(plots.save(fig, "test", f"f{i}", tmp_path / str(scale)))
+            matplotlib.pyplot.close(fig)
+    for pair in saved.values():
+        (_, one), (_, other) = (tuple(p) for p in pair)
+        assert one.read_bytes() == other.read_bytes()

@@ -441,7 +441,7 @@ def test_a_kill_while_keeping_a_trunk_step_writes_it_on_resume(
     kept = check_config(make_run_config(fields), load_pool(synthetic_pool)).steps_per_epoch
     config = make_run_config(fields | {"save_steps": str(kept)})
     train(config, tmp_path / "straight", progress=False)
-    save = repro.runtime.train.save_checkpoint
+    save = repro.runtime.train.save_member
 
     def save_or_die(path, *args, **kwargs):
         if path.name == f"step-{kept}.pt":
@@ -449,7 +449,7 @@ def test_a_kill_while_keeping_a_trunk_step_writes_it_on_resume(
         save(path, *args, **kwargs)
 
     with monkeypatch.context() as patch:
-        patch.setattr(repro.runtime.train, "save_checkpoint", save_or_die)
+        patch.setattr(repro.runtime.train, "save_member", save_or_die)
         with pytest.raises(KeyboardInterrupt):
             train(config, tmp_path / "killed", progress=False)
     train(config, tmp_path / "killed", progress=False)

@@ -633,7 +633,8 @@ def steps_tokens_to_target(reach: pd.DataFrame, fits: dict, batch_sizes) -> plt.
     cbs.steps_to_target), with each pool's McCandlish fit (cbs.fit_targets, keyed by (pool,
     target)) over its measured range. Right: tokens against steps at the crossing, one point per
     batch size and pool, connected in step order; the first pool's points labelled with the
-    batch size."""
+    batch size. Fitted and interpolated values drawn to plots.DRAWN_DIGITS digits."""
+    reach, fits = plots.settled(reach), {key: plots.settled(fit) for key, fit in fits.items()}
     targets = sorted(reach["target"].unique())
     colors = dict(zip(targets, plots.PALETTE))
     markers = plots.pool_markers(reach["pool"])
@@ -694,7 +695,8 @@ def fitted_batches(intervals: pd.DataFrame, fits: pd.DataFrame, target: float) -
     """The fitted batch sizes (sequences) at `target` (cbs.fit_intervals rows and cbs.fit_targets
     rows): each pool's value (one marker per pool; an infinite one, steps that never level off,
     open at the right edge) and the geometric mean over pools with its 90% interval over pools
-    (black bar; none where a pool's value is not finite)."""
+    (black bar; none where a pool's value is not finite); drawn to plots.DRAWN_DIGITS digits."""
+    intervals, fits = plots.settled(intervals), plots.settled(fits)
     rows = fits[fits["target"] == target].reindex(columns=["pool", *FITTED_BATCHES])
     mine = intervals[(intervals["target"] == target) & np.isfinite(intervals["low"])]
     mine = mine.set_index("quantity").reindex(FITTED_BATCHES).dropna(subset=["mean"])
@@ -761,7 +763,9 @@ def cbs_vs_pool_size(scaling: pd.DataFrame, laws: dict, limit: float) -> plt.Fig
     """B_crit and B* (sequences) against pool size, each pool seed's fits on its own pools
     (_per_seed: the seeds' pools differ in size, so the interval is on the exponent, in the
     legend: mean and 90% interval over seeds, cbs.scaling_laws), and Zhang et al.'s law
-    (regime.ZHANG_LAW, D in millions of tokens: compare slopes only)."""
+    (regime.ZHANG_LAW, D in millions of tokens: compare slopes only). Fits drawn to
+    plots.DRAWN_DIGITS digits."""
+    scaling = plots.settled(scaling)
     fig, ax = plt.subplots()
     for i, name in enumerate(("B_crit", "B*")):
         _per_seed(ax, scaling, name, plots.PALETTE[i], limit)

@@ -213,6 +213,29 @@ def difference_axis(ax: plt.Axes, low: float, high: float) -> None:
     ax.yaxis.set_minor_locator(NullLocator())
 
 
+DRAWN_DIGITS = 4
+"""Significant digits of a fitted quantity that a figure draws. A fit is determined only to its
+optimizer's tolerance, and an ill-conditioned one (steps that barely level off) turns the last
+bits that CPUs round apart into its eighth digit, so a figure's file would differ from machine to
+machine; four digits lie below a pixel."""
+
+
+def settled(data):
+    """`data` with every float to DRAWN_DIGITS significant digits (nan and inf kept): a DataFrame
+    (its float columns), a dict of numbers or arrays, an array, or a number."""
+    if isinstance(data, pd.DataFrame):
+        floats = data.select_dtypes("float").columns
+        return data.assign(**{column: settled(data[column].to_numpy()) for column in floats})
+    if isinstance(data, dict):
+        return {key: settled(value) for key, value in data.items()}
+    if isinstance(data, np.ndarray) and data.dtype.kind == "f":
+        rounded = [float(f"{x:.{DRAWN_DIGITS}g}") for x in data.ravel()]
+        return np.array(rounded).reshape(data.shape)
+    if isinstance(data, float | np.floating):
+        return float(f"{data:.{DRAWN_DIGITS}g}")
+    return data
+
+
 DODGE = 0.1
 """Octaves between neighbouring series drawn at the same batch sizes on a log axis (dodged)."""
 

@@ -261,5 +261,6 @@ def varying_fields(runs: pd.DataFrame) -> list[str]:
     return [c for c in CONFIG_FIELDS if c in runs and runs[c].astype(str).nunique() > 1]
 
 
-def default_group_by(runs: pd.DataFrame, tuned: tuple[str, ...] = TUNED) -> list[str]:
-    return [c for c in varying_fields(runs) if c not in tuned and c not in BOOKKEEPING]
+def default_group_by(runs: pd.DataFrame, axes: tuple[str, ...] = TUNED) -> list[str]:
+    """The fields that vary across `runs`, other than the tuned `axes` and bookkeeping."""
+    return [c for c in varying_fields(runs) if c not in axes and c not in BOOKKEEPING]

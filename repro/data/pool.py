@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from tqdm.auto import tqdm
+from tqdm.std import tqdm  # text on stderr, in a notebook too: its saved output is the last state
 
 from repro.errors import ReproError
 

@@ -8,12 +8,9 @@ the pool's training split.
 
 from __future__ import annotations
 
-import json
-import math
 import random
 import sys
 import time
-import warnings
 from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import cached_property
@@ -25,7 +22,6 @@ import torch
 from repro.data.pool import Pool, load_pool
 from repro.errors import ReproError
 from repro.runtime.config import RunConfig, micro_batches, run_identity
-from repro.runtime.files import atomic_write, no_space, read_metrics
 from repro.runtime.loaders import (
     EpochLoader,
     EpochSteps,
@@ -35,7 +31,7 @@ from repro.runtime.loaders import (
 )
 from repro.runtime.model import Transformer
 from repro.runtime.noise_scale import NoiseScaleEMA
-from repro.runtime.run_dir import FINISHED, RunDir
+from repro.runtime.run_dir import FINISHED, RunDir, load_checkpoint, save_checkpoint
 from repro.runtime.schedules import Schedule
 from repro.runtime.shapes import model_config
 
@@ -86,12 +82,7 @@ class Member:
 
     def log(self, record: dict) -> None:
         """Append `record` to RUN/metrics.jsonl (a full disk: NoSpace, files.no_space)."""
-        path = self.run.metrics_file
-        try:
-            with path.open("a") as f:
-                f.write(json.dumps(record) + "\n")
-        except OSError as exc:
-            raise (no_space(path, exc) or exc) from exc
+        self.run.append_metrics(record)
 
 
 @dataclass
@@ -193,7 +184,7 @@ def open_member(
         found = _trunk_checkpoint(Path(config.init_from), model, device)
     if found is None:
         if rank == 0:
-            run.metrics_file.write_text("")
+            run.start_metrics()
         return member
     path, ckpt = found
     model.load_state_dict(ckpt["model"])
@@ -211,36 +202,15 @@ def open_member(
     # keep the metric lines up to the checkpoint (of this run, or of the trunk for a branch)
     if rank == 0:
         source = run if path.parent == out else RunDir(path.parent.parent)
-        _keep_metrics(source, run, member.step)
+        run.keep_metrics(source, member.step)
         if source != run:
-            _keep_document_losses(source, run, member.step)
+            run.keep_document_losses(source, member.step)
     return member
 
 
-def _keep_metrics(source: RunDir, dest: RunDir, step: int) -> None:
-    """Write the metric records of `source` up to `step` to `dest` (which may be `source`); a line
-    torn by a kill is dropped, a damaged one is an error naming the file (files.read_metrics)."""
-    fix = f"remove {dest.path} and rerun: the run then starts over"
-    records = [r for r in read_metrics(source.metrics_file, fix) if r.get("step", math.inf) <= step]
-    with atomic_write(dest.metrics_file) as f:
-        f.write("".join(json.dumps(record) + "\n" for record in records))
-
-
-def _keep_document_losses(trunk: RunDir, branch: RunDir, step: int) -> None:
-    """A branch keeps its trunk's per-document losses up to the branch point, as it keeps their
-    metric lines (a branch whose cool-down has no steps evaluates nothing itself)."""
-    if not trunk.docs_dir.is_dir():
-        return
-    branch.docs_dir.mkdir(exist_ok=True)
-    for file in trunk.docs_dir.glob("*.npy"):
-        if file.name == "tokens.npy" or int(file.stem.removeprefix("step-")) <= step:
-            with atomic_write(branch.docs_dir / file.name, "wb") as f:
-                f.write(file.read_bytes())
-
-
-def load_final_model(run: Path, device: torch.device) -> tuple[Transformer, RunConfig, str]:
+def load_final_model(run: Path, device: torch.device) -> tuple[Transformer, RunConfig, Pool]:
     """The finished run's model at its last step (checkpoint.pt), in eval mode, with its config
-    and pool directory; a one-line ReproError for a run that is not done."""
+    and pool; a one-line ReproError for a run that is not done."""
     folder = RunDir(run)
     status = folder.status()
     if status.get("status") != "done":
@@ -248,26 +218,18 @@ def load_final_model(run: Path, device: torch.device) -> tuple[Transformer, RunC
             f"{run} is not a finished run (status: {status.get('status', 'none')}); train it first"
         )
     config = folder.run_config()
-    vocab = load_pool(config.pool).vocab_size
-    model = Transformer(model_config(config.model, vocab, config.tie_embeddings)).to(device)
+    pool = load_pool(config.pool)
+    model = Transformer(model_config(config.model, pool.vocab_size, config.tie_embeddings))
+    model = model.to(device)
     checkpoint = _read_checkpoint(folder.latest_checkpoint, model, device)
     model.load_state_dict(checkpoint["model"])
-    return model.eval(), config, config.pool
+    return model.eval(), config, pool
 
 
 def _read_checkpoint(path: Path, model: Transformer, device: torch.device) -> dict:
-    """The checkpoint at `path`, checked to fit `model`. Only tensors and plain values load
-    (weights_only: a checkpoint cannot run code); a one-line ReproError says what is wrong."""
-    try:
-        with warnings.catch_warnings():  # torch warns about pickles it then refuses
-            warnings.simplefilter("ignore")
-            ckpt = torch.load(path, map_location=device, weights_only=True)
-    except Exception as exc:  # every failure means the same: this file is not usable
-        raise ReproError(
-            f"{path} is unusable: it does not load as tensors and plain values "
-            f"({type(exc).__name__}: truncated, not a checkpoint, or holding objects that could "
-            "run code)"
-        ) from None
+    """The checkpoint at `path` (run_dir.load_checkpoint), checked to fit `model`; a one-line
+    ReproError says what is wrong."""
+    ckpt = load_checkpoint(path, device)
     weights = ckpt.get("model") if isinstance(ckpt, dict) else None
     if not isinstance(weights, dict) or not CHECKPOINT_KEYS <= ckpt.keys():
         raise ReproError(f"{path} is unusable: it is not a checkpoint of this trainer")
@@ -316,12 +278,11 @@ def _trunk_checkpoint(path: Path, model: Transformer, device: torch.device) -> t
         ) from None
 
 
-def save_checkpoint(
+def save_member(
     path: Path, member: Member, step: int, wall_s: float, keep_previous: Path | None = None
 ) -> None:
     """Everything needed to continue exactly: weights, AdamW state, RNG, progress, the open loss
     window; written atomically, the file it replaces moved to `keep_previous` if given."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     weights = {
         k: v.clone()
         if v.untyped_storage().nbytes() > v.nbytes
@@ -340,8 +301,7 @@ def save_checkpoint(
         "loss_steps": member.loss_steps,
         "noise": member.noise.state(),
     }
-    with atomic_write(path, "wb", keep_previous) as f:
-        torch.save(checkpoint, f)
+    save_checkpoint(path, checkpoint, keep_previous)
 
 
 def save_progress(member: Member, record: dict, total_steps: int) -> None:
@@ -349,7 +309,7 @@ def save_progress(member: Member, record: dict, total_steps: int) -> None:
     then status.json with the progress."""
     run = member.run
     keep = run.previous_checkpoint if member.latest_good else None
-    save_checkpoint(run.latest_checkpoint, member, record["step"], record["wall_s"], keep)
+    save_member(run.latest_checkpoint, member, record["step"], record["wall_s"], keep)
     member.latest_good = True
     run.write_status(_running_status(record, total_steps))
 
@@ -359,12 +319,8 @@ def save_document_losses(run: RunDir, step: int, per_doc: np.ndarray, timeline: 
     evaluation step N; RUN/val_docs/tokens.npy: each document's scored tokens (the same at every
     evaluation). Comparisons of runs pair their documents (repro.analysis.intervals)."""
     n = timeline.val_docs
-    run.docs_dir.mkdir(exist_ok=True)
-    if not run.document_tokens_file.exists():
-        with atomic_write(run.document_tokens_file, "wb") as f:
-            np.save(f, np.bincount(timeline.val_documents.reshape(-1), minlength=n))
-    with atomic_write(run.document_losses_file(step), "wb") as f:
-        np.save(f, np.pad(per_doc, (0, n - len(per_doc))))
+    tokens = np.bincount(timeline.val_documents.reshape(-1), minlength=n)
+    run.write_document_losses(step, np.pad(per_doc, (0, n - len(per_doc))), tokens)
 
 
 def final_status(member: Member, status: str, n_members: int, rank: int) -> dict:
@@ -380,7 +336,7 @@ def final_status(member: Member, status: str, n_members: int, rank: int) -> dict
         **member.best,
     }
     if rank == 0:
-        member.run.previous_checkpoint.unlink(missing_ok=True)  # needed only to resume
+        member.run.drop_previous_checkpoint()
         member.run.write_status(final)
     return final
 

@@ -13,23 +13,42 @@
     RUN/checkpoint.pt      the resume point (checkpoint.prev.pt: the one before, while training)
     RUN/checkpoints/       step-N.pt, the steps a WSD trunk keeps for its branches
     RUN/downstream.json    repro eval's accuracies per task
+    RUN/launch.json        the config that torchrun's processes read (repro.launch)
     RUN/.lock              held by the process that trains the run (repro.sweep)
 
-Every reader goes through RunDir, so a missing or damaged file is the same one-line error wherever
-it is read: it names the file and what to do (for a run's own results: remove the run to retrain
-it, by the same sweep or repro train). Writes are atomic (repro.runtime.files).
+Every reader and writer goes through RunDir, so a missing or damaged file is the same one-line
+error wherever it is read: it names the file and what to do (for a run's own results: remove the
+run to retrain it, by the same sweep or repro train). Writes are atomic (repro.runtime.files);
+checkpoints are torch's files, read and written here with torch imported only then (the analyses
+read runs without torch).
 """
 
 from __future__ import annotations
 
+import fcntl
+import json
+import math
+import re
+import warnings
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from repro.errors import ReproError
 from repro.runtime.config import RunConfig, config_record, make_run_config
-from repro.runtime.files import check_out, read_json, read_metrics, write_json
+from repro.runtime.files import (
+    atomic_write,
+    check_out,
+    fsync_tree,
+    read_json,
+    read_metrics,
+    space_checked,
+    write_json,
+)
 
 FINISHED = ("done", "diverged")
 """The statuses of a run that will not train again (a diverged run is a result too)."""
@@ -56,9 +75,27 @@ def half_losses(losses: np.ndarray, tokens: np.ndarray) -> list[float]:
     return [float(h @ losses / max(h @ tokens, 1)) for h in selection_halves(len(tokens))]
 
 
+ANALYSED_FILE = re.compile(
+    r"config\.json|status\.json|metrics\.jsonl|downstream\.json"
+    r"|val_docs/(tokens|step-\d+)\.npy|val_docs/halves\.json"
+)
+"""The files the analyses read, by name inside the run folder (what a results bundle holds)."""
+LOSSES_FILE = re.compile(r"val_docs/(step-\d+\.npy|halves\.json)")
+"""Those of them that hold per-document or half losses of one evaluation or more."""
+
+
+def step_of(path: str | Path) -> int:
+    """The optimizer step N of RUN/checkpoints/step-N.pt (a kept checkpoint, the init_from of a WSD
+    branch) or RUN/val_docs/step-N.npy."""
+    return int(Path(path).stem.removeprefix("step-"))
+
+
 RUN_FILES = ("config.json", "metrics.jsonl", "status.json", LATEST, PREVIOUS, "downstream.json")
 RUN_ENTRIES = frozenset({*RUN_FILES, "checkpoints", "val_docs"})
-RUN_SCRATCH = frozenset({".lock", "launch.json", *(f"{name}.tmp" for name in RUN_FILES)})
+RUN_SCRATCH = frozenset(
+    {".lock", *(f"{name}{tmp}" for name in (*RUN_FILES, "launch.json") for tmp in ("", ".tmp"))}
+    - set(RUN_FILES)
+)
 """What a run folder holds (config.json marks one), and what interrupted writes and a sweep's
 claim leave (.lock; launch.json: repro.launch): a run's `--out` is a missing folder, one of
 scratch only, or a run (check_out)."""
@@ -108,6 +145,10 @@ class RunDir:
         return self.path / ".lock"
 
     @property
+    def launch_file(self) -> Path:
+        return self.path / "launch.json"
+
+    @property
     def latest_checkpoint(self) -> Path:
         return self.path / LATEST
 
@@ -132,6 +173,19 @@ class RunDir:
     def retrain(self) -> str:
         """What to do about a run whose results are missing or damaged."""
         return f"remove {self.path} to retrain it (rerun its sweep, or repro train)"
+
+    @contextmanager
+    def held(self, wait: bool = False) -> Iterator[bool]:
+        """Hold RUN/.lock (an exclusive flock, repro.sweep's claim on the run) within the block;
+        without `wait`, yields False and holds nothing while another process holds it."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        with open(self.lock_file, "w") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            except BlockingIOError:
+                yield False
+                return
+            yield True
 
     def check_out(self) -> None:
         """Refuse, before any work, a folder that writing a run into would damage
@@ -212,7 +266,7 @@ class RunDir:
     def document_steps(self) -> list[int]:
         """The evaluation steps whose per-document losses the run holds (val_docs/step-N.npy), or,
         in a run from a bundle, whose half losses it holds (val_docs/halves.json)."""
-        held = {int(p.stem.removeprefix("step-")) for p in self.docs_dir.glob("step-*.npy")}
+        held = {step_of(p) for p in self.docs_dir.glob("step-*.npy")}
         if self.halves_file.is_file():
             held |= {int(step) for step in read_json(self.halves_file, self.retrain)}
         return sorted(held)
@@ -249,6 +303,14 @@ class RunDir:
         files += sorted(self.docs_dir.glob("*.npy")) + [self.halves_file]
         return [p for p in files if p.is_file()]
 
+    def analysed_entries(self) -> dict[str, bytes]:
+        """The bytes of analysed_files, by name inside the run (as ANALYSED_FILE names them)."""
+        return {self.entry(p): p.read_bytes() for p in self.analysed_files()}
+
+    def entry(self, path: Path) -> str:
+        """The name of `path`, a file of this run, inside the run folder ("val_docs/step-8.npy")."""
+        return path.relative_to(self.path).as_posix()
+
     # --- writing ---------------------------------------------------------------------------------
 
     def write_config(self, record: dict) -> None:
@@ -260,6 +322,94 @@ class RunDir:
     def write_downstream(self, results: dict) -> None:
         write_json(self.downstream_file, results)
 
+    def write_launch(self, record: dict) -> None:
+        """launch.json: the config that torchrun's processes read (JSON is YAML)."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        write_json(self.launch_file, record)
+
     def forget_status(self) -> None:
         """Remove status.json (a failed run trains again: it resumes from its checkpoint)."""
         self.status_file.unlink(missing_ok=True)
+
+    def start_metrics(self) -> None:
+        """An empty metrics.jsonl: the run starts from step 0."""
+        self.write_metrics([])
+
+    def write_metrics(self, records: Iterable[dict]) -> None:
+        """metrics.jsonl holding `records`, one JSON object a line."""
+        with atomic_write(self.metrics_file) as f:
+            f.write("".join(json.dumps(record) + "\n" for record in records))
+
+    def append_metrics(self, record: dict) -> None:
+        """One more line of metrics.jsonl (a full disk: files.NoSpace)."""
+        with space_checked(self.metrics_file), self.metrics_file.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+
+    def keep_metrics(self, source: RunDir, step: int) -> None:
+        """metrics.jsonl as the records of `source` (this run, or a WSD branch's trunk) up to
+        `step`: a line torn by a kill is dropped, a damaged one is an error naming the file."""
+        fix = f"remove {self.path} and rerun: the run then starts over"
+        records = read_metrics(source.metrics_file, fix)
+        self.write_metrics(r for r in records if r.get("step", math.inf) <= step)
+
+    def write_document_losses(self, step: int, losses: np.ndarray, tokens: np.ndarray) -> None:
+        """val_docs/step-N.npy (summed loss per validation document at `step`, nats) and, at the
+        run's first evaluation, val_docs/tokens.npy (scored tokens per document)."""
+        self.docs_dir.mkdir(exist_ok=True)
+        if not self.document_tokens_file.exists():
+            with atomic_write(self.document_tokens_file, "wb") as f:
+                np.save(f, tokens)
+        with atomic_write(self.document_losses_file(step), "wb") as f:
+            np.save(f, losses)
+
+    def keep_document_losses(self, trunk: RunDir, step: int) -> None:
+        """A WSD branch keeps its trunk's per-document losses up to the branch point, as it keeps
+        their metric lines (a branch whose cool-down has no steps evaluates nothing itself)."""
+        if not trunk.docs_dir.is_dir():
+            return
+        self.docs_dir.mkdir(exist_ok=True)
+        for file in trunk.docs_dir.glob("*.npy"):
+            if file.name == "tokens.npy" or step_of(file) <= step:
+                with atomic_write(self.docs_dir / file.name, "wb") as f:
+                    f.write(file.read_bytes())
+
+    def write_entries(self, entries: dict[str, bytes]) -> None:
+        """Files of a run from a results bundle (names as ANALYSED_FILE, inside the run), flushed
+        to disk: into a new folder, which the caller then renames into its store."""
+        for name, data in entries.items():
+            if not ANALYSED_FILE.fullmatch(name):
+                raise ReproError(f"{name} is not a file of a run that the analyses read")
+            (self.path / name).parent.mkdir(parents=True, exist_ok=True)
+            (self.path / name).write_bytes(data)
+        fsync_tree(self.path)
+
+    def drop_previous_checkpoint(self) -> None:
+        """Remove checkpoint.prev.pt (needed only to resume a run that is still training)."""
+        self.previous_checkpoint.unlink(missing_ok=True)
+
+
+def save_checkpoint(path: Path, state: dict, keep_previous: Path | None = None) -> None:
+    """Write the checkpoint `state` (torch.save) to `path`, a run's checkpoint.pt or
+    checkpoints/step-N.pt, atomically; the file it replaces moves to `keep_previous` if given."""
+    import torch  # only the trainer writes checkpoints
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_write(path, "wb", keep_previous) as f:
+        torch.save(state, f)
+
+
+def load_checkpoint(path: Path, map_location: Any) -> dict:
+    """The checkpoint at `path` as tensors and plain values (weights_only: a checkpoint cannot run
+    code); a one-line ReproError when it does not load."""
+    import torch  # only the trainer reads checkpoints
+
+    try:
+        with warnings.catch_warnings():  # torch warns about pickles it then refuses
+            warnings.simplefilter("ignore")
+            return torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as exc:  # every failure means the same: this file is not usable
+        raise ReproError(
+            f"{path} is unusable: it does not load as tensors and plain values "
+            f"({type(exc).__name__}: truncated, not a checkpoint, or holding objects that could "
+            "run code)"
+        ) from None

@@ -47,8 +47,8 @@ from repro.runtime.member import (
     mark_running,
     open_member,
     progress_at,
-    save_checkpoint,
     save_document_losses,
+    save_member,
     save_progress,
 )
 from repro.runtime.run_dir import RunDir
@@ -281,7 +281,7 @@ def _after_step(member: Member, record: dict, engine: Engine) -> bool:
         member.loss_sum, member.loss_steps = 0.0, 0
     # a kept step first: a kill before checkpoint.pt moves on retrains to it, so it is written
     if step in timeline.save_steps and rank == 0:
-        save_checkpoint(member.run.checkpoint(step), member, step, member.wall_s())
+        save_member(member.run.checkpoint(step), member, step, member.wall_s())
     if evaluated:
         if rank == 0:
             save_progress(member, record, timeline.steps.total_steps)
