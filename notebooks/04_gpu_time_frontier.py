@@ -67,11 +67,12 @@ study.save(figures.loss_vs_deadline(table), "04_loss_vs_deadline")
 # ## Optimal batch size over (GPUs, deadline)
 #
 # Each cell is one deadline of the grid; its colour is the batch size (over every lr and weight
-# decay) that reaches the lowest validation loss on that many GPUs within the deadline.
+# decay) that reaches the lowest validation loss on that many GPUs within the deadline. The table
+# below holds the same batch sizes, a row per deadline and a column per GPU count.
 
 # %%
 study.save(figures.optimal_batch_heatmap(table, P.grid.batch_sizes), "04_optimal_batch_heatmap")
-table.pivot(index="gpus", columns="deadline", values="batch_size")
+table.pivot(index="deadline", columns="gpus", values="batch_size")
 
 # %% [markdown]
 # ## Fewer GPUs with a smaller batch vs more GPUs with a larger batch
