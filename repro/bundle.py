@@ -13,10 +13,12 @@ that entry, so it is stored once. The same store gives the same bytes (entries s
 owners zeroed), so a committed bundle changes only when its runs do.
 
 Importing refuses, before it writes anything, a bundle of other numerics, an entry that is not one
-of those files, and a run the store already holds with other contents (other files than the
-bundle's apart from per-document losses, or other bytes in a file both hold): nothing in the
-store is overwritten. Each run lands whole (unpacked beside the store, then renamed
-into it).
+of those files or that comes twice, a file or a whole past MAX_MEMBER_BYTES or MAX_BUNDLE_BYTES,
+and a run the store already holds with other contents (other files than the bundle's apart from
+per-document losses, or other bytes in a file both hold): nothing in the store is overwritten.
+The new runs are unpacked beside the store, each file then read once by its rule
+(RunDir.check_results: a damaged one is refused, naming it, and none lands), then renamed into
+it, each whole. Exporting refuses a run that check_results refuses (a torn metrics line).
 """
 
 from __future__ import annotations
@@ -29,17 +31,24 @@ import re
 import shutil
 import tarfile
 import tempfile
+from contextlib import suppress
 from pathlib import Path
 
 from repro.errors import ReproError
 from repro.runtime.config import NUMERICS
-from repro.runtime.files import atomic_write, process_alive, read_json
+from repro.runtime.files import atomic_write, make_folder, process_alive, read_json
 from repro.runtime.run_dir import ANALYSED_FILE, LOSSES_FILE, RunDir
 
 FORMAT = 3  # 2: repeated files as hard links; 3: val_docs/halves.json (formats 1-3 read)
 MANIFEST = "bundle.json"
 RUN_FILE = re.compile(rf"(?P<run>[0-9a-f]{{12}})/({ANALYSED_FILE.pattern})")
 """The entries a bundle may hold besides its manifest: a run's files that the analyses read."""
+
+MAX_MEMBER_BYTES, MAX_BUNDLE_BYTES = 64 * 2**20, 2**30
+"""Bytes that one file of a bundle, and all of them, may unpack to (the shipped bundles': 33 kB
+and 13 MB at most): checked against the tar headers before a file is read, and while it is."""
+READ_CHUNK = 2**20
+"""Bytes read from a bundle's file at a time."""
 
 DOCUMENTS_READ = "_documents_read.json"
 """figures/<preset>/<N>_documents_read.json: {run id: [steps]} whose per-document losses notebook
@@ -135,6 +144,8 @@ def export_bundle(store: str | Path, out: str | Path, read: Steps | None = None)
     if not runs:
         raise ReproError(f"{store} has no finished runs to export")
     _check_read(store, runs, read)
+    for run in runs:
+        RunDir(run).check_results()
     partial = read is not None or any(RunDir(run).halves_file.is_file() for run in runs)
     documents = "the last and those the analyses read" if partial else "every evaluation"
     manifest = {"format": FORMAT, "numerics": NUMERICS, "runs": len(runs), "documents": documents}
@@ -161,18 +172,41 @@ def import_bundle(bundle: str | Path, store: str | Path) -> tuple[int, int]:
                 f"{store / rid} holds other contents than {bundle}'s run {rid}; nothing was "
                 "imported: move that folder away, or import into another store"
             )
-    store.mkdir(parents=True, exist_ok=True)
+    created = not store.exists()
+    make_folder(store)
     _remove_dead_imports(store)
-    for rid in added:
-        with tempfile.TemporaryDirectory(dir=store, prefix=f".import-{os.getpid()}-") as scratch:
-            staged = Path(scratch) / rid
-            RunDir(staged).write_entries(runs[rid])
-            try:
-                os.rename(staged, store / rid)
-            except OSError:  # another import (a second notebook) placed it first
-                if not _same_run(store / rid, runs[rid]):
-                    raise
+    try:
+        _place(bundle, store, {rid: runs[rid] for rid in added})
+    except ReproError:
+        if created:  # a store made for this import goes too (while empty)
+            with suppress(OSError):
+                store.rmdir()
+        raise
     return len(added), len(runs) - len(added)
+
+
+def _place(bundle: Path, store: Path, runs: dict[str, dict[str, bytes]]) -> None:
+    """Unpack `runs` (run id -> entries) beside `store`, check each (RunDir.check_results), then
+    rename each into it: a damaged file is a one-line error naming it, and no run lands."""
+    with tempfile.TemporaryDirectory(dir=store, prefix=f".import-{os.getpid()}-") as scratch:
+        for rid, entries in runs.items():
+            staged = RunDir(Path(scratch) / rid)
+            staged.write_entries(entries)
+            try:
+                staged.check_results()
+            except ReproError as exc:
+                inner = str(exc).split(staged.retrain)[0].rstrip(":; ")  # not ours to retrain
+                inner = inner.replace(f"{scratch}{os.sep}", "")
+                raise ReproError(
+                    f"{bundle} holds a damaged run, nothing was imported (fetch or export it "
+                    f"again): {inner}"
+                ) from None
+        for rid, entries in runs.items():
+            try:
+                os.rename(Path(scratch) / rid, store / rid)
+            except OSError:  # another import (a second notebook) placed it first
+                if not _same_run(store / rid, entries):
+                    raise
 
 
 def bundle_manifest(bundle: str | Path) -> dict:
@@ -186,18 +220,26 @@ def bundle_manifest(bundle: str | Path) -> dict:
 
 def _read_bundle(bundle: Path) -> dict[str, dict[str, bytes]]:
     """run id -> {file name inside the run: bytes}; a one-line error for a bundle that is not one,
-    is damaged, of other numerics, or holds an entry RUN_FILE does not name."""
+    is damaged, of other numerics, holds an entry RUN_FILE does not name or one twice, or passes
+    the size limits (MAX_MEMBER_BYTES, MAX_BUNDLE_BYTES)."""
     fix = "fetch or export it again"
     try:
         with tarfile.open(bundle, mode="r:*") as archive:
-            entries = {}
+            entries: dict[str, bytes] = {}
+            unpacked = 0  # bytes
             for info in archive:
                 known = info.name == MANIFEST or RUN_FILE.fullmatch(info.name)
                 linked = info.islnk() and info.linkname in entries
                 if not ((info.isfile() or linked) and known):
                     raise ReproError(f"{bundle} holds {info.name!r}, which no bundle holds; {fix}")
-                data = entries[info.linkname] if linked else archive.extractfile(info).read()
+                if info.name in entries:
+                    raise ReproError(f"{bundle} holds {info.name!r} twice; {fix}")
+                room = MAX_BUNDLE_BYTES - unpacked
+                data = entries[info.linkname] if linked else _member(archive, info, room, bundle)
+                if len(data) > room:  # a hard link unpacks to a file too
+                    raise _too_large(bundle, info.name, len(data))
                 entries[info.name] = data
+                unpacked += len(data)
     except FileNotFoundError:
         raise ReproError(f"{bundle} does not exist") from None
     except (tarfile.TarError, EOFError, OSError) as exc:
@@ -216,6 +258,30 @@ def _read_bundle(bundle: Path) -> dict[str, dict[str, bytes]]:
         rid, inside = name.split("/", 1)
         runs.setdefault(rid, {})[inside] = data
     return runs
+
+
+def _member(archive: tarfile.TarFile, info: tarfile.TarInfo, room: int, bundle: Path) -> bytes:
+    """The bytes of file `info`, read in chunks (READ_CHUNK); a one-line error, before its bytes
+    are read (its header's size) or while they are, once they pass MAX_MEMBER_BYTES or `room`
+    (what MAX_BUNDLE_BYTES leaves)."""
+    limit = min(MAX_MEMBER_BYTES, room)
+    if info.size > limit:
+        raise _too_large(bundle, info.name, info.size)
+    source, chunks, size = archive.extractfile(info), [], 0
+    while chunk := source.read(READ_CHUNK):
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(bundle, info.name, size)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _too_large(bundle: Path, name: str, size: int) -> ReproError:
+    return ReproError(
+        f"{bundle} holds {name!r} of {size:,} bytes or more, past a bundle's limits "
+        f"({MAX_MEMBER_BYTES:,} bytes a file, {MAX_BUNDLE_BYTES:,} in all: repro.bundle); nothing "
+        "was imported: fetch or export it again"
+    )
 
 
 def _same_run(run: Path, entries: dict[str, bytes]) -> bool:

@@ -58,7 +58,7 @@ from repro.runtime.config import (
     run_id,
     stack_key,
 )
-from repro.runtime.files import NoSpace, read_json, write_json
+from repro.runtime.files import WriteRefused, make_folder, read_json, space_checked, write_json
 from repro.runtime.loaders import epoch_steps
 from repro.runtime.run_dir import FINISHED, RunDir, step_of
 from repro.runtime.schedules import decay_start_step
@@ -295,7 +295,7 @@ def _train_claimed(
     try:
         statuses = train()
         return {rid: status["status"] for (rid, _), status in zip(claimed, statuses)}
-    except NoSpace:  # no run failed: the sweep stops, and resumes once space is freed
+    except WriteRefused:  # no run failed: the sweep stops, and resumes once the disk is fixed
         raise
     except Exception as exc:
         outcomes = {}
@@ -427,7 +427,7 @@ def run_sweep(
     if executor == "local":
         workers = _local_workers(workers)
     store = Path(store)
-    store.mkdir(parents=True, exist_ok=True)
+    make_folder(store)
     specs = [load_grid(one) for one in (grid if isinstance(grid, list) else [grid])]
     plans = [plan_grid(spec, store) for spec in specs]  # every grid checked before any is recorded
     _check_pools([p for runs in plans for p in runs])
@@ -687,7 +687,9 @@ def _write_manifest(store: Path, spec: dict, planned: list[PlannedRun]) -> None:
     """Record the grid's runs in DIR/sweep.json, added to those of earlier grids run into the same
     store."""
     path = store / "sweep.json"
-    with open(store / ".manifest.lock", "w") as lock:
+    with space_checked(store / ".manifest.lock"):
+        lock = open(store / ".manifest.lock", "w")
+    with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # two sweeps on one store must not drop each other's runs
         manifest = _read_manifest(store) if path.exists() else {"grids": [], "runs": []}
         known = {r["run_id"] for r in manifest["runs"]}
@@ -734,7 +736,9 @@ def failed_runs(store: str | Path) -> list[str]:
 
 
 def sweep_status(store: str | Path) -> dict[str, int]:
-    """Counts of run states in a store (from its manifest, so pending runs count too)."""
+    """Counts of run states in a store (from its manifest, so pending runs count too); a run whose
+    status says running while no live process holds it (RunDir.is_held: its sweep was killed)
+    counts as interrupted: the next sweep resumes it."""
     store = Path(store)
     manifest = store / "sweep.json"
     if not manifest.exists():
@@ -744,6 +748,9 @@ def sweep_status(store: str | Path) -> dict[str, int]:
         )
     counts: dict[str, int] = {}
     for entry in _read_manifest(store)["runs"]:
-        state = RunDir(store / entry["run_id"]).state()
+        run = RunDir(store / entry["run_id"])
+        state = run.state()
+        if state == "running" and not run.is_held():
+            state = "interrupted"
         counts[state] = counts.get(state, 0) + 1
     return counts

@@ -202,9 +202,10 @@ def test_a_run_the_store_holds_otherwise_is_never_replaced(bundle, tmp_path):
     assert (first / "metrics.jsonl").read_text() == "mine\n" and not second.exists()
 
 
-def _tar(path, entries: dict[str, bytes]) -> None:
+def _tar(path, entries: dict[str, bytes], *more: tuple[str, bytes]) -> None:
+    """A bundle of `entries`, then `more` (names that may repeat)."""
     with tarfile.open(path, "w:xz") as archive:
-        for name, data in entries.items():
+        for name, data in [*entries.items(), *more]:
             info = tarfile.TarInfo(name)
             info.size = len(data)
             archive.addfile(info, io.BytesIO(data))
@@ -262,3 +263,102 @@ def test_a_study_without_training_reads_the_shipped_bundle(synthetic_pool, bundl
     study.save_table(pd.DataFrame({"x": [1]}), "07_table")
     read = {r: s if r == rid else s[-1:] for r, s in steps.items()}
     assert json.loads((study.figures / "07_documents_read.json").read_text()) == read
+
+
+def _members(bundle) -> dict[str, bytes]:
+    """A bundle's files by name, each hard link as the bytes it links to."""
+    members: dict[str, bytes] = {}
+    with tarfile.open(bundle) as archive:
+        for info in archive:
+            linked = members.get(info.linkname) if info.islnk() else None
+            members[info.name] = linked if linked is not None else archive.extractfile(info).read()
+    return members
+
+
+def _refused(bundle, store, says: str) -> None:
+    """Import refuses `bundle` in one line matching `says`, the store never created."""
+    with pytest.raises(ReproError, match=says) as error:
+        import_bundle(bundle, store)
+    assert "\n" not in str(error.value) and not store.exists()
+
+
+def test_a_member_past_the_size_limit_is_refused_from_its_header(bundle, tmp_path):
+    """A header that claims 1 GiB for a few bytes (as a sparse member does): refused before a
+    byte of it is read or written."""
+    path, manifest = tmp_path / "b.tar.xz", _members(bundle)["bundle.json"]
+    with tarfile.open(path, "w:xz") as archive:
+        info = tarfile.TarInfo("bundle.json")
+        info.size = len(manifest)
+        archive.addfile(info, io.BytesIO(manifest))
+        info = tarfile.TarInfo("0123456789ab/metrics.jsonl")
+        info.size = 2**30
+        archive.addfile(info)  # the header alone: its bytes are not there
+    assert path.stat().st_size < 1_000
+    _refused(path, tmp_path / "s", "holds '0123456789ab/metrics.jsonl' of 1,073,741,824 bytes")
+
+
+def test_a_member_that_reads_past_the_limit_is_refused_while_read(bundle, tmp_path, monkeypatch):
+    """A reader that yields more than its header says is cut at the limit, read in chunks."""
+    monkeypatch.setattr("repro.bundle.MAX_MEMBER_BYTES", 2**20)
+    monkeypatch.setattr("repro.bundle.READ_CHUNK", 2**12)
+    extract = tarfile.TarFile.extractfile
+    endless = io.BytesIO(b"{}" * 2**20)  # 2 MiB behind a small header
+
+    def lying(archive, info):
+        return endless if info.name.endswith("metrics.jsonl") else extract(archive, info)
+
+    monkeypatch.setattr(tarfile.TarFile, "extractfile", lying)
+    _refused(bundle, tmp_path / "s", "metrics.jsonl' of 1,052,672 bytes or more")
+    assert endless.tell() == 2**20 + 2**12  # read in chunks: stopped one chunk past the limit
+
+
+def test_a_bundle_past_the_limit_in_all_is_refused(bundle, tmp_path, monkeypatch):
+    """Hard links count: each unpacks to a file of its own."""
+    members = _members(bundle)
+    linked = sum(len(members[n]) for n in members if "/" in n)  # bytes unpacked, links too
+    monkeypatch.setattr("repro.bundle.MAX_BUNDLE_BYTES", len(members["bundle.json"]) + linked - 1)
+    _refused(bundle, tmp_path / "s", "past a bundle's limits")
+    monkeypatch.setattr("repro.bundle.MAX_BUNDLE_BYTES", len(members["bundle.json"]) + linked)
+    assert import_bundle(bundle, tmp_path / "s") == (2, 0)
+
+
+def test_a_member_held_twice_is_refused(bundle, tmp_path):
+    """Not the later one winning."""
+    members = _members(bundle)
+    name = next(n for n in members if n.endswith("/config.json"))
+    _tar(tmp_path / "b.tar.xz", members, (name, members[name]))
+    _refused(tmp_path / "b.tar.xz", tmp_path / "s", f"holds '{name}' twice")
+
+
+@pytest.mark.parametrize(
+    ("file", "damage", "says"),
+    [
+        ("config.json", b"garbage", "config.json is not valid JSON"),
+        ("status.json", b'{"status": "running"}', "status.json records no finished run"),
+        ("metrics.jsonl", b'{"step": 1}\n{"st', "metrics.jsonl line 2 is torn"),
+        ("metrics.jsonl", b"garbage\n", "metrics.jsonl line 1 is not a JSON object"),
+        ("val_docs/tokens.npy", b"garbage", "val_docs is damaged"),
+    ],
+)
+def test_a_damaged_run_file_is_refused_at_import_naming_it(bundle, tmp_path, file, damage, says):
+    """Each file read once by its rule (RunDir.check_results) before any run lands: the bundle's
+    other, intact run does not land either."""
+    members = _members(bundle)
+    rid = sorted(n.split("/")[0] for n in members if "/" in n)[0]
+    members[f"{rid}/{file}"] = damage
+    _tar(tmp_path / "b.tar.xz", members)
+    _refused(
+        tmp_path / "b.tar.xz",
+        tmp_path / "s",
+        f"^{tmp_path / 'b.tar.xz'} holds a damaged run.*{rid}/{says}",
+    )
+
+
+def test_export_refuses_a_torn_run(store, tmp_path):
+    copy = tmp_path / "store"
+    shutil.copytree(store, copy)
+    metrics = sorted(copy.glob("*/metrics.jsonl"))[0]
+    metrics.write_bytes(metrics.read_bytes()[:-5])  # a truncated last line
+    with pytest.raises(ReproError, match=f"^{metrics} line \\d+ is torn"):
+        export_bundle(copy, tmp_path / "b.tar.xz")
+    assert not list(tmp_path.glob("b.tar.xz*"))

@@ -149,6 +149,13 @@ def _truncate(path, keep: int | None = None) -> None:
     path.write_bytes(data[: len(data) - 7] if keep is None else data[:keep])
 
 
+def _flip_last_byte(path) -> None:
+    """The same size, the last token's high byte flipped: an id beyond the vocab."""
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
 def _edit_meta(pool, edit) -> None:
     meta = json.loads((pool / "meta.json").read_text())
     edit(meta)
@@ -168,6 +175,7 @@ DAMAGES = {
     ),
     "meta-wrong-counts": lambda pool: _edit_meta(pool, lambda m: m["splits"]["val"].update(docs=9)),
     "missing-offsets": lambda pool: (pool / "train" / "doc_offsets.npy").unlink(),
+    "flipped-token-byte": lambda pool: _flip_last_byte(pool / "train" / "tokens.npy"),
     "old-pool-truncated-tokens": lambda pool: (
         _edit_meta(pool, _forget_files),
         _truncate(pool / "train" / "tokens.npy"),

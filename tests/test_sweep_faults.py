@@ -8,6 +8,7 @@ import random
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -18,7 +19,10 @@ import pytest
 from repro.analysis.results import check_finished, open_results
 from repro.cli import main
 from repro.errors import ReproError
+from repro.runtime.run_dir import RunDir
 from repro.sweep import load_grid, plan_grid, sweep_status
+
+TEXT = {"capture_output": True, "text": True, "check": True}
 
 GRID = {
     "fixed": {"model": "tiny", "seq_len": 32, "epochs": 1, "eval_every": 0.5, "threads": 1},
@@ -260,3 +264,19 @@ def test_a_grid_a_run_could_not_train_is_refused_before_the_store_changes(
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and err.count("\n") == 1 and says in err, err
     assert not (tmp_path / "s").exists() or not list((tmp_path / "s").iterdir())
+
+
+def test_status_tells_a_dead_holder_from_a_live_one(tmp_path):
+    """A run whose status says running counts as interrupted once its lock's pid is gone (a sweep
+    killed with -9); while a live process holds it, as running."""
+    store, rid = tmp_path / "store", "0123456789ab"
+    run = RunDir(store / rid)
+    with run.held():
+        run.write_status({"status": "running"})
+        (store / "sweep.json").write_text(json.dumps({"grids": [], "runs": [{"run_id": rid}]}))
+        assert sweep_status(store) == {"running": 1}
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], **TEXT)
+    run.lock_file.write_text(f"{int(dead.stdout)} {socket.gethostname()}\n")
+    assert sweep_status(store) == {"interrupted": 1}
+    run.lock_file.write_text(f"{int(dead.stdout)} another-host\n")  # not to be probed from here
+    assert sweep_status(store) == {"running": 1}

@@ -3,6 +3,7 @@ corrupt checkpoints. Re-running the same command ends exactly as an uninterrupte
 status and weights, wall time aside) and leaves no temporary files; an unusable checkpoint falls
 back to the previous one, or stops with one line naming the file to remove."""
 
+import errno
 import json
 import os
 import random
@@ -20,6 +21,7 @@ import repro.runtime.train
 from repro.cli import main
 from repro.data.build import PoolSpec, build_pool
 from repro.runtime.config import make_run_config
+from repro.runtime.files import ReadOnly, write_json
 from repro.runtime.model import Transformer
 from repro.runtime.run_dir import LATEST, PREVIOUS
 from repro.runtime.shapes import model_config
@@ -380,3 +382,55 @@ def test_a_full_disk_stops_with_one_line_and_the_run_resumes_exactly(pool, strai
     assert not list(out.rglob("*.tmp"))
     main(argv)
     _assert_same_run(out, straight["single"]["out"])
+
+
+def _train_argv(pool, out) -> list[str]:
+    argv = ["train", "--pool", str(pool), "--out", str(out), "--quiet"]
+    return argv + [f"{k}={v}" for k, v in FIELDS.items()]
+
+
+def test_a_run_another_process_holds_is_refused_in_one_line(pool, tmp_path, capsys):
+    """One writer per run folder: a second repro train fails at once, writing nothing; once the
+    holder is gone, the run trains."""
+    out, hold = tmp_path / "run", "import sys; from repro.runtime.run_dir import RunDir; "
+    hold += "h = RunDir(sys.argv[1]).held(); assert h.__enter__(); print(1, flush=True); input()"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", hold, str(out)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    try:
+        holder.stdout.readline()
+        with pytest.raises(SystemExit) as exit_info:
+            main(_train_argv(pool, out))
+    finally:
+        holder.kill()
+        holder.wait()
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1, err
+    assert f"{out} is being trained by another process (pid {holder.pid} " in err
+    assert sorted(p.name for p in out.iterdir()) == [".lock"]
+    main(_train_argv(pool, out))
+    assert json.loads((out / "status.json").read_text())["status"] == "done"
+
+
+def test_a_read_only_folder_is_one_line_naming_it(pool, tmp_path, monkeypatch, capsys):
+    """EROFS from creating the run folder, and from an atomic write into it."""
+    real_mkdir, real_open = os.mkdir, open
+
+    def read_only(call):
+        def refusing(path, *args, **kwargs):
+            if str(path).startswith(str(tmp_path / "ro")):
+                raise OSError(errno.EROFS, "Read-only file system", str(path))
+            return call(path, *args, **kwargs)
+
+        return refusing
+
+    monkeypatch.setattr(os, "mkdir", read_only(real_mkdir))
+    monkeypatch.setattr("builtins.open", read_only(real_open))
+    real_mkdir(tmp_path / "ro")
+    with pytest.raises(SystemExit) as exit_info:
+        main(_train_argv(pool, tmp_path / "ro" / "run"))
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1, err
+    assert f"{tmp_path / 'ro'} is on a read-only file system" in err
+    with pytest.raises(ReadOnly, match=f"cannot write {tmp_path / 'ro' / 'x.json.tmp'}: "):
+        write_json(tmp_path / "ro" / "x.json", {})

@@ -6,9 +6,11 @@ On disk (docs/CONTRACT.md):
     POOL/{train,val}/doc_offsets.npy  int64, n_docs + 1 entries; doc i = tokens[off[i]:off[i+1]]
 
 Integrity. meta.json records each file's size (bytes), sha256 and, for arrays, shape and dtype
-(`files`). load_pool checks sizes, shapes, dtypes and the offsets against the tokens (cheap: no
-file is read through); verify_pool (`repro data verify`) reads every byte against the checksums
-and the fingerprint. Pools built before `files` existed load and verify without the checksums.
+(`files`). load_pool checks sizes, shapes, dtypes, the offsets against the tokens and the token
+ids against the vocab (cheap: one max over each split's tokens, so that a flipped byte is found
+before training rather than as an index error inside it); verify_pool (`repro data verify`)
+reads every byte against the checksums and the fingerprint. Pools built before `files` existed
+load and verify without the checksums.
 A damaged pool is a one-line error that says how to rebuild it.
 
 Building a pool: repro.data.build.
@@ -87,8 +89,8 @@ def built_meta(path: str | Path) -> dict | None:
 
 def load_pool(path: str | Path) -> Pool:
     """Memory-map a built pool after cheap checks: file sizes, array shapes and dtypes, offsets
-    against tokens, meta.json against the arrays (no checksums: see verify_pool). A damaged pool
-    is a one-line ReproError that says how to rebuild it."""
+    against tokens, token ids against the vocab, meta.json against the arrays (no checksums: see
+    verify_pool). A damaged pool is a one-line ReproError that says how to rebuild it."""
     path = Path(path)
     meta = _read_meta(path)
     try:
@@ -156,7 +158,8 @@ def _load_split(path: Path, name: str, files: dict | None) -> Split:
 
 
 def _check_arrays(path: Path, meta: dict, splits: dict[str, Split]) -> None:
-    """Each split's offsets index its tokens, and meta.json's counts and dtype match the arrays."""
+    """Each split's offsets index its tokens, its token ids lie below the vocab size, and
+    meta.json's counts and dtype match the arrays."""
     missing = [key for key in REQUIRED_META if key not in meta]
     if missing:
         raise _damaged(path, f"meta.json lacks {', '.join(missing)}")
@@ -168,6 +171,13 @@ def _check_arrays(path: Path, meta: dict, splits: dict[str, Split]) -> None:
             raise _damaged(path, f"{name}/tokens.npy is {tokens.dtype.name}, not {meta['dtype']}")
         if offsets[0] != 0 or offsets[-1] != len(tokens) or np.any(np.diff(offsets) < 0):
             raise _damaged(path, f"{name}/doc_offsets.npy does not index {name}/tokens.npy")
+        top = int(tokens.max(initial=0))
+        if top >= meta["vocab_size"]:
+            raise _damaged(
+                path,
+                f"{name}/tokens.npy holds token id {top:,}, beyond its vocab of "
+                f"{meta['vocab_size']:,} (repro data verify {path} checks every byte)",
+            )
         stats = meta["splits"][name]
         if (stats["tokens"], stats["docs"]) != (split.n_tokens, split.n_docs):
             raise _damaged(

@@ -39,9 +39,36 @@ MIN_FREE = 2**20
 """Bytes: a write that fails while its device has less free is taken for a full disk."""
 
 
-class NoSpace(ReproError):
-    """A write failed for want of space: the work stops (no run is marked failed) and resumes from
-    its last checkpoint when the same command runs again once space is freed."""
+class WriteRefused(ReproError):
+    """A write that the device refused (full, or read-only): the work stops (no run is marked
+    failed: that too would be refused) and resumes from its last checkpoint when the same command
+    runs again once the device is fixed."""
+
+
+class NoSpace(WriteRefused):
+    """A write failed for want of space (no_space)."""
+
+
+class ReadOnly(WriteRefused):
+    """A write failed because its folder is on a read-only file system (read_only)."""
+
+
+def read_only(path: Path, exc: BaseException) -> ReadOnly | None:
+    """ReadOnly naming the folder that holds `path` (its nearest existing one) when `exc`, raised
+    while `path` was being written or created, says the file system is read-only, else None."""
+    if getattr(exc, "errno", None) != errno.EROFS:
+        return None
+    folder = next(p for p in Path(path).absolute().parents if p.exists())
+    return ReadOnly(
+        f"cannot write {path}: {folder} is on a read-only file system; choose an output folder "
+        "on a writable one, or remount it read-write"
+    )
+
+
+def refused(path: Path, exc: BaseException) -> WriteRefused | None:
+    """The WriteRefused that `exc`, raised while `path` was being written, means (no_space,
+    read_only), else None."""
+    return read_only(path, exc) or no_space(path, exc)
 
 
 def no_space(path: Path, exc: BaseException) -> NoSpace | None:
@@ -70,15 +97,21 @@ def no_space(path: Path, exc: BaseException) -> NoSpace | None:
 
 @contextmanager
 def space_checked(path: Path) -> Iterator[None]:
-    """Within the block, `path` is being written: a failure that came from a lack of space
-    (no_space) becomes NoSpace naming it."""
+    """Within the block, `path` is being written (or created): a failure that came from a lack of
+    space or a read-only file system (refused) becomes NoSpace or ReadOnly naming it."""
     try:
         yield
     except Exception as exc:
-        full = no_space(path, exc)
-        if full:
-            raise full from exc
+        problem = refused(path, exc)
+        if problem:
+            raise problem from exc
         raise
+
+
+def make_folder(path: Path) -> None:
+    """Create folder `path` and its parents if missing (a full or read-only device: refused)."""
+    with space_checked(path):
+        path.mkdir(parents=True, exist_ok=True)
 
 
 @contextmanager
@@ -87,7 +120,7 @@ def atomic_write(path: Path, mode: str = "w", keep_previous: Path | None = None)
     `path` to `keep_previous` (if given, beside `path`), rename the temporary file to `path` and
     flush the folder. A failing block removes the temporary file; a killed process leaves at most
     the temporary file, which the next write replaces. A write that fails for want of space raises
-    NoSpace (no_space)."""
+    NoSpace, one to a read-only file system ReadOnly (refused)."""
     tmp = path.with_name(path.name + ".tmp")
     try:
         with open(tmp, mode) as f:
@@ -95,10 +128,10 @@ def atomic_write(path: Path, mode: str = "w", keep_previous: Path | None = None)
             f.flush()
             os.fsync(f.fileno())
     except BaseException as exc:
-        full = no_space(tmp, exc) if isinstance(exc, Exception) else None
+        problem = refused(tmp, exc) if isinstance(exc, Exception) else None
         tmp.unlink(missing_ok=True)
-        if full:
-            raise full from exc
+        if problem:
+            raise problem from exc
         raise
     if keep_previous is not None and path.exists():
         os.replace(path, keep_previous)
@@ -142,17 +175,20 @@ def read_json(path: Path, fix: str) -> dict:
     raise ReproError(f"{path} {problem}; {fix}")
 
 
-def read_metrics(path: Path, fix: str) -> list[dict]:
+def read_metrics(path: Path, fix: str, torn_ok: bool = True) -> list[dict]:
     """The records of a metrics.jsonl file, one JSON object per line, [] while there is none. The
-    last line is skipped while it has no newline (a live run is writing it, or a kill tore it);
-    any other line that is not a JSON object is a one-line ReproError naming the file, the line
-    and `fix`."""
+    last line is skipped while it has no newline (a live run is writing it, or a kill tore it),
+    or without `torn_ok` (a finished run's) refused; any other line that is not a JSON object is a
+    one-line ReproError naming the file, the line and `fix`."""
     if not path.exists():
         return []
     try:
-        *complete, _torn = path.read_bytes().split(b"\n")
+        *complete, torn = path.read_bytes().split(b"\n")
     except OSError as exc:
         raise ReproError(f"{path} cannot be read ({exc.strerror}); {fix}") from None
+    if torn and not torn_ok:
+        number = len(complete) + 1
+        raise ReproError(f"{path} line {number} is torn (it has no newline); {fix}")
     records = []
     for number, line in enumerate(complete, 1):
         try:

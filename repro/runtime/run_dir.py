@@ -14,7 +14,8 @@
     RUN/checkpoints/       step-N.pt, the steps a WSD trunk keeps for its branches
     RUN/downstream.json    repro eval's accuracies per task
     RUN/launch.json        the config that torchrun's processes read (repro.launch)
-    RUN/.lock              held by the process that trains the run (repro.sweep)
+    RUN/.lock              held (flock) by the process that trains the run (repro.sweep's
+                           claim, repro train's), which writes "PID HOST" into it
 
 Every reader and writer goes through RunDir, so a missing or damaged file is the same one-line
 error wherever it is read: it names the file and what to do (for a run's own results: remove the
@@ -28,7 +29,9 @@ from __future__ import annotations
 import fcntl
 import json
 import math
+import os
 import re
+import socket
 import warnings
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -44,6 +47,8 @@ from repro.runtime.files import (
     atomic_write,
     check_out,
     fsync_tree,
+    make_folder,
+    process_alive,
     read_json,
     read_metrics,
     space_checked,
@@ -99,6 +104,10 @@ RUN_SCRATCH = frozenset(
 """What a run folder holds (config.json marks one), and what interrupted writes and a sweep's
 claim leave (.lock; launch.json: repro.launch): a run's `--out` is a missing folder, one of
 scratch only, or a run (check_out)."""
+
+_HELD: set[Path] = set()
+"""The lock files this process holds (RunDir.held), absolute: a hold nested in one of them (a
+sweep's claim, then the trainer's own) holds it already."""
 
 
 @dataclass(frozen=True)
@@ -176,16 +185,51 @@ class RunDir:
 
     @contextmanager
     def held(self, wait: bool = False) -> Iterator[bool]:
-        """Hold RUN/.lock (an exclusive flock, repro.sweep's claim on the run) within the block;
-        without `wait`, yields False and holds nothing while another process holds it."""
-        self.path.mkdir(parents=True, exist_ok=True)
-        with open(self.lock_file, "w") as lock:
+        """Hold RUN/.lock (an exclusive flock: the claim of the one process that writes the run)
+        within the block, "PID HOST" written into it; without `wait`, yields False and holds
+        nothing while another process holds it. Within a hold of this process, holds already."""
+        lock_path = self.lock_file.absolute()
+        if lock_path in _HELD:
+            yield True
+            return
+        make_folder(self.path)
+        with space_checked(self.lock_file):
+            lock = open(self.lock_file, "a+")  # not "w": the holder's record stays while it holds
+        with lock:
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
             except BlockingIOError:
                 yield False
                 return
-            yield True
+            with space_checked(self.lock_file):
+                lock.truncate(0)
+                lock.write(f"{os.getpid()} {socket.gethostname()}\n")
+                lock.flush()
+            _HELD.add(lock_path)
+            try:
+                yield True
+            finally:
+                _HELD.discard(lock_path)
+                lock.truncate(0)  # released: the file names no holder
+
+    def holder(self) -> tuple[int, str] | None:
+        """(pid, host) that RUN/.lock records: of the process that holds it, or of one killed
+        while holding it; None while none does (released, or never held)."""
+        try:
+            pid, host = self.lock_file.read_text().split()
+            return int(pid), host
+        except (OSError, UnicodeDecodeError, ValueError):
+            return None
+
+    def is_held(self) -> bool:
+        """Whether RUN/.lock names a holder that may be alive: its pid runs on this host, or it
+        ran on another (which this host cannot probe). Read only: taking the flock to probe it
+        would make a sweep's claim fail meanwhile."""
+        holder = self.holder()
+        if holder is None:
+            return False
+        pid, host = holder
+        return host != socket.gethostname() or process_alive(pid)
 
     def check_out(self) -> None:
         """Refuse, before any work, a folder that writing a run into would damage
@@ -297,6 +341,18 @@ class RunDir:
             )
         return results
 
+    def check_results(self) -> None:
+        """Read each file the analyses read (a finished run's, a bundle's) by its rule, so that a
+        damaged one is a one-line error naming it now rather than when an analysis reads it:
+        config, status (finished), metrics (no torn line), downstream, each evaluation's losses."""
+        self.run_config()
+        if not self.is_finished():
+            raise ReproError(f"{self.status_file} records no finished run; {self.retrain}")
+        read_metrics(self.metrics_file, self.retrain, torn_ok=False)
+        self.downstream()
+        for step in self.document_steps():
+            self.half_losses(step)
+
     def analysed_files(self) -> list[Path]:
         """The files the analyses read (a results bundle's), those that exist, sorted."""
         files = [self.config_file, self.status_file, self.metrics_file, self.downstream_file]
@@ -324,7 +380,7 @@ class RunDir:
 
     def write_launch(self, record: dict) -> None:
         """launch.json: the config that torchrun's processes read (JSON is YAML)."""
-        self.path.mkdir(parents=True, exist_ok=True)
+        make_folder(self.path)
         write_json(self.launch_file, record)
 
     def forget_status(self) -> None:

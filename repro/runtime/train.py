@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from contextlib import ExitStack
 from pathlib import Path
 
 import numpy as np
@@ -38,7 +39,7 @@ from repro.runtime.config import (
     micro_batches,
     stack_key,
 )
-from repro.runtime.files import NoSpace
+from repro.runtime.files import WriteRefused, make_folder
 from repro.runtime.loaders import EpochLoader
 from repro.runtime.member import (
     Member,
@@ -162,31 +163,49 @@ def train_stacked(
         )
     pools = {c.pool: load_pool(c.pool) for c in configs}
     loaders = [check_config(c, pools[c.pool], world_size) for c in configs]
-    finished = {i: finished_status(c, o) for i, (c, o) in enumerate(zip(configs, outs))}
-    todo = [i for i, status in finished.items() if status is None]
-    if not todo:
-        return [finished[i] for i in range(len(configs))]
+    with _hold_runs(outs, world_size):
+        finished = {i: finished_status(c, o) for i, (c, o) in enumerate(zip(configs, outs))}
+        todo = [i for i, status in finished.items() if status is None]
+        if not todo:
+            return [finished[i] for i in range(len(configs))]
 
-    device = _device(configs[todo[0]], world_size)
-    if rank == 0:
-        for i in todo:
-            outs[i].mkdir(parents=True, exist_ok=True)
-            RunDir(outs[i]).write_config(config_record(configs[i]))
-    try:
-        members = [
-            open_member(configs[i], outs[i], pools[configs[i].pool], loaders[i], device, rank)
-            for i in todo
-        ]
-        finals = _run(members, device, rank, world_size, progress)
-    except Exception as exc:
-        if rank == 0 and not isinstance(exc, NoSpace):  # out of space: resumes once freed
+        device = _device(configs[todo[0]], world_size)
+        if rank == 0:
             for i in todo:
-                if not RunDir(outs[i]).is_finished():
-                    RunDir(outs[i]).write_status(
-                        {"status": "failed", "error": f"{type(exc).__name__}: {exc}"}
-                    )
-        raise
-    return [finished[i] or finals[outs[i]] for i in range(len(configs))]
+                make_folder(outs[i])
+                RunDir(outs[i]).write_config(config_record(configs[i]))
+        try:
+            members = [
+                open_member(configs[i], outs[i], pools[configs[i].pool], loaders[i], device, rank)
+                for i in todo
+            ]
+            finals = _run(members, device, rank, world_size, progress)
+        except Exception as exc:
+            if rank == 0 and not isinstance(exc, WriteRefused):  # resumes once the disk is fixed
+                for i in todo:
+                    if not RunDir(outs[i]).is_finished():
+                        RunDir(outs[i]).write_status(
+                            {"status": "failed", "error": f"{type(exc).__name__}: {exc}"}
+                        )
+            raise
+        return [finished[i] or finals[outs[i]] for i in range(len(configs))]
+
+
+def _hold_runs(outs: list[Path], world_size: int) -> ExitStack:
+    """The runs' locks (RunDir.held, which creates each folder), held until the returned stack
+    closes: one writer per run. A run another process holds is a one-line error, nothing written.
+    Under torchrun (`world_size` > 1) the process that started it holds them (repro.sweep)."""
+    with ExitStack() as locks:
+        for out in outs if world_size == 1 else []:
+            run = RunDir(out)
+            if not locks.enter_context(run.held()):
+                pid, host = run.holder() or ("?", "?")
+                raise ReproError(
+                    f"{out} is being trained by another process (pid {pid} on {host}, holding "
+                    f"{run.lock_file}): one process writes a run; wait for it, or choose another "
+                    "--out"
+                )
+        return locks.pop_all()
 
 
 def _check_stack(configs: list[RunConfig], outs: list[Path], world_size: int) -> None:
