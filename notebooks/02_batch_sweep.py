@@ -38,11 +38,10 @@ from repro.analysis import accuracy, analyses, figures, optimizer_claims
 from repro.analysis.intervals import claim_count, claim_summary
 from repro.grids import usual_batch_source
 from repro.runtime.shapes import by_size
-from repro.study import open_study
+from repro.study import notebook_study
 
-study = open_study(preset, workers=workers, train=train, dry_run=dry_run)
+study = notebook_study(globals())  # checks the parameters above, prints what the study trains
 P = study.preset
-print(study.summary())
 
 # %%
 pools = study.pools()

@@ -54,11 +54,10 @@ from IPython.display import Markdown, display
 
 from repro.analysis import analyses, figures
 from repro.analysis.intervals import claim_count, claim_summary, describe
-from repro.study import open_study
+from repro.study import notebook_study
 
-study = open_study(preset, workers=workers, train=train, dry_run=dry_run)
+study = notebook_study(globals())  # checks the parameters above, prints what the study trains
 P = study.preset
-print(study.summary())
 
 # %%
 from repro.analysis import cbs

@@ -426,6 +426,17 @@ def _add_sweep_run(sweep) -> None:
     run.set_defaults(func=_sweep_run)
 
 
+def _at_least_one(text: str) -> int:
+    """argparse type of a count of parallel runs: a whole number, 1 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"takes a whole number, 1 or more; got {text!r}")
+    return value
+
+
 def _add_reproduce_command(commands) -> None:
     """`repro reproduce`: the notebook series of one preset."""
     reproduce = _add_command(commands, "reproduce", "run the notebook series with papermill")
@@ -434,7 +445,7 @@ def _add_reproduce_command(commands) -> None:
         "--only", default=None, help="comma-separated notebook numbers, e.g. 02,03"
     )
     reproduce.add_argument(
-        "--workers", type=int, default=None, help="parallel runs (default: the preset's)"
+        "--workers", type=_at_least_one, default=None, help="parallel runs (default: the preset's)"
     )
     reproduce.add_argument(
         "--store-outputs",

@@ -17,7 +17,7 @@ from repro.dry_run import DRY_RUN, dry_run_preset
 from repro.errors import ReproError
 from repro.paths import project_root
 from repro.presets import Preset
-from repro.typed_fields import load_dataclass
+from repro.typed_fields import load_dataclass, load_yaml
 
 BUILTIN_DIR = Path(__file__).parent / "builtin_presets"
 BUILTIN_NAMES = ("smoke", "cpu", "cpu-regime", "gpu-small", "gpu")
@@ -25,9 +25,10 @@ BUILTIN_NAMES = ("smoke", "cpu", "cpu-regime", "gpu-small", "gpu")
 
 
 def _read_yaml(path: Path) -> dict:
-    """A preset file's mapping; a file that is not UTF-8 YAML of a mapping is a one-line error."""
+    """A preset file's mapping; a file that is not UTF-8 YAML of a mapping (each key once) is a
+    one-line error."""
     try:
-        data = yaml.safe_load(path.read_bytes().decode("utf-8"))
+        data = load_yaml(path.read_bytes().decode("utf-8"))
     except UnicodeDecodeError:
         raise ReproError(f"{path}: not UTF-8 text; save the preset file as UTF-8") from None
     except yaml.YAMLError as exc:

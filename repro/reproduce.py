@@ -33,7 +33,13 @@ from repro.paths import project_root
 from repro.plan import from_scratch_stages, plan_text, preset_fingerprint, record_times
 from repro.preset_files import get_preset
 from repro.runtime.files import process_alive
-from repro.study import FIGURES_ENV, TERMINAL_PROGRESS_ENV, Study, open_study
+from repro.study import (
+    FIGURES_ENV,
+    TERMINAL_PROGRESS_ENV,
+    Study,
+    check_parameters,
+    open_study,
+)
 from repro.sweep import reset_failed
 
 WIDGET = "application/vnd.jupyter.widget-view+json"  # a live widget's output (tqdm's bars)
@@ -128,12 +134,14 @@ def reproduce(
     jobs first, no idle workers between notebooks). With `retry_failed`, the failed runs of the
     preset's store train again (sweep.reset_failed); with `dry_run`, the built-in preset shrunk
     to CPU size (dry_run.dry_run_preset) and every notebook with it. Raises ReproError naming the
-    failing cell, or the holder of the preset when another reproduction of it runs."""
+    failing cell, or the holder of the preset when another reproduction of it runs; a bad
+    parameter or notebook is refused before any work (series_parameters)."""
     chosen = get_preset(preset, dry_run)  # fail fast on a bad name or preset file
     if preset.endswith((".yaml", ".yml")):  # the kernels may run elsewhere: pass the file itself
         preset = str(Path(preset).resolve() if Path(preset).is_file() else project_root() / preset)
     root = project_root()
-    selected = notebooks(root, only)
+    parameters = series_parameters(notebooks(root, only), preset, workers, dry_run)
+    selected = list(parameters)
     with _hold(root / "runs" / chosen.name):
         try:
             print(plan_text(chosen, root), flush=True)
@@ -158,12 +166,10 @@ def reproduce(
             print(f"{times[-1][0]:<28} {times[-1][1]:8.1f} s", flush=True)
         out_dir = study.results_dir / "notebooks"
         out_dir.mkdir(parents=True, exist_ok=True)
-        parameters = {"preset": preset, "train": True} | ({"workers": workers} if workers else {})
-        parameters |= {"dry_run": True} if dry_run else {}
         for stage, nb in enumerate(selected, start=stages - len(selected) + 1):
             print(_stage_line(stage, stages, nb.name, times, expected), flush=True)
             started = time.perf_counter()
-            _execute(nb, out_dir / nb.name, parameters, study)
+            _execute(nb, out_dir / nb.name, parameters[nb], study)
             times.append((nb.name, time.perf_counter() - started))
             print(f"{nb.name:<28} {times[-1][1]:8.1f} s", flush=True)
         if store_outputs:
@@ -209,23 +215,50 @@ def remove_leftovers(results_dir: Path) -> None:
             shutil.rmtree(sockets, ignore_errors=True)
 
 
-def _execute(nb: Path, executed: Path, parameters: dict, study: Study) -> None:
-    """Execute `nb` into `executed` with papermill, in the project root, its kernel on private
-    sockets; its figures and tables go to a staging folder, moved into study.figures only when
-    every cell ran (one rename per file) and removed otherwise. A ReproError names the failing
-    cell. Of `parameters`, a notebook gets the preset and those it declares (a user's notebook
-    without `train` or `workers` runs as it is, without papermill's unknown-parameter warning); a
-    dry run needs a notebook that declares `dry_run`, else it is an error before the kernel
-    starts."""
+NEEDED = {
+    "preset": ("it would not run the preset asked for", 'preset = "cpu"'),
+    "dry_run": ("it would run the full preset", "dry_run = False"),
+}
+"""The parameters a notebook must declare when a reproduction passes them: what it would do
+without, and the line that declares it."""
+
+
+def series_parameters(
+    selected: list[Path], preset: str, workers: int | None, dry_run: bool
+) -> dict[Path, dict]:
+    """The papermill parameters of each notebook, checked before any work (study.check_parameters):
+    of the preset, train, workers and dry_run, those the notebook declares (a user's notebook
+    without `train` or `workers` runs as it is); a notebook that lacks one of NEEDED is a
+    ReproError saying what to add."""
     import papermill
 
-    declared = set(papermill.inspect_notebook(str(nb)))
-    if parameters.get("dry_run") and "dry_run" not in declared:
-        raise ReproError(
-            f"{nb} has no dry_run parameter, so it would run the full preset: add "
-            "`dry_run = False` to its parameters cell"
-        )
-    parameters = {k: v for k, v in parameters.items() if k in declared or k == "preset"}
+    parameters: dict = {"preset": preset, "train": True}
+    if workers is not None:
+        parameters["workers"] = workers
+    if dry_run:
+        parameters["dry_run"] = True
+    check_parameters(parameters)
+    passed = {}
+    for nb in selected:
+        declared = set(papermill.inspect_notebook(str(nb)))
+        missing = sorted(NEEDED.keys() & (parameters.keys() - declared))
+        if missing:
+            effect, line = NEEDED[missing[0]]
+            raise ReproError(
+                f"{nb} has no {missing[0]} parameter, so {effect}: add `{line}` to its parameters "
+                "cell"
+            )
+        passed[nb] = {k: v for k, v in parameters.items() if k in declared}
+    return passed
+
+
+def _execute(nb: Path, executed: Path, parameters: dict, study: Study) -> None:
+    """Execute `nb` into `executed` with papermill and `parameters` (series_parameters), in the
+    project root, its kernel on private sockets; its figures and tables go to a staging folder,
+    moved into study.figures only when every cell ran (one rename per file) and removed otherwise.
+    A ReproError names the failing cell."""
+    import papermill
+
     with (
         tempfile.TemporaryDirectory(prefix=f"{KERNEL_PREFIX}{os.getpid()}-") as sockets,
         tempfile.TemporaryDirectory(prefix="staging-", dir=study.results_dir) as staging,

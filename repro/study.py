@@ -11,9 +11,11 @@ notebooks need is trained once.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import sys
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
@@ -469,3 +471,69 @@ def open_study(
         figures_dir=Path(os.environ[FIGURES_ENV]) if os.environ.get(FIGURES_ENV) else None,
         train=train,
     )
+
+
+PARAMETERS: dict[str, tuple[Callable[[object], bool], str]] = {
+    "preset": (lambda v: isinstance(v, str), "a preset name or file (-p preset smoke)"),
+    "workers": (
+        lambda v: v is None or (type(v) is int and v >= 1),
+        "a whole number of parallel runs, 1 or more (-p workers 4), or None for the preset's",
+    ),
+    "train": (lambda v: isinstance(v, bool), "True or False (-p train True)"),
+    "dry_run": (lambda v: isinstance(v, bool), "True or False (-p dry_run True)"),
+}
+"""The notebooks' parameters (their cell tagged `parameters`): a value's test, what it takes."""
+
+INJECTED_PREFIX = "# Parameters\n"
+"""How the cell that papermill injects after the parameters cell begins."""
+
+
+def check_parameters(values: Mapping[str, object], declared: Collection[str] = PARAMETERS) -> None:
+    """Refuse a name that `declared` (a notebook's parameters) lacks, where papermill would only
+    warn and run without it, and a value of the wrong type (PARAMETERS): a one-line ReproError.
+    The paths that papermill's --inject-paths adds (PAPERMILL_*) pass."""
+    for name, value in values.items():
+        if name not in declared and not name.startswith("PAPERMILL_"):
+            raise ReproError(
+                f"unknown notebook parameter {name!r}; the notebook takes {', '.join(declared)}: "
+                "check the name's spelling"
+            )
+        valid, takes = PARAMETERS.get(name, (lambda v: True, ""))
+        if not valid(value):
+            raise ReproError(f"notebook parameter {name} takes {takes}; got {value!r}")
+
+
+def injected_names(sources: list[str]) -> list[str]:
+    """The names that papermill's injected cell assigns, of the cells a kernel ran (`sources`);
+    none where papermill injected nothing."""
+    injected = [source for source in sources if source.startswith(INJECTED_PREFIX)]
+    if not injected:
+        return []
+    assigned = [n for n in ast.parse(injected[-1]).body if isinstance(n, ast.Assign)]
+    return [t.id for n in assigned for t in n.targets if isinstance(t, ast.Name)]
+
+
+def _one_line(shell, etype: type, value: BaseException, tb, tb_offset=None) -> list[str]:
+    """IPython's handler of a ReproError: its line, without the traceback (as the CLI prints it)."""
+    line = f"{etype.__name__}: {value}"
+    shell._showtraceback(etype, value, [line])  # the kernel's hook that publishes an error
+    return [line]
+
+
+def notebook_study(namespace: Mapping[str, object]) -> Study:
+    """A notebook's study (open_study), from its parameters in `namespace` (the kernel's globals):
+    the names papermill injected and every value checked first (check_parameters), before any pool
+    is built or run trained; from here on this kernel shows a ReproError as its one line. Prints
+    the study's summary."""
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    values = {name: namespace[name] for name in PARAMETERS if name in namespace}
+    injected = []
+    if shell is not None:
+        shell.set_custom_exc((ReproError,), _one_line)
+        injected = injected_names(shell.history_manager.input_hist_raw)
+    check_parameters(values | {name: namespace.get(name) for name in injected})
+    study = open_study(**values)
+    print(study.summary())
+    return study

@@ -21,6 +21,8 @@ import typing
 from dataclasses import MISSING, fields, is_dataclass, replace
 from typing import TypeVar
 
+import yaml
+
 from repro.errors import ReproError
 from repro.units import parse_count
 
@@ -28,6 +30,34 @@ T = TypeVar("T")
 
 BOOLEANS = {"true": True, "1": True, "yes": True, "on": True}
 BOOLEANS |= {"false": False, "0": False, "no": False, "off": False}
+
+
+class DuplicateKeyError(yaml.YAMLError):
+    """A YAML mapping that holds a key twice (PyYAML keeps the last one silently)."""
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses a key given twice in one mapping (a merge key, <<, may
+    repeat what it merges)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        lines: dict = {}
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag.endswith(":merge"):
+                continue
+            key, line = self.construct_object(key_node), key_node.start_mark.line + 1
+            if key in lines:
+                raise DuplicateKeyError(
+                    f"key {key!r} is given twice, on lines {lines[key]} and {line}; keep one"
+                )
+            lines[key] = line
+        return super().construct_mapping(node, deep)
+
+
+def load_yaml(text: str) -> object:
+    """YAML `text` as plain values, as yaml.safe_load reads it, except that a key given twice in
+    one mapping is a DuplicateKeyError (a yaml.YAMLError) naming the key and both its lines."""
+    return yaml.load(text, Loader=_UniqueKeyLoader)
 
 
 def load_dataclass(

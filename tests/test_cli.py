@@ -87,3 +87,13 @@ def test_preset_list_names_every_built_in_preset(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in lines] == list(PRESETS)
     assert all(f"{len(p.pools.seeds)} pools" in line for line, p in zip(lines, PRESETS.values()))
+
+
+@pytest.mark.parametrize("workers", ["-3", "0", "abc", "2.5"])
+def test_reproduce_refuses_workers_under_one(workers, monkeypatch, capsys):
+    monkeypatch.setattr("repro.reproduce.reproduce", lambda *args: pytest.fail("it ran"))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["reproduce", "--preset", "smoke", "--workers", workers])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2
+    assert f"error: argument --workers: takes a whole number, 1 or more; got {workers!r}" in err

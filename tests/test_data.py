@@ -757,7 +757,7 @@ def test_meta_records_sizes_and_checksums_and_verify_catches_a_flipped_byte(tmp_
     assert ok.returncode == 0 and "5 files match" in ok.stdout
     tokens = out / "val" / "tokens.npy"
     data = bytearray(tokens.read_bytes())
-    data[-1] ^= 0xFF  # same size: only the checksum can tell
+    data[-2] ^= 0x01  # the last id's low bit: same size, a valid id; only the checksum tells
     tokens.write_bytes(bytes(data))
     load_pool(out)
     bad = _cli("data", "verify", str(out))

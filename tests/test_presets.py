@@ -87,6 +87,7 @@ def test_yaml_preset_overrides_a_base_and_types_its_fields(tmp_path):
         ("name: a/b", "name must be letters"),
         ("base: laptop", "unknown base 'laptop'"),
         ("grid: {epochs: [2}", "not valid YAML"),
+        ("base: smoke\nbase: cpu", "key 'base' is given twice, on lines 1 and 2; keep one"),
         ("- 1\n- 2", "a preset file is a mapping"),
         (
             "ablations: {batch_sizes: [2, 4]}",

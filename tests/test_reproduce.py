@@ -21,7 +21,13 @@ from nbformat.v4 import new_code_cell, new_notebook
 
 from repro.cli import main
 from repro.errors import ReproError
-from repro.reproduce import KERNEL_PREFIX, _stage_line, copy_outputs, remove_leftovers
+from repro.reproduce import (
+    KERNEL_PREFIX,
+    _stage_line,
+    copy_outputs,
+    remove_leftovers,
+    reproduce,
+)
 from repro.runtime.run_dir import RunDir
 from repro.study import TERMINAL_PROGRESS_ENV, Study, open_study
 from repro.sweep import plan_grid
@@ -73,6 +79,27 @@ def test_a_dry_run_refuses_a_notebook_without_a_dry_run_parameter(tmp_path, monk
     err = capsys.readouterr().err
     assert "01_only.ipynb has no dry_run parameter" in err and "kernel started" not in err
     assert not list((tmp_path / "runs").glob("smoke/*")), "the full preset's folder was used"
+
+
+def test_a_notebook_without_a_preset_parameter_or_bad_workers_is_refused_before_any_work(
+    tmp_path, monkeypatch, capsys
+):
+    """A notebook that does not declare `preset` would run another preset than the one asked for
+    (papermill only warns); workers under 1 would reach the pool. Neither takes the lock."""
+    _project(tmp_path, "raise RuntimeError('the kernel started')")
+    nb = tmp_path / "notebooks" / "01_only.ipynb"
+    notebook = nbformat.read(nb, as_version=4)
+    notebook.cells[0].source = "preset_name = 'smoke'"
+    nbformat.write(notebook, nb)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit):
+        main(["reproduce", "--preset", "smoke", "--only", "01"])
+    err = capsys.readouterr().err
+    assert "01_only.ipynb has no preset parameter, so it would not run the preset" in err
+    assert "kernel started" not in err and err.count("\n") == 1
+    with pytest.raises(ReproError, match="notebook parameter workers takes a whole number"):
+        reproduce("smoke", ["01"], workers=0)
+    assert not (tmp_path / "runs").exists()
 
 
 def test_a_notebook_replaces_its_figures_only_when_it_succeeds(tmp_path, monkeypatch, capsys):

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from repro.errors import ReproError
-from repro.typed_fields import load_dataclass
+from repro.typed_fields import DuplicateKeyError, load_dataclass, load_yaml
 
 
 @dataclass(frozen=True)
@@ -72,3 +72,25 @@ def test_text_values_convert_as_a_command_line_gives_them():
         load_dataclass(Inner, {"steps": "8.5"}, text=True)
     with pytest.raises(ReproError, match="flag: expected bool, got 'maybe'"):
         load_dataclass(Outer, {"name": "a", "inner": {"steps": 1}, "flag": "maybe"}, text=True)
+
+
+@pytest.mark.parametrize(
+    "text, key, lines",
+    [
+        ("base: smoke\ngrid: {epochs: [1]}\nbase: cpu\n", "base", (1, 3)),
+        ("grid:\n  epochs: [1]\n  epochs: [2]\n", "epochs", (2, 3)),
+        ("- {a: 1, a: 2}\n", "a", (1, 1)),
+    ],
+)
+def test_a_yaml_key_given_twice_is_an_error_naming_it_and_its_lines(text, key, lines):
+    with pytest.raises(DuplicateKeyError) as info:
+        load_yaml(text)
+    assert (
+        str(info.value)
+        == f"key {key!r} is given twice, on lines {lines[0]} and {lines[1]}; keep one"
+    )
+
+
+def test_yaml_merge_keys_and_keys_of_other_types_are_not_duplicates():
+    merged = load_yaml("a: &x {b: 1}\nc:\n  <<: *x\n  b: 2\n1: one\n'1': text\n")
+    assert merged == {"a": {"b": 1}, "c": {"b": 2}, 1: "one", "1": "text"}
