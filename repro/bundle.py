@@ -10,7 +10,11 @@ documents at every evaluation (run_dir.half_losses, what notebook 04 chooses on)
 of those figures then read the same numbers from it, in a few MB. A file whose bytes an earlier
 entry holds (a WSD branch's evaluations before its branch point are its trunk's) is a hard link to
 that entry, so it is stored once. The same store gives the same bytes (entries sorted, times and
-owners zeroed), so a committed bundle changes only when its runs do.
+owners zeroed), so a committed bundle changes only when its runs do. A run's config.json names no
+folder of the machine that trained it: its pool relative to the project root (data/pools/<name>)
+and a WSD branch's init_from relative to the store (<trunk>/checkpoints/<file>), as run_identity
+names them; import resolves both against the store it fills (bundles of format 3 or less, which
+hold the trainer's absolute paths, are read by the same rule).
 
 Importing refuses, before it writes anything, a bundle of other numerics, an entry that is not one
 of those files or that comes twice, a file or a whole past MAX_MEMBER_BYTES or MAX_BUNDLE_BYTES,
@@ -35,11 +39,12 @@ from contextlib import suppress
 from pathlib import Path
 
 from repro.errors import ReproError
+from repro.paths import project_root
 from repro.runtime.config import NUMERICS
-from repro.runtime.files import atomic_write, make_folder, process_alive, read_json
+from repro.runtime.files import atomic_write, json_text, make_folder, process_alive, read_json
 from repro.runtime.run_dir import ANALYSED_FILE, LOSSES_FILE, RunDir
 
-FORMAT = 3  # 2: repeated files as hard links; 3: val_docs/halves.json (formats 1-3 read)
+FORMAT = 4  # 2: repeated files as hard links; 3: val_docs/halves.json; 4: relative paths (1-4 read)
 MANIFEST = "bundle.json"
 RUN_FILE = re.compile(rf"(?P<run>[0-9a-f]{{12}})/({ANALYSED_FILE.pattern})")
 """The entries a bundle may hold besides its manifest: a run's files that the analyses read."""
@@ -82,7 +87,7 @@ def _run_entries(run: Path, keep: set[int] | None) -> dict[str, bytes]:
     (steps), per-document losses only at those and the last evaluation, and halves.json
     (run_dir.half_losses at every evaluation) where some are left out."""
     folder = RunDir(run)
-    entries = folder.analysed_entries()
+    entries = _portable(folder.analysed_entries(), project_root(run))
     if keep is None:
         return entries
     held = folder.document_steps()
@@ -98,6 +103,63 @@ def _run_entries(run: Path, keep: set[int] | None) -> dict[str, bytes]:
     for step in left_out:
         entries.pop(folder.entry(folder.document_losses_file(step)), None)
     return entries
+
+
+POOLS = ("data", "pools")
+"""Where a project keeps its pools, under its root (repro.study.open_study)."""
+
+
+def _relative_pool(pool: Path, root: Path) -> str:
+    """A run's pool relative to the project `root`; an absolute path elsewhere from its data/pools/
+    on (the machine that trained it), else as it is (a pool outside any project)."""
+    if not pool.is_absolute():
+        return pool.as_posix()
+    if pool.is_relative_to(root):
+        return pool.relative_to(root).as_posix()
+    parts = pool.parts
+    starts = [i for i in range(len(parts) - 1) if parts[i : i + 2] == POOLS]
+    return Path(*parts[starts[-1] :]).as_posix() if starts else pool.as_posix()
+
+
+def _with_config(entries: dict[str, bytes], change) -> dict[str, bytes]:
+    """`entries` with config.json's record passed through `change` (a damaged one left as it is,
+    for RunDir.check_results to name)."""
+    name = "config.json"
+    try:
+        record = json.loads(entries[name])
+    except (KeyError, ValueError):
+        return entries
+    if not isinstance(record, dict):
+        return entries
+    return entries | {name: json_text(change(record)).encode()}
+
+
+def _portable(entries: dict[str, bytes], root: Path) -> dict[str, bytes]:
+    """A run's `entries` as a bundle holds them (module docstring): config.json's pool relative to
+    the project `root`, a branch's init_from to its store."""
+
+    def change(record: dict) -> dict:
+        if record.get("pool"):
+            record["pool"] = _relative_pool(Path(record["pool"]), root)
+        if record.get("init_from"):
+            record["init_from"] = "/".join(Path(record["init_from"]).parts[-3:])
+        return record
+
+    return _with_config(entries, change)
+
+
+def _resolved(entries: dict[str, bytes], store: Path) -> dict[str, bytes]:
+    """A bundle's run `entries` as `store` holds them: config.json's relative pool under the
+    store's project root, a branch's init_from under the store."""
+
+    def change(record: dict) -> dict:
+        if record.get("pool") and not Path(record["pool"]).is_absolute():
+            record["pool"] = str(project_root(store) / record["pool"])
+        if record.get("init_from"):
+            record["init_from"] = str(store.resolve() / record["init_from"])
+        return record
+
+    return _with_config(entries, change)
 
 
 def _check_read(store: Path, runs: list[Path], read: Steps | None) -> None:
@@ -164,7 +226,8 @@ def import_bundle(bundle: str | Path, store: str | Path) -> tuple[int, int]:
     """Unpack `bundle` into `store` (created if missing); returns (runs added, runs the store
     already held with the same contents). Refused before any write: see the module docstring."""
     bundle, store = Path(bundle), Path(store)
-    runs = _read_bundle(bundle)
+    root = project_root(store)
+    runs = {rid: _portable(entries, root) for rid, entries in _read_bundle(bundle).items()}
     added = [rid for rid in runs if not (store / rid).exists()]
     for rid in sorted(set(runs) - set(added)):
         if not _same_run(store / rid, runs[rid]):
@@ -191,7 +254,7 @@ def _place(bundle: Path, store: Path, runs: dict[str, dict[str, bytes]]) -> None
     with tempfile.TemporaryDirectory(dir=store, prefix=f".import-{os.getpid()}-") as scratch:
         for rid, entries in runs.items():
             staged = RunDir(Path(scratch) / rid)
-            staged.write_entries(entries)
+            staged.write_entries(_resolved(entries, store))
             try:
                 staged.check_results()
             except ReproError as exc:
@@ -286,7 +349,8 @@ def _too_large(bundle: Path, name: str, size: int) -> ReproError:
 
 def _same_run(run: Path, entries: dict[str, bytes]) -> bool:
     """Whether the store's `run` is a bundle's `entries`: the same files apart from per-document
-    losses (a bundle may leave some out: Steps), the same bytes in every file that both hold."""
+    losses (a bundle may leave some out: Steps), the same bytes in every file that both hold, the
+    paths of its config.json as a bundle holds them (_portable)."""
     held = _run_entries(run, None)
     if {n for n in held if not _losses(n)} != {n for n in entries if not _losses(n)}:
         return False

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from repro.analysis.results import load_results
-from repro.bundle import bundle_manifest, documents_read, export_bundle, import_bundle
+from repro.bundle import FORMAT, bundle_manifest, documents_read, export_bundle, import_bundle
 from repro.cli import main
 from repro.errors import ReproError
 from repro.preset_files import PRESETS, get_preset
@@ -59,7 +59,7 @@ def _files(store) -> dict[str, bytes]:
 
 def test_an_imported_bundle_reads_back_to_the_same_results(store, bundle, tmp_path):
     documents = "every evaluation"
-    manifest = {"format": 3, "numerics": NUMERICS, "runs": 2, "documents": documents}
+    manifest = {"format": FORMAT, "numerics": NUMERICS, "runs": 2, "documents": documents}
     assert bundle_manifest(bundle) == manifest
     assert import_bundle(bundle, tmp_path / "copy") == (2, 0)
     copied = _files(tmp_path / "copy")
@@ -68,6 +68,57 @@ def test_an_imported_bundle_reads_back_to_the_same_results(store, bundle, tmp_pa
     ids = sorted(p.name for p in (tmp_path / "copy").iterdir())
     for original, imported in zip(load_results(store, ids), load_results(tmp_path / "copy")):
         pd.testing.assert_frame_equal(original, imported)
+
+
+def _project(folder: Path) -> Path:
+    """An empty project root (what repro.paths.project_root looks for)."""
+    (folder / "repro").mkdir(parents=True)
+    (folder / "pyproject.toml").write_text("")
+    return folder
+
+
+def _configs(bundle: Path) -> dict[str, dict]:
+    with tarfile.open(bundle) as archive:
+        return {
+            info.name.split("/")[0]: json.load(archive.extractfile(info))
+            for info in archive
+            if info.name.endswith("/config.json")
+        }
+
+
+def test_a_bundle_names_no_folder_of_the_machine_that_trained_it(synthetic_pool, tmp_path):
+    """Pools travel relative to the project root and a branch's checkpoint relative to its
+    store; import resolves them where the runs land. Old bundles' absolute paths read the same."""
+    trained = _project(tmp_path / "trained")
+    shutil.copytree(synthetic_pool, trained / "data" / "pools" / "p")
+    store = trained / "runs" / "s" / "store"
+    run_sweep(_grid(trained / "data" / "pools" / "p"), store, workers=1, progress=False)
+    trunk, branch = sorted(p.parent.name for p in store.glob("*/config.json"))
+    config = json.loads((store / branch / "config.json").read_text())
+    config["init_from"] = str(store / trunk / "checkpoints" / "step-4.pt")
+    (store / branch / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    out = tmp_path / "runs.tar.xz"
+    export_bundle(store, out)
+    shipped = _configs(out)
+    assert {c["pool"] for c in shipped.values()} == {"data/pools/p"}
+    assert shipped[branch]["init_from"] == f"{trunk}/checkpoints/step-4.pt"
+    assert import_bundle(out, store) == (0, 2), "the trained store's runs are the bundle's"
+    elsewhere = _project(tmp_path / "elsewhere")
+    into = elsewhere / "runs" / "s" / "store"
+    assert import_bundle(out, into) == (2, 0)
+    landed = json.loads((into / branch / "config.json").read_text())
+    assert landed["pool"] == str(elsewhere / "data" / "pools" / "p")
+    assert landed["init_from"] == str(into / trunk / "checkpoints" / "step-4.pt")
+    assert config | {"pool": landed["pool"], "init_from": landed["init_from"]} == landed
+    old = tmp_path / "old.tar.xz"
+    with tarfile.open(out) as source, tarfile.open(old, "w:xz") as target:
+        for info in source:
+            data = source.extractfile(info).read() if info.isfile() else None
+            if info.name == f"{branch}/config.json":
+                data = (store / branch / "config.json").read_bytes()  # the trainer's paths
+                info.size = len(data)
+            target.addfile(info, io.BytesIO(data) if data is not None else None)
+    assert import_bundle(old, into) == (0, 2), "an old bundle's run is the same run"
 
 
 def test_a_file_held_twice_is_stored_once_and_imported_twice(store, bundle, tmp_path):

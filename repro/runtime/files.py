@@ -139,10 +139,15 @@ def atomic_write(path: Path, mode: str = "w", keep_previous: Path | None = None)
     fsync(path.parent)
 
 
+def json_text(obj: dict) -> str:
+    """`obj` as the indented JSON text that write_json writes."""
+    return json.dumps(obj, indent=2) + "\n"
+
+
 def write_json(path: Path, obj: dict) -> None:
-    """Write `obj` to `path` as indented JSON, atomically."""
+    """Write `obj` to `path` as indented JSON (json_text), atomically."""
     with atomic_write(path) as f:
-        f.write(json.dumps(obj, indent=2) + "\n")
+        f.write(json_text(obj))
 
 
 def process_alive(pid: int) -> bool:
