@@ -286,10 +286,17 @@ def _execute(nb: Path, executed: Path, parameters: dict, study: Study) -> None:
             os.replace(path, study.figures / path.name)
 
 
+def terminal_text(text: str) -> str:
+    """`text` as a terminal shows it: each line only what follows its last carriage return (a
+    progress bar's final state, not every redraw)."""
+    return "\n".join(line.rsplit("\r", 1)[-1] for line in text.split("\n"))
+
+
 def copy_outputs(executed: Path, notebook: Path) -> None:
     """Put the outputs of `executed` (a papermill copy of `notebook`) into `notebook`, whose cells
     and metadata stay as they are; refused when its cells changed since the execution. Widgets
-    (progress bars) are left out: without their saved state a viewer shows them at 0%."""
+    (progress bars) are left out: without their saved state a viewer shows them at 0%; a text
+    bar's carriage-return redraws keep their last state (terminal_text)."""
     ran = nbformat.read(executed, as_version=4)
     ran.cells = [c for c in ran.cells if "injected-parameters" not in c.metadata.get("tags", [])]
     source = nbformat.read(notebook, as_version=4)
@@ -298,6 +305,9 @@ def copy_outputs(executed: Path, notebook: Path) -> None:
     for cell, ran_cell in zip(source.cells, ran.cells):
         if cell.cell_type == "code":  # progress-bar widgets carry no result: not kept
             cell.outputs = [o for o in ran_cell.outputs if WIDGET not in o.get("data", {})]
+            for output in cell.outputs:
+                if output.output_type == "stream":
+                    output.text = terminal_text(output.text)
             cell.execution_count = ran_cell.execution_count
     partial = notebook.with_name(f".{notebook.name}.tmp-{os.getpid()}")
     nbformat.write(source, partial)

@@ -32,6 +32,7 @@ import os
 import signal
 import sys
 import threading
+import time
 import traceback
 from collections import Counter
 from collections.abc import Callable
@@ -464,6 +465,33 @@ def run_sweep(
 
 POLL_S = 2.0  # seconds between two reads of the runs in flight (WorkBar)
 POLLED = 64  # the first unfinished runs of the submitted jobs that WorkBar reads: those in flight
+LINE_EVERY_S = 30.0  # seconds between two lines of a bar written where redraws do not show
+
+
+class LineStream:
+    """A progress bar's stream where a carriage return does not redraw (a log file, a pipe that a
+    notebook saves): the bar's latest state as one line at most every LINE_EVERY_S seconds, and
+    its last state at `close`."""
+
+    def __init__(self, target: TextIO):
+        self.target, self._state, self._written, self._at = target, "", "", -math.inf
+
+    def write(self, text: str) -> None:
+        state = text.replace("\r", "\n").strip().rsplit("\n", 1)[-1]
+        if state:
+            self._state = state
+        if time.monotonic() - self._at >= LINE_EVERY_S:
+            self.close()
+
+    def flush(self) -> None:
+        self.target.flush()
+
+    def close(self) -> None:
+        """Write the latest state, unless it is the last line written."""
+        if self._state and self._state != self._written:
+            self.target.write(self._state + "\n")
+            self.target.flush()
+            self._written, self._at = self._state, time.monotonic()
 
 
 class WorkBar:
@@ -471,7 +499,8 @@ class WorkBar:
     by the trained part of the runs in flight (their status.json, read every POLL_S seconds), so
     its ETA comes from the work done from the first evaluations on, with the runs done beside it.
     Runs added later (`add`: a growth round's) lengthen it; the ETA covers the work known so far.
-    With `file` (a text stream) it prints plain text lines there instead of a notebook widget."""
+    With `file` (a text stream) it prints plain text there instead of a notebook widget: a bar
+    redrawn in place on a terminal, else a line now and then (LineStream)."""
 
     def __init__(self, progress: bool, file: TextIO | None = None):
         self.work: dict[str, float] = {}
@@ -481,13 +510,14 @@ class WorkBar:
         self._lock = threading.Lock()
         self._stopped = threading.Event()
         self._poller: threading.Thread | None = None
+        self.lines = LineStream(file) if file and not file.isatty() else None
         self.bar = (tqdm_text if file else tqdm)(
             total=0,
             desc="runs",
             bar_format="{desc}: {percentage:3.0f}%|{bar}| {postfix} [{elapsed}<{remaining}]",
             postfix="0/0",
             disable=not progress,
-            file=file,
+            file=self.lines or file,
             mininterval=1.0 if file else 0.1,
         )
 
@@ -560,6 +590,8 @@ class WorkBar:
         if self._poller is not None:
             self._poller.join()
         self.bar.close()
+        if self.lines is not None:
+            self.lines.close()
 
 
 def _wait_for_holders(store: Path, run_ids: list[str], bar: tqdm) -> None:

@@ -27,6 +27,7 @@ from repro.reproduce import (
     copy_outputs,
     remove_leftovers,
     reproduce,
+    terminal_text,
 )
 from repro.runtime.run_dir import RunDir
 from repro.study import TERMINAL_PROGRESS_ENV, Study, open_study
@@ -386,6 +387,16 @@ def test_preset_file_runs_under_its_own_name_and_outputs_can_be_stored(tmp_path,
             tmp_path / "runs" / "mine" / "notebooks" / "01_only.ipynb",
             tmp_path / "notebooks" / "01_only.ipynb",
         )
+
+
+def test_stored_outputs_keep_a_text_bars_last_state_not_its_redraws(tmp_path, monkeypatch):
+    bar = r"import sys; _ = sys.stderr.write('\rruns:  0%| 0/4\rruns: 50%| 2/4\rruns: 100%| 4/4\n')"
+    _project(tmp_path, bar)
+    monkeypatch.chdir(tmp_path)
+    main(["reproduce", "--preset", "smoke", "--only", "01", "--store-outputs"])
+    stored = nbformat.read(tmp_path / "notebooks" / "01_only.ipynb", 4)
+    assert [o.get("text") for o in stored.cells[1].outputs] == ["runs: 100%| 4/4\n"]
+    assert terminal_text("a\rb\nc\r\rd\n") == "b\nd\n"
 
 
 def test_a_smoke_reproduction_writes_every_table_and_refuses_damaged_runs(

@@ -1,5 +1,6 @@
 """Sweeps: hashing, grids, skip/resume, concurrent executors, failures, endpoints, WSD branches."""
 
+import io
 import json
 import shlex
 import signal
@@ -11,6 +12,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+import repro.sweep as sweep
 from repro.analysis.results import load_results, open_results
 from repro.analysis.selection import tuned
 from repro.errors import ReproError
@@ -414,9 +416,6 @@ def test_the_work_bar_counts_the_trained_part_of_the_runs_in_flight(
     """Between finishes the bar fills by each running run's status.json (a branch from its
     checkpoint on), so an ETA shows before the first run ends; a damaged status counts nothing,
     the bar never goes back, and a finished run counts its whole cost."""
-    import io
-
-    import repro.sweep as sweep
 
     monkeypatch.setattr(sweep, "POLL_S", 0.02)
     fixed = TINY | {"pool": str(synthetic_pool), "schedule": "wsd", "batch_size": 4}
@@ -454,6 +453,20 @@ def test_the_work_bar_counts_the_trained_part_of_the_runs_in_flight(
         bar.done([trunk.run_id])
         done = cost[trunk.run_id] + cost[branch.run_id] / 2
         assert settled(bar, done) == pytest.approx(done)
+
+
+def test_a_bar_writes_a_line_now_and_then_where_redraws_do_not_show(monkeypatch):
+    """A log file or a saved notebook gets whole lines, at most one per LINE_EVERY_S seconds,
+    and the last state at the end; no carriage return."""
+    clock = iter(range(0, 10_000, 10))  # 10 s per reading
+    monkeypatch.setattr(sweep.time, "monotonic", lambda: float(next(clock)))
+    log = io.StringIO()
+    stream = sweep.LineStream(log)
+    for n in range(12):
+        stream.write(f"\rruns: {n}/12")
+    stream.write("\n")
+    stream.close()
+    assert log.getvalue() == "runs: 0/12\nruns: 3/12\nruns: 6/12\nruns: 9/12\nruns: 11/12\n"
 
 
 def test_a_run_of_less_than_one_batch_costs_its_passes_not_a_crash(synthetic_pool):
