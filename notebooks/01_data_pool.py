@@ -90,7 +90,7 @@ print(
 
 # %%
 claims = analyses.pool_claims(overlap, analyses.train_val_shared_docs(pools))
-table = study.save_table(claims, "01_claims")
+table = study.save_claims(claims, "01_claims")
 print(claim_count(claims))
 Markdown(table.read_text())  # the claims in full, as committed in figures/<preset>/01_claims.md
 

@@ -59,16 +59,18 @@ print(f"{len(runs)} runs over {counts}: {runs['status'].value_counts().to_dict()
 # validation documents, the cross-fitted loss `val_loss`, the final training loss of the chosen run
 # (mean over the steps since the previous evaluation), and within that run the epoch of its best
 # evaluation. `at_largest_budget`: the chosen budget is the largest tried, so the best budget may
-# lie beyond. Where the preset grows its grids (`growth.rounds`, repro.growth), a group whose lr or
-# weight decay was chosen on the edge of what it tried got a run beyond it, round after round; a
-# line names every group whose choice still sits on an edge.
+# lie beyond; `at_cap`: the chosen budget is the study's cap (`P.grid.cap` epochs: the paper's 32 at
+# the CPU presets), the largest it allows, so nothing beyond counts for its claims. Where the
+# preset grows its grids (`growth.rounds`, repro.growth), a group whose lr or weight decay was
+# chosen on the edge of what it tried got a run beyond it, round after round; a line names every
+# group whose choice still sits on an edge.
 
 # %%
-endpoints = analyses.pool_names(analyses.batch_endpoints(results))
+endpoints = analyses.pool_names(analyses.batch_endpoints(results, cap=P.grid.cap))
 for _, row in endpoints[endpoints["edge"] != ""].iterrows():
     print(f"grid edge: {row['pool']}, {row['model']}, batch {row['batch_size']}: {row['edge']}")
 columns = ["pool", "model", "batch_size", "lr", "weight_decay", "epochs", "at_largest_budget"]
-endpoints[[*columns, "val_loss", "train_loss", "early_stop_epoch"]]
+endpoints[[*columns, "at_cap", "val_loss", "train_loss", "early_stop_epoch"]]
 
 # %% [markdown]
 # ## Tuned validation loss vs batch size
@@ -98,7 +100,8 @@ differences.round(4)
 # ## Tuned loss per epoch budget
 #
 # lr and weight decay tuned within each budget (mean over pools). Where the largest budget is
-# still the best, the chosen budget is censored: more epochs might still help.
+# still the best, the chosen budget is censored (more epochs might still help), unless it is the
+# study's cap.
 
 # %%
 budgets = analyses.loss_per_budget(results)
@@ -181,7 +184,7 @@ optimizer_claims.beta2_settings(P)
 # pools and validation documents; the ablation's batches as points.
 
 # %%
-ablated = analyses.pool_names(analyses.batch_endpoints(beta2_results))
+ablated = analyses.pool_names(analyses.batch_endpoints(beta2_results, cap=P.grid.cap))
 arms = optimizer_claims.beta2_arms(endpoints, ablated, P)
 study.save(figures.beta2_vs_batch(arms, P.grid.batch_sizes), "02_beta2_vs_batch")
 analyses.across_replicates(ablated).round(4)
@@ -201,14 +204,16 @@ analyses.across_replicates(ablated).round(4)
 #   with a lower final training loss agrees; a better validation loss, or a worse one with a
 #   higher training loss, disagrees; 95% intervals).
 #
-# An arm whose chosen budget is the largest tried, or whose lr or weight decay is not bracketed, is
-# censored (its loss might still fall) and is never the arm a verdict finds worse.
+# An arm whose chosen budget is the largest tried but below the study's cap (`P.grid.cap` epochs),
+# or whose lr or weight decay is not bracketed, is censored (its loss might still fall) and is
+# never the arm a verdict finds worse; an arm whose chosen budget is the cap is "at cap": the
+# verdict holds within the budgets the study allows, as the paper states its claims.
 
 # %%
 beta2_claims = optimizer_claims.beta2_claims(
-    results, beta2_results, P.grid.models[0], P.grid.beta2_half_life_batch > 0
+    results, beta2_results, P.grid.models[0], P.grid.beta2_half_life_batch > 0, cap=P.grid.cap
 )
-beta2_table = study.save_table(beta2_claims, "02_beta2_claims")
+beta2_table = study.save_claims(beta2_claims, "02_beta2_claims")
 print(claim_count(beta2_claims))
 Markdown(beta2_table.read_text())  # as committed in figures/<preset>/02_beta2_claims.md
 
@@ -222,15 +227,19 @@ Markdown(beta2_table.read_text())  # as committed in figures/<preset>/02_beta2_c
 #
 # Differences are in nats/token with 90% intervals over replicates and validation documents (95%
 # where a claim can disagree in two ways), then the difference on each replicate; "censored" names
-# an arm whose best epoch budget is the largest tried or whose lr or weight decay is not bracketed
-# (its loss might still fall), which cannot be the arm a verdict finds worse. A claim on fewer
-# than 3 replicates is undetermined.
+# an arm whose best epoch budget is the largest tried but below the study's cap, or whose lr or
+# weight decay is not bracketed (its loss might still fall), which cannot be the arm a verdict
+# finds worse; "at cap" an arm whose best budget is the cap (the verdict holds within it). A claim
+# on fewer than 3 replicates is undetermined. Beside each row: n, the replicates its interval is
+# over, `mde`, the smallest effect (nats/token) that spread decides at 80% power, and where it is
+# undetermined roughly how many pools the observed effect would need (`intervals.Claim.numbers`;
+# the saved CSV also has the effect and its interval as numbers).
 
 # %%
 usual = analyses.usual_batch(results, P)
-claims = analyses.batch_sweep_claims(results, models, usual, usual_batch_source(P))
+claims = analyses.batch_sweep_claims(results, models, usual, usual_batch_source(P), cap=P.grid.cap)
 claims = accuracy.with_accuracy_claims(claims, scored, tasks, models[0], "batch_size")
-table = study.save_table(claims, "02_claims")
+table = study.save_claims(claims, "02_claims")
 print(claim_count(claims))
 Markdown(table.read_text())  # the claims in full, as committed in figures/<preset>/02_claims.md
 

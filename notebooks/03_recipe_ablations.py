@@ -45,7 +45,7 @@ print(f"ablations at model {model}")
 pools = study.pools()
 results02 = study.sweep(study.batch_sweep_grid())
 original = results02.subset(results02.runs["model"] == model)
-original_ends = analyses.batch_endpoints(original)
+original_ends = analyses.batch_endpoints(original, cap=P.grid.cap)
 b_best = int(original_ends.groupby("batch_size")["val_loss"].mean().idxmin())
 analyses.pool_names(original_ends)[
     ["pool", "batch_size", "lr", "weight_decay", "epochs", "val_loss"]
@@ -58,11 +58,10 @@ analyses.pool_names(original_ends)[
 
 # %%
 loader = study.sweep(study.loader_grid())
-loader_ends = analyses.batch_endpoints(loader, ["loader"])
+loader_ends = analyses.batch_endpoints(loader, ["loader"], cap=P.grid.cap)
 study.save(figures.loaders(loader_ends), "03_loaders")
-loader_ends[
-    ["batch_size", "loader", "lr", "weight_decay", "epochs", "at_largest_budget", "val_loss"]
-]
+budget = ["epochs", "at_largest_budget", "at_cap"]
+loader_ends[["batch_size", "loader", "lr", "weight_decay", *budget, "val_loss"]]
 
 # %% [markdown]
 # ## Weight tying × embedding weight decay
@@ -75,9 +74,9 @@ b_tying = P.ablations.tying_batch_size or b_best
 print(f"tying x embedding decay at batch {b_tying}, loader {P.ablations.tying_loader}")
 embedding_fields = ["tie_embeddings", "embedding_weight_decay"]
 embedding = study.sweep(study.embedding_grid(b_tying))
-embedding_ends = analyses.batch_endpoints(embedding, embedding_fields)
+embedding_ends = analyses.batch_endpoints(embedding, embedding_fields, cap=P.grid.cap)
 study.save(figures.tying_embedding_decay(embedding_ends, b_tying), "03_tying_embedding_decay")
-embedding_ends[[*embedding_fields, "lr", "weight_decay", "epochs", "at_largest_budget", "val_loss"]]
+embedding_ends[[*embedding_fields, "lr", "weight_decay", *budget, "val_loss"]]
 
 # %% [markdown]
 # ## The combined recipe vs the original
@@ -88,7 +87,9 @@ embedding_ends[[*embedding_fields, "lr", "weight_decay", "epochs", "at_largest_b
 
 # %%
 combined = study.sweep(study.combined_grid())
-combined_ends = analyses.batch_endpoints(combined, also_tuned=("embedding_weight_decay",))
+combined_ends = analyses.batch_endpoints(
+    combined, also_tuned=("embedding_weight_decay",), cap=P.grid.cap
+)
 recipes = {
     "original (SHUFFLE, untied, no emb. decay)": original_ends,
     "combined (REPACK, tied, emb. decay)": combined_ends,
@@ -120,16 +121,19 @@ accuracy.ablation_accuracy(scored, arms, tasks).round(3)
 #
 # Differences are in nats/token with 90% intervals over replicates and validation documents, then
 # the difference on each replicate; "censored" names an arm whose best epoch budget is the largest
-# tried or whose lr or weight decay is not bracketed (its loss might still fall), which cannot be
-# the arm a verdict finds worse. "The best
-# stopping point moves later" is a difference-in-differences: how much the later half of the epoch
-# budgets gains in the combined recipe minus how much it gains in the original.
-# "Tying alone does little": the whole interval within +-`analyses.LITTLE` nats/token.
+# tried but below the study's cap (`P.grid.cap` epochs), or whose lr or weight decay is not
+# bracketed (its loss might still fall), which cannot be the arm a verdict finds worse; "at cap"
+# an arm whose best budget is the cap (the verdict holds within it). "The best stopping point
+# moves later" is a difference-in-differences: how much the later half of the epoch budgets gains
+# in the combined recipe minus how much it gains in the original. "Tying alone does little": the
+# whole interval within +-`analyses.LITTLE` nats/token. Beside each row: n, `mde` (the smallest
+# effect its spread decides at 80% power) and, where undetermined, roughly how many pools the
+# observed effect would need (`intervals.Claim.numbers`).
 
 # %%
-claims = analyses.recipe_claims(loader, embedding, original, combined)
+claims = analyses.recipe_claims(loader, embedding, original, combined, cap=P.grid.cap)
 claims = accuracy.with_accuracy_claims(claims, scored.get("loader"), tasks, model, "loader")
-table = study.save_table(claims, "03_claims")
+table = study.save_claims(claims, "03_claims")
 print(claim_count(claims))
 Markdown(table.read_text())  # the claims in full, as committed in figures/<preset>/03_claims.md
 

@@ -168,7 +168,7 @@ policies
 
 # %%
 claims = deadline_claims.frontier_claims(model_results, judged, deadlines, step, g_max)
-table = study.save_table(claims, "04_claims")
+table = study.save_claims(claims, "04_claims")
 print(claim_count(claims))
 Markdown(table.read_text())  # the claims in full, as committed in figures/<preset>/04_claims.md
 

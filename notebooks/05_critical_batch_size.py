@@ -105,7 +105,7 @@ cbs.growth_intervals(growth).round(3)
 # %%
 from repro.regime import NOISE_RATIO, describe_regime, preset_regime
 
-endpoints = analyses.batch_endpoints(model_results)
+endpoints = analyses.batch_endpoints(model_results, cap=P.grid.cap)
 noise_regime = cbs.noise_scale_regime(trajectory, endpoints, P.grid.batch_sizes, P.grid.seq_len)
 study.save_table(noise_regime.round(4), cbs.NOISE_SCALE_TABLE)
 noise_range = cbs.noise_scale_range(noise_regime)
@@ -227,7 +227,7 @@ schedules.table.round(4)
 # %%
 lr_schedule = "/".join(sorted(model_results.runs["schedule"].unique()))
 claims = cbs.cbs_claims(growth, fits, scaling, laws, schedules, lr_schedule, model)
-table = study.save_table(claims, "05_claims")
+table = study.save_claims(claims, "05_claims")
 print(claim_count(claims))
 Markdown(table.read_text())  # the claims in full, as committed in figures/<preset>/05_claims.md
 

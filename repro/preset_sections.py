@@ -77,6 +77,9 @@ class Grid:
     lrs: dict[int, tuple[float, ...]]  # batch size -> its lr grid
     weight_decays: tuple[float, ...]
     epochs: tuple[int, ...]
+    # the largest budget the study allows, where its claims stop (the paper's: 32); an arm whose
+    # best budget is the cap is "at cap", not censored (repro.analysis.selection); 0: max(epochs)
+    epoch_cap: int = 0
     wsd_branches: bool = False
     eval_every: float = 0.5  # epochs (the within-run curve; the tuned point is each run's end)
     # AdamW beta2 scaled with the batch: a run of batch B gets beta2 ** (B / this batch), the same
@@ -92,13 +95,25 @@ class Grid:
         names = ("models", "batch_sizes", "weight_decays", "epochs")
         _not_empty("grid", **{name: getattr(self, name) for name in names})
         _at_least("grid", 1, batch_sizes=self.batch_sizes, epochs=self.epochs)
-        _at_least("grid", 0, beta2_half_life_batch=self.beta2_half_life_batch)
+        _at_least(
+            "grid", 0, epoch_cap=self.epoch_cap, beta2_half_life_batch=self.beta2_half_life_batch
+        )
+        if self.epoch_cap and self.epoch_cap < max(self.epochs):
+            raise ReproError(
+                f"grid.epoch_cap {self.epoch_cap} is below the largest of grid.epochs "
+                f"({max(self.epochs)}); the cap must allow every budget tried (0: that largest)"
+            )
         missing = sorted(set(self.batch_sizes) - set(self.lrs))
         if missing:
             raise ReproError(f"grid: no lr grid for batch size {missing[0]}; add it under lrs")
         empty = sorted(b for b, lrs in self.lrs.items() if not lrs)
         if empty:
             raise ReproError(f"grid.lrs[{empty[0]}] is empty; give at least one lr")
+
+    @property
+    def cap(self) -> int:
+        """The largest epoch budget the study allows (epochs): epoch_cap, else max(epochs)."""
+        return self.epoch_cap or max(self.epochs)
 
 
 @dataclass(frozen=True)

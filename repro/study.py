@@ -24,7 +24,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from repro.analysis import cbs, frontier, plots
-from repro.analysis.intervals import MIN_REPLICATES, effective_documents
+from repro.analysis.intervals import MIN_REPLICATES, effective_documents, shown_claims
 from repro.analysis.results import Results, StoreDocuments, check_finished, open_results
 from repro.bundle import DOCUMENTS_READ, import_bundle
 from repro.data.build import build_pool
@@ -417,21 +417,28 @@ class Study:
         plots.save(fig, self.preset.name, name, self.figures)
         self._record_documents(name)
 
-    def save_table(self, table: pd.DataFrame, name: str) -> Path:
-        """Write a table as figures/<preset>/<name>.md (a Markdown table, for the README) and
-        .csv (self.figures), and the record of what the study read (_record_documents)."""
+    def save_table(self, table: pd.DataFrame, name: str, shown: pd.DataFrame | None = None) -> Path:
+        """Write a table as figures/<preset>/<name>.md (a Markdown table, for the README, of
+        `shown`: by default the table) and .csv (self.figures), and the record of what the study
+        read (_record_documents)."""
         folder = self.figures
         folder.mkdir(parents=True, exist_ok=True)
         self._record_documents(name)
         table.to_csv(folder / f"{name}.csv", index=False)
+        shown = table if shown is None else shown
         cells = [
             [str(v).replace("|", "\\|") for v in row]
-            for row in [table.columns, *table.itertuples(index=False)]
+            for row in [shown.columns, *shown.itertuples(index=False)]
         ]
         lines = ["| " + " | ".join(row) + " |" for row in cells]
-        lines.insert(1, "|" + "---|" * len(table.columns))
+        lines.insert(1, "|" + "---|" * len(shown.columns))
         (folder / f"{name}.md").write_text("\n".join(lines) + "\n")
         return folder / f"{name}.md"
+
+    def save_claims(self, claims: pd.DataFrame, name: str) -> Path:
+        """save_table for a claim table (intervals.claim_table): the .csv with every numeric
+        column, the .md with the text and the power (intervals.shown_claims)."""
+        return self.save_table(claims, name, shown_claims(claims))
 
     def _record_documents(self, name: str) -> None:
         """figures/<preset>/<N>_documents_read.json, N the notebook's number (`name` up to its

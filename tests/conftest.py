@@ -32,7 +32,7 @@ def claim_tables() -> int:
     """How many claim tables (NN_..._claims) a full series writes, read off the notebooks."""
     notebooks = Path(__file__).resolve().parents[1] / "notebooks"
     text = "".join(path.read_text() for path in notebooks.glob("[0-9][0-9]_*.py"))
-    return len(set(re.findall(r'save_table\([^)]*"(\d\d_\w*claims)"\)', text)))
+    return len(set(re.findall(r'save_claims\([^)]*"(\d\d_\w*claims)"\)', text)))
 
 
 @pytest.fixture(scope="session")

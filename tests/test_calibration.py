@@ -7,7 +7,9 @@ run noise, at the sizes the committed cpu tables show (pool-to-pool differences 
 document difficulty +-0.5 nats). A Scenario makes the study harder: a flat optimum, seeds within
 pools, few effective documents (with document x arm effects that every pool shares), or more pool
 noise. With no true batch effect, a claim may say "agrees" or "disagrees" in at most 10% of
-studies each; with a known effect, 90% intervals cover it in at least 87%.
+studies each, also where every arm's best budget is the study's epoch cap (so that none is
+censored); with a known effect, 90% intervals cover it in at least 87%, and an effect as large as
+the mde the intervals state is decided about as often as their power says (80%).
 """
 
 from dataclasses import dataclass
@@ -18,13 +20,19 @@ import pandas as pd
 import pytest
 
 from repro.analysis.analyses import arm, batch_sweep_claims, recipe_claims, train_difference
-from repro.analysis.intervals import effective_documents, paired_difference, replicate_difference
+from repro.analysis.intervals import (
+    effective_documents,
+    lower_verdict,
+    paired_difference,
+    replicate_difference,
+)
 from repro.analysis.results import MemoryDocuments, Results
 from repro.analysis.selection import compare
 
 BATCHES = (1, 2, 4, 8, 16)
 LRS = (1e-3, 3e-3, 1e-2)
 BUDGETS = (2, 4)
+CAP = BUDGETS[-1]  # epochs: the study's cap, its largest budget
 RUN_SD = 0.01  # run-level noise (seed, lr), nats/token
 DOC_SD = 0.15  # document x run noise per token at 100 tokens, nats/token
 USUAL = {"p0": 8, "p1": 8, "p2": 8}  # the one-pass batch, set by design
@@ -62,11 +70,15 @@ def _tokens(rng: np.random.Generator, scenario: Scenario = TODAY) -> np.ndarray:
 
 
 def simulate_study(
-    seed: int, batch_effect=lambda b: 0.0, replicates: int = 3, scenario: Scenario = TODAY
+    seed: int,
+    batch_effect=lambda b: 0.0,
+    replicates: int = 3,
+    scenario: Scenario = TODAY,
+    best_budget: int = 0,
 ) -> Results:
-    """One simulated batch sweep (module docstring)."""
+    """One simulated batch sweep (module docstring; simulate_arms)."""
     arms = [({"batch_size": b}, batch_effect(b)) for b in BATCHES]
-    return simulate_arms(seed, arms, replicates, scenario=scenario)
+    return simulate_arms(seed, arms, replicates, scenario=scenario, best_budget=best_budget)
 
 
 def simulate_arms(
@@ -76,10 +88,12 @@ def simulate_arms(
     budgets=BUDGETS,
     documents_seed: int | None = None,
     scenario: Scenario = TODAY,
+    best_budget: int = 0,
 ) -> Results:
     """Simulated runs of each arm (run fields, true effect in nats/token) on every replicate and
-    seed, over LRS x `budgets` (module docstring, `scenario`): lr 3e-3 is best by 0.1 nats and the
-    first budget by 0.05 (so that no choice sits at the largest budget, which would censor it).
+    seed, over LRS x `budgets` (module docstring, `scenario`): lr 3e-3 is best by 0.1 nats and
+    budgets[best_budget] by 0.05 (the first by default, so that no choice sits at the largest
+    budget; -1: every choice sits there).
     The validation documents come from `documents_seed` (default `seed`): studies that share it
     share them. The scenario's seed and document x arm effects come from a stream of their own."""
     rng = np.random.default_rng(seed if documents_seed is None else documents_seed)
@@ -97,7 +111,8 @@ def simulate_arms(
             for seed_ in range(scenario.seeds):
                 shift = pool_shift + scenario.seed_sd * extra.standard_normal()
                 for lr, epochs in product(LRS, budgets):
-                    tuning = (0.0 if lr == 3e-3 else 0.1) + (0.0 if epochs == budgets[0] else 0.05)
+                    late = 0.0 if epochs == budgets[best_budget] else 0.05
+                    tuning = (0.0 if lr == 3e-3 else 0.1) + late
                     mean = shift + tuning + RUN_SD * rng.standard_normal()
                     noise = DOC_SD * np.sqrt(100 / tokens) * rng.standard_normal(len(tokens))
                     per_token = difficulty + arm_docs + mean + noise
@@ -118,19 +133,26 @@ def simulate_arms(
     return Results(pd.DataFrame(runs), pd.DataFrame(evals), MemoryDocuments(documents))
 
 
+def _gap_table(rng: np.random.Generator, effect: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """A simulated gap table of a true `effect` (nats/token): summed-loss gaps of 3 replicates x
+    TODAY's documents, with replicate, document x arm and document x run noise; and its tokens."""
+    tokens = _tokens(rng)
+    per_token = (
+        effect
+        + TODAY.replicate_sd * rng.standard_normal((3, 1))
+        + 0.05 * rng.standard_normal(TODAY.n_docs)  # documents the arms treat differently
+        + DOC_SD * np.sqrt(100 / tokens) * rng.standard_normal((3, TODAY.n_docs))
+    )
+    return per_token * tokens, tokens
+
+
 def test_the_interval_covers_with_replicate_and_document_noise():
     """2000 simulated gap tables (3 replicates x 120 documents): the t interval over replicates and
     documents covers the true gap in 87-96% of them; a document-only interval does not."""
     rng = np.random.default_rng(0)
     covered, document_only = 0, 0
     for _ in range(2000):
-        tokens = _tokens(rng)
-        per_token = (
-            TODAY.replicate_sd * rng.standard_normal((3, 1))
-            + 0.05 * rng.standard_normal(TODAY.n_docs)  # documents the arms treat differently
-            + DOC_SD * np.sqrt(100 / tokens) * rng.standard_normal((3, TODAY.n_docs))
-        )
-        gaps = per_token * tokens
+        gaps, tokens = _gap_table(rng)
         diff = replicate_difference(gaps, tokens)
         covered += diff.low <= 0 <= diff.high
         pooled = paired_difference(gaps.mean(0), np.zeros(TODAY.n_docs), tokens)
@@ -139,11 +161,23 @@ def test_the_interval_covers_with_replicate_and_document_noise():
     assert document_only / 2000 < 0.8  # the rule before: documents only
 
 
+def test_an_effect_as_large_as_the_mde_is_decided_with_80_percent_power():
+    """The mde that 1000 null gap tables state (their root mean square: the design's) is the effect
+    that this design decides with 80% power: 1000 tables of that true effect give a definite
+    verdict in 65-95% of them (measured: 79%; the half-width alone as the mde gives 60%, normal
+    quantiles 52%)."""
+    rng = np.random.default_rng(1)
+    mde = np.sqrt(np.mean([replicate_difference(*_gap_table(rng)).mde ** 2 for _ in range(1000)]))
+    studies = [replicate_difference(*_gap_table(rng, mde)) for _ in range(1000)]
+    decided = np.mean([lower_verdict([d]) != "undetermined" for d in studies])
+    assert 0.65 <= decided <= 0.95, (mde, decided)
+
+
 @pytest.fixture(scope="module")
 def null_claims() -> pd.DataFrame:
     """The batch-sweep claims of 80 simulated studies with no true batch effect."""
     tables = [
-        batch_sweep_claims(simulate_study(seed), ["m"], USUAL, "set").assign(study=seed)
+        batch_sweep_claims(simulate_study(seed), ["m"], USUAL, "set", cap=CAP).assign(study=seed)
         for seed in range(80)
     ]
     return pd.concat(tables, ignore_index=True)
@@ -171,11 +205,27 @@ def scenario_studies(request) -> tuple[Scenario, pd.DataFrame, list[bool]]:
     tables, covered = [], []
     for seed in range(N_STUDIES):
         study = simulate_study(2000 + seed, effect.get, scenario=scenario)
-        tables.append(batch_sweep_claims(study, ["m"], USUAL, "set"))
+        tables.append(batch_sweep_claims(study, ["m"], USUAL, "set", cap=CAP))
         batch = study.runs["batch_size"]
         diff = compare(arm(study, batch == 1), arm(study, batch == 4))
         covered.append(diff.low <= effect[1] - effect[4] <= diff.high)
     return scenario, pd.concat(tables, ignore_index=True), covered
+
+
+def test_arms_at_the_cap_give_few_definite_verdicts_without_an_effect():
+    """40 simulated batch sweeps without a batch effect in which every arm is best at the largest
+    budget, the study's cap: every comparison is at cap on both arms and none is censored, and
+    each of 02's batch claims is still definite in at most 10% of the studies."""
+    tables = [
+        batch_sweep_claims(simulate_study(3000 + s, best_budget=-1), ["m"], USUAL, "set", cap=CAP)
+        for s in range(40)
+    ]
+    claims = pd.concat(tables, ignore_index=True)
+    assert claims["measured here"].str.contains("(at cap: both arms)", regex=False).all()
+    assert not claims["measured here"].str.contains("censored").any()
+    rates = definite_rates(claims)
+    assert len(rates) == 4
+    assert (rates <= 0.10).all().all(), rates.to_dict()
 
 
 def test_harder_studies_give_few_false_verdicts(scenario_studies):
@@ -222,7 +272,7 @@ def test_a_known_effect_is_covered_and_found():
         batch = study.runs["batch_size"]
         diff = compare(arm(study, batch == 1), arm(study, batch == 4))
         covered += diff.low <= 0.3 <= diff.high
-        claims = batch_sweep_claims(study, ["m"], USUAL, "set")
+        claims = batch_sweep_claims(study, ["m"], USUAL, "set", cap=CAP)
         found += claims["agrees?"].iloc[0] == "agrees"
     assert covered / 40 >= 0.87
     assert found / 40 >= 0.5
@@ -243,6 +293,7 @@ def _null_recipe(seed: int) -> pd.DataFrame:
         simulate_arms(seed + 1, embedding, documents_seed=seed),
         simulate_arms(seed + 2, [({}, 0.0)], budgets=budgets, documents_seed=seed),
         simulate_arms(seed + 3, [(combined, 0.0)], budgets=budgets, documents_seed=seed),
+        cap=budgets[-1],
     )
 
 

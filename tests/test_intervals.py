@@ -1,15 +1,19 @@
 """Intervals over replicates and documents, and three-way verdicts, on hand-made losses."""
 
 import numpy as np
-import pandas as pd
 import pytest
+from scipy import stats
 
 from repro.analysis.intervals import (
-    CLAIM_COLUMNS,
+    CLAIM_NUMBERS,
+    Claim,
     Difference,
+    claim_count,
     claim_summary,
+    claim_table,
     describe,
     effective_documents,
+    hinge,
     lower_verdict,
     paired_difference,
     replicate_difference,
@@ -149,20 +153,83 @@ def test_describe_formats_numbers_and_keeps_the_replicates_of_an_undetermined_va
 
 def test_a_claim_summary_has_a_sentence_per_claim_in_each_direction():
     """Generated from the claim tables (no hand-written figure): the counts, then each claim."""
-    table = pd.DataFrame(
+    table = claim_table(
         [
-            ["A is lower", "yes", "A - B -0.2 [-0.3, -0.1]", "agrees"],
-            ["C is lower", "yes", "C - D +0.2 [+0.1, +0.3]", "disagrees"],
-        ],
-        columns=CLAIM_COLUMNS,
+            Claim("a", "A is lower", "yes", "A - B -0.2 [-0.3, -0.1]", "agrees"),
+            Claim("c", "C is lower", "yes", "C - D +0.2 [+0.1, +0.3]", "disagrees"),
+        ]
     )
-    other = pd.DataFrame(
-        [["E is lower", "yes", "not measured", "undetermined"]], columns=CLAIM_COLUMNS
-    )
+    other = claim_table([Claim("e", "E is lower", "yes", "not measured", "undetermined")])
     assert claim_summary("cpu", [table, other]).splitlines() == [
-        "**What preset cpu showed.** 3 claims tested: 1 agrees, 1 disagrees, 1 undetermined.",
+        "**What preset cpu showed.** 3 claims tested, 2 decided: 1 agrees, 1 disagrees, 1 "
+        "undetermined.",
         "",
         "- The data agree: A is lower. Measured: A - B -0.2 [-0.3, -0.1].",
         "- The data disagree: C is lower. Measured: C - D +0.2 [+0.1, +0.3].",
         "- Not decided: E is lower. Measured: not measured.",
     ]
+
+
+def test_the_mde_is_the_t_quantiles_times_the_standard_error():
+    """Three replicates (2 degrees of freedom): the standard error is sd / sqrt(3), the mde
+    (t(0.95, 2) + t(0.8, 2)) times it; no interval, no mde."""
+    diff = t_interval([0.1, 0.2, 0.3])
+    se = 0.1 / np.sqrt(3)
+    assert diff.df == 2 and diff.standard_error == pytest.approx(se)
+    assert diff.mde == pytest.approx((2.919986 + 1.060660) * se, rel=1e-6)
+    assert np.isnan(t_interval([0.1]).mde) and np.isnan(Difference(0.1, 0.0, 0.2).mde)
+
+
+def test_replicates_needed_is_the_fewest_with_power_at_the_observed_effect():
+    """A t interval over 3 replicates that covers 0: the fewest replicates m whose interval (the
+    same spread, m - 1 degrees of freedom) would exclude 0 with 80% power at the observed mean;
+    none where the interval already excludes 0."""
+    values = [0.03, -0.01, 0.02]
+    diff = t_interval(values)
+    assert diff.low < 0 < diff.high
+    m = int(diff.replicates_needed())
+    sd = np.std(values, ddof=1)
+
+    def mde(n: int) -> float:
+        return (stats.t.ppf(0.95, n - 1) + stats.t.ppf(0.8, n - 1)) * sd / np.sqrt(n)
+
+    assert mde(m) <= diff.value < mde(m - 1)
+    assert m <= np.ceil(3 * (diff.mde / diff.value) ** 2)  # t quantiles shrink as m grows
+    assert np.isnan(t_interval([0.3, 0.31, 0.32]).replicates_needed())
+    assert diff.replicates_needed(threshold=diff.value) != diff.replicates_needed()
+
+
+def test_a_claim_rows_numbers_are_its_differences():
+    """The numeric columns are the hinge difference's: value, interval, level, n and mde, and
+    pools_needed only where the claim is undetermined; a claim without a difference has none."""
+    diff = replicate_difference(_gaps(-0.0005, 0.002, 0), TOKENS)
+    decided = replicate_difference(_gaps(-0.05, 0.002, 0), TOKENS)
+    table = claim_table(
+        [
+            Claim("open", "A is lower", "yes", describe("a - b", diff), "undetermined", diff),
+            Claim("decided", "C is lower", "yes", "...", "agrees", decided),
+            Claim("count", "E holds", "yes", "exact", "agrees"),
+        ]
+    )
+    row = table.loc["open"]
+    expected = [diff.value, diff.low, diff.high, diff.level, 3, diff.mde]
+    assert row[CLAIM_NUMBERS[:-1]].tolist() == expected
+    assert row["pools_needed"] == diff.replicates_needed() > 3
+    assert table.loc["decided", "mde"] == decided.mde and np.isnan(
+        table.loc["decided", "pools_needed"]
+    )
+    assert table.loc["count", CLAIM_NUMBERS].isna().all()
+    assert claim_count(table) == "3 claims tested, 2 decided: 2 agree, 0 disagree, 1 undetermined"
+
+
+def test_the_difference_a_verdict_hinges_on():
+    """Of several differences: one that is not decisive (no verdict then), else the clearest that
+    contradicts the claim (its first arm not censored), else the least clear (|value| / width)."""
+    reps = (-0.1, -0.1, -0.1)
+    clear, faint = Difference(-0.1, -0.2, -0.05, reps), Difference(-0.02, -0.045, -0.005, reps)
+    against, open_ = Difference(0.1, 0.05, 0.2, reps), Difference(-0.1, -0.2, -0.05, reps[:2])
+    assert hinge([clear, faint]) is faint
+    assert hinge([faint, against]) is against
+    assert hinge([clear, open_, against]) is open_
+    assert hinge([faint, against._replace(censored=(True, False))]) is faint
+    assert hinge([]) is None

@@ -17,6 +17,7 @@ from repro.preset_files import PRESETS
 from repro.presets import changed
 
 POOLS = ("p0", "p1", "p2")
+CAP = 32  # epochs: the study's cap, above every budget tried here
 DEFICIT, OVERFITS = "deficit-is-optimizer", "rule-smallest-overfits"
 
 
@@ -35,7 +36,7 @@ def _arm(hand_made, val: dict, train: dict | None = None, noise=0.005, pools=POO
 
 
 def _verdicts(sweep, ablation, sweep_uses_rule=False) -> dict[str, str]:
-    table = beta2_claims(sweep, ablation, "m", sweep_uses_rule)
+    table = beta2_claims(sweep, ablation, "m", sweep_uses_rule, cap=CAP)
     return table["agrees?"].to_dict()
 
 
@@ -96,7 +97,7 @@ def test_the_rule_is_the_sweeps_runs_when_the_sweep_uses_it(hand_made):
 def test_two_pools_give_no_verdict(hand_made):
     sweep = _arm(hand_made, {1: 3.3, 2: 3.1, 4: 3.0}, pools=POOLS[:2])
     ablation = _arm(hand_made, {1: 3.4, 2: 3.2}, {1: 1.5}, pools=POOLS[:2], adam_beta2=0.99)
-    table = beta2_claims(sweep, ablation, "m", False)
+    table = beta2_claims(sweep, ablation, "m", False, cap=CAP)
     assert set(table["agrees?"]) == {"undetermined"}
     assert "(2 of 3 replicates: no verdict)" in table["measured here"].iloc[0]
 
@@ -104,7 +105,7 @@ def test_two_pools_give_no_verdict(hand_made):
 def test_an_arm_whose_every_run_diverged_is_undetermined_not_a_crash(hand_made):
     sweep = _arm(hand_made, {1: 3.3, 2: 3.1, 4: 3.0})
     ablation = _arm(hand_made, {1: 3.0, 2: 3.0}, status="diverged", adam_beta2=0.99)
-    table = beta2_claims(sweep, ablation, "m", False)
+    table = beta2_claims(sweep, ablation, "m", False, cap=CAP)
     assert set(table["agrees?"]) == {"undetermined"}
     assert "not measured" in table["measured here"].iloc[0]
     assert re.search(r"reference betas \+0\.[23]\d\d \[", table["measured here"].iloc[2])

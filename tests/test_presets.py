@@ -139,6 +139,8 @@ def test_yaml_preset_overrides_a_base_and_types_its_fields(tmp_path):
         ("grid: {epochs: 4}", "add 1 to grid.epochs or give one_pass_batch_size"),
         ("ablations: {embedding_weight_decays: [0.1]}", "needs 0.0 and a positive value"),
         ("grid: {epochs: [1, -2]}", "grid.epochs must be >= 1, got -2"),
+        ("grid: {epoch_cap: 1}", "grid.epoch_cap 1 is below the largest of grid.epochs (2)"),
+        ("grid: {epoch_cap: -1}", "grid.epoch_cap must be >= 0, got -1"),
         ("critical_batch: {pool_tokens: [40]}", "the smallest pool (40 tokens) holds a batch of"),
         ("pools: {recipe: {val_tokens: -100}}", "val_tokens must be positive, got -100"),
         ("pools: {recipe: {tokens: 0}}", "tokens must be positive, got 0"),
@@ -324,6 +326,14 @@ def test_deviations_from_the_reference_recipe_are_listed():
     assert any(n.startswith("AdamW beta2 scaled with the batch") for n in cpu)
     assert any(n.startswith("seq_len 128") for n in cpu) and any("float32" in n for n in cpu)
     assert gpu == ["epoch budgets 4, 8, 16, 32, each its own run (reference grid: 1 to 64 epochs)"]
+
+
+def test_the_epoch_cap_is_the_papers_at_the_cpu_presets_else_the_largest_budget():
+    """cpu and cpu-regime state their claims within the paper's 32 epochs (cpu-regime trains at
+    most 16); a preset that sets no cap is capped at its largest budget."""
+    caps = {name: PRESETS[name].grid.cap for name in ("smoke", "cpu", "cpu-regime", "gpu")}
+    assert caps == {"smoke": 2, "cpu": 32, "cpu-regime": 32, "gpu": 32}
+    assert max(PRESETS["cpu-regime"].grid.epochs) < PRESETS["cpu-regime"].grid.epoch_cap
 
 
 def test_a_wsd_branches_preset_branches_its_budgets_from_one_run(tmp_path):

@@ -4,12 +4,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from repro.analysis.intervals import describe, lower_verdict
 from repro.analysis.results import MemoryDocuments, Results, check_finished
 from repro.analysis.selection import compare, cross_fit, describe_tuned, selection_halves, tuned
 from repro.errors import ReproError
 
 TOKENS = np.full(40, 100)
 LOADERS = ("repack", "shuffle")
+POOLS = ("p0", "p1", "p2")
 
 
 def _candidates(losses: dict[str, np.ndarray]) -> dict:
@@ -91,16 +93,59 @@ def test_compare_pairs_documents_and_reports_each_pool(hand_made):
 
 
 def test_an_arm_whose_lr_is_not_bracketed_counts_as_censored(hand_made):
-    """Its loss might still fall past the grid: compare flags it, so it cannot be found worse."""
+    """Its loss might still fall past the grid: compare flags it, so it cannot be found worse,
+    even with its budget at the study's cap (every run here trains the one budget, 4 epochs)."""
     for lr, loss in ((1e-3, 3.2), (3e-3, 3.1)):  # best at the top: nothing tried above
         hand_made.add(loss, loader="repack", lr=lr)
     for lr, loss in ((1e-3, 3.1), (3e-3, 3.0), (9e-3, 3.05)):  # bracketed
         hand_made.add(loss, loader="shuffle", lr=lr)
-    ends = tuned(hand_made.results(), ["pool", "loader"]).set_index("loader")
+    ends = tuned(hand_made.results(), ["pool", "loader"], cap=4).set_index("loader")
     assert not ends.loc["repack", "bracketed"] and ends.loc["shuffle", "bracketed"]
+    assert ends["at_cap"].all()
     ends = ends.reset_index()
     diff = compare(ends[ends["loader"] == "repack"], ends[ends["loader"] == "shuffle"])
-    assert diff.value > 0 and diff.censored == (True, False)
+    assert diff.value > 0 and diff.censored == (True, False) and diff.at_cap == (True, True)
+
+
+def _two_arms(hand_made, shift: float, late: str) -> Results:
+    """REPACK `shift` nats/token above SHUFFLE on 3 pools, each arm tried at 4 and 8 epochs: the
+    `late` arm is best at 8 (the largest tried), the other at 4."""
+    for pool in POOLS:
+        for loader in LOADERS:
+            loss = 3.0 + (shift if loader == "repack" else 0.0)
+            at8, at4 = (loss, loss + 0.05) if loader == late else (loss + 0.05, loss)
+            hand_made.add(at4, pool=pool, loader=loader, epochs=4)
+            hand_made.add(at8, pool=pool, loader=loader, epochs=8)
+    return hand_made.results()
+
+
+@pytest.mark.parametrize(
+    "shift, late, verdict, arm",
+    [
+        (-0.1, "shuffle", "agrees", "second arm"),  # the worse arm is best at the largest budget
+        (0.1, "repack", "disagrees", "first arm"),
+        (0.0, "repack", "undetermined", "first arm"),
+    ],
+)
+def test_an_arm_best_at_the_cap_gets_a_verdict_one_below_the_cap_does_not(
+    hand_made, shift, late, verdict, arm
+):
+    """The worse arm is best at 8 epochs, the largest budget tried: with the study's cap at 8 its
+    loss cannot fall within the budgets the claim is stated for ("at cap", a definite verdict; no
+    grid edge to widen); with the cap at 16 it might (censored: it cannot be the one found
+    worse)."""
+    results = _two_arms(hand_made, shift, late)
+    verdicts, texts, edges = {}, {}, {}
+    for cap in (8, 16):
+        ends = tuned(results, ["pool", "loader"], cap=cap)
+        assert ends.loc[ends["loader"] == late, "at_largest_budget"].all()
+        edges[cap] = set(ends.loc[ends["loader"] == late, "edge"])
+        diff = compare(*(ends[ends["loader"] == k] for k in LOADERS))
+        verdicts[cap], texts[cap] = lower_verdict([diff]), describe("repack - shuffle", diff)
+    assert verdicts == {8: verdict, 16: "undetermined"}
+    assert edges == {8: {""}, 16: {"epochs=8 is on the edge of [4, 8]"}}
+    assert texts[8].endswith(f"(at cap: {arm})") and "censored" not in texts[8]
+    assert texts[16].endswith(f"(censored: {arm})") and "at cap" not in texts[16]
 
 
 def test_an_lr_is_bracketed_within_its_own_batch_when_the_batch_is_tuned_too(hand_made):

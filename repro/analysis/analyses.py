@@ -5,9 +5,10 @@ Claim tables have columns claim | paper | measured here | agrees?. `agrees?` is 
 measurement supports the claim (every 90% interval over replicates and validation documents on the
 claimed side, repro.analysis.intervals), "disagrees" when it contradicts it, and "undetermined"
 otherwise, or with fewer than MIN_REPLICATES replicates. Every loss compared is a held-out tuned
-endpoint (repro.analysis.selection): lr, weight decay and epoch budget (and where a claim says so,
-the batch size) chosen on the other replicates and the other half of the validation documents, so
-no arm gets a selection bonus.
+endpoint (repro.analysis.selection): lr, weight decay and epoch budget up to the study's cap
+(`cap`, epochs: Grid.cap; and where a claim says so, the batch size) chosen on the other replicates
+and the other half of the validation documents, so no arm gets a selection bonus. Each row carries
+the difference its verdict hinges on (intervals.Claim.numbers).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from repro.analysis.intervals import (
     Difference,
     claim_table,
     describe,
+    hinge,
     lower_verdict,
     mean_interval,
     t_interval,
@@ -150,13 +152,16 @@ def pool_claims(overlap: pd.DataFrame, leaks: list[int]) -> pd.DataFrame:
 
 
 def batch_endpoints(
-    results: Results, extra_group: list[str] | None = None, also_tuned: tuple[str, ...] = ()
+    results: Results,
+    extra_group: list[str] | None = None,
+    also_tuned: tuple[str, ...] = (),
+    cap: float | None = None,
 ) -> pd.DataFrame:
     """Held-out tuned endpoints (selection.tuned over lr, weight decay, epoch budget and
-    `also_tuned`) per replicate (pool, seed) x model x batch size (x `extra_group`); grid-edge
-    notes are in the `edge` column."""
+    `also_tuned`, with the study's epoch `cap`) per replicate (pool, seed) x model x batch size
+    (x `extra_group`); grid-edge notes are in the `edge` column."""
     group_by = [*REPLICATE_FIELDS, "model", "batch_size", *(extra_group or [])]
-    return tuned(results, group_by, TUNED + also_tuned)
+    return tuned(results, group_by, TUNED + also_tuned, cap)
 
 
 def across_replicates(
@@ -206,13 +211,16 @@ def loss_per_budget(results: Results) -> pd.DataFrame:
 
 
 def arm(
-    results: Results, mask: pd.Series | None = None, also_tuned: tuple[str, ...] = ("batch_size",)
+    results: Results,
+    mask: pd.Series | None = None,
+    also_tuned: tuple[str, ...] = ("batch_size",),
+    cap: float | None = None,
 ) -> pd.DataFrame:
     """Held-out endpoints per replicate of the runs in `mask` (default all), tuned over lr, weight
     decay, epoch budget and `also_tuned` (by default the batch size: an arm may span several
-    batches)."""
+    batches), with the study's epoch `cap` (selection.tuned)."""
     chosen = results if mask is None else results.subset(mask)
-    return tuned(chosen, list(REPLICATE_FIELDS), TUNED + also_tuned)
+    return tuned(chosen, list(REPLICATE_FIELDS), TUNED + also_tuned, cap)
 
 
 def usual_batch(results: Results, preset) -> dict[str, int]:
@@ -297,37 +305,40 @@ def optimal_batches(endpoints: pd.DataFrame, models: list[str], vocab_size: int)
     return pd.DataFrame(rows)
 
 
-def _u_shape_diffs(results: Results, batches: list[int], level: float) -> list[Difference]:
+def _u_shape_diffs(
+    results: Results, batches: list[int], level: float, cap: float | None
+) -> list[Difference]:
     """The best interior batch (tuned among the interior batches) minus each edge batch, at
     `level`; empty with fewer than 3 batch sizes."""
     if len(batches) < 3:
         return []
     in_ = results.runs["batch_size"]
-    interior = arm(results, (in_ > batches[0]) & (in_ < batches[-1]))
-    edges = [arm(results, in_ == b) for b in (batches[0], batches[-1])]
+    interior = arm(results, (in_ > batches[0]) & (in_ < batches[-1]), cap=cap)
+    edges = [arm(results, in_ == b, cap=cap) for b in (batches[0], batches[-1])]
     return [compare(interior, edge, level) for edge in edges]
 
 
-def _u_shape_claim(results: Results, batches: list[int]) -> Claim:
+def _u_shape_claim(results: Results, batches: list[int], cap: float | None) -> Claim:
     """The U-shape at one model size: the interior against both edges (PAIR_LEVEL each)."""
     claim = "best val loss vs batch size is U-shaped (interior optimum)"
-    diffs = _u_shape_diffs(results, batches, PAIR_LEVEL)
+    diffs = _u_shape_diffs(results, batches, PAIR_LEVEL, cap)
     if not diffs:
         return Claim("u-shape", claim, "yes", "fewer than 3 batch sizes", "undetermined")
     names = [f"interior - batch {b}" for b in (batches[0], batches[-1])]
     measured = "; ".join(describe(n, d) for n, d in zip(names, diffs))
     measured += f" ({PAIR_LEVEL:.0%} intervals: two edges)"
-    return Claim("u-shape", claim, "yes", measured, lower_verdict(diffs))
+    return Claim("u-shape", claim, "yes", measured, lower_verdict(diffs), hinge(diffs))
 
 
-def _u_shape_across_claim(results: Results, models: list[str]) -> Claim:
+def _u_shape_across_claim(results: Results, models: list[str], cap: float | None) -> Claim:
     """The U-shape at every model size: all 2 k comparisons (k sizes) at once, Bonferroni."""
     level = 1 - (1 - LEVEL) / (2 * len(models))
-    per_size = {}
+    per_size, diffs = {}, []
     for model in models:
         mine = results.subset(results.runs["model"] == model)
         batches = sorted(mine.runs["batch_size"].unique().tolist())
-        per_size[model] = lower_verdict(_u_shape_diffs(mine, batches, level))
+        sized = _u_shape_diffs(mine, batches, level, cap)
+        per_size[model], diffs = lower_verdict(sized), diffs + sized
     verdicts = set(per_size.values())
     across = (
         "agrees"
@@ -341,11 +352,12 @@ def _u_shape_across_claim(results: Results, models: list[str]) -> Claim:
         "yes (150M-1.5B)",
         f"{measured} ({level:.1%} intervals: {2 * len(models)} comparisons)",
         across,
+        hinge(diffs),
     )
 
 
 def _smaller_batch_claim(
-    results: Results, batches: list[int], usual: dict[str, int], source: str
+    results: Results, batches: list[int], usual: dict[str, int], source: str, cap: float | None
 ) -> Claim:
     """The best batch below the usual one (tuned among them) against the usual batch (usual_batch:
     per pool; undetermined where the pools' usual batches differ)."""
@@ -362,9 +374,9 @@ def _smaller_batch_claim(
         measured = f"usual batch {usual} ({source}); {missing} in the grid"
         return Claim("smaller-wins", claim, paper, measured, "undetermined")
     batch = results.runs["batch_size"]
-    diff = compare(arm(results, batch < usual), arm(results, batch == usual))
+    diff = compare(arm(results, batch < usual, cap=cap), arm(results, batch == usual, cap=cap))
     measured = f"usual batch {usual} ({source}); " + describe(f"batches < {usual} - {usual}", diff)
-    return Claim("smaller-wins", claim, paper, measured, lower_verdict([diff]))
+    return Claim("smaller-wins", claim, paper, measured, lower_verdict([diff]), diff)
 
 
 PAIR_LEVEL = 1 - (1 - LEVEL) / 2
@@ -395,11 +407,13 @@ def train_difference(mine: pd.DataFrame, rest: pd.DataFrame, level: float) -> Di
     return t_interval(gaps.groupby(level="pool", sort=False).mean().tolist(), level)
 
 
-def signature(mine: pd.DataFrame, rest: pd.DataFrame, name: str) -> tuple[str, str]:
-    """(measured, verdict) of the over-fitting signature of endpoints `mine` against `rest`
-    (rows of selection.tuned per replicate; signature_verdict, PAIR_LEVEL), the val difference
-    labelled `name`; the train losses are the final ones of each replicate's chosen runs
-    (train_difference: training losses have no documents)."""
+def signature(mine: pd.DataFrame, rest: pd.DataFrame, name: str) -> tuple[str, str, Difference]:
+    """(measured, verdict, the difference it hinges on) of the over-fitting signature of endpoints
+    `mine` against `rest` (rows of selection.tuned per replicate; signature_verdict, PAIR_LEVEL),
+    the val difference labelled `name`; the train losses are the final ones of each replicate's
+    chosen runs (train_difference: training losses have no documents). It hinges on the val
+    difference where mine is better, else on the less clear of a worse val and a lower train loss
+    (intervals.hinge)."""
     val = compare(mine, rest, PAIR_LEVEL)
     train = train_difference(mine, rest, PAIR_LEVEL)
     measured = (
@@ -408,61 +422,69 @@ def signature(mine: pd.DataFrame, rest: pd.DataFrame, name: str) -> tuple[str, s
         + describe("train", train)
         + f" ({PAIR_LEVEL:.0%} intervals: two ways to disagree)"
     )
-    return measured, signature_verdict(val, train)
+    worse = val.negated()
+    pivot = hinge([worse, train])
+    return measured, signature_verdict(val, train), val if pivot is worse else pivot
 
 
-def _signature_claim(results: Results, batches: list[int], end: str) -> Claim:
+def _signature_claim(results: Results, batches: list[int], end: str, cap: float | None) -> Claim:
     """The `end` ("smallest" or "largest") batch against the best of the others (signature)."""
     key, claim = f"{end}-overfits", f"the {end} batch overfits: lower train loss, worse val loss"
     if len(batches) < 2:
         return Claim(key, claim, "yes", "a single batch size", "undetermined")
     edge = batches[0] if end == "smallest" else batches[-1]
     batch = results.runs["batch_size"]
-    mine, rest = arm(results, batch == edge), arm(results, batch != edge)
+    mine, rest = arm(results, batch == edge, cap=cap), arm(results, batch != edge, cap=cap)
     return Claim(key, claim, "yes", *signature(mine, rest, f"batch {edge} - best other"))
 
 
 def batch_sweep_claims(
-    results: Results, models: list[str], usual: dict[str, int], usual_source: str
+    results: Results,
+    models: list[str],
+    usual: dict[str, int],
+    usual_source: str,
+    *,
+    cap: float | None,
 ) -> pd.DataFrame:
     """The study's batch-size claims at each model size (`models`, largest first), and whether
     the U-shape holds across sizes; `usual` is the one-pass batch (sequences) per pool
-    (usual_batch) and `usual_source` where it comes from."""
+    (usual_batch) and `usual_source` where it comes from; `cap` the study's epoch cap (Grid.cap;
+    None: none, every arm at its largest budget is censored)."""
     claims = []
     for model in models:
         mine = results.subset(results.runs["model"] == model)
         batches = sorted(mine.runs["batch_size"].unique().tolist())
         for row in (
-            _u_shape_claim(mine, batches),
-            _smaller_batch_claim(mine, batches, usual, usual_source),
-            _signature_claim(mine, batches, "smallest"),
-            _signature_claim(mine, batches, "largest"),
+            _u_shape_claim(mine, batches, cap),
+            _smaller_batch_claim(mine, batches, usual, usual_source, cap),
+            _signature_claim(mine, batches, "smallest", cap),
+            _signature_claim(mine, batches, "largest", cap),
         ):
             claims.append(row.at(model))
     if len(models) > 1:
-        claims.append(_u_shape_across_claim(results, models))
+        claims.append(_u_shape_across_claim(results, models, cap))
     return claim_table(claims)
 
 
 # --- recipe ablations ---------------------------------------------------------------------------
 
 
-def _loader_claims(results: Results) -> list[Claim]:
+def _loader_claims(results: Results, cap: float | None) -> list[Claim]:
     """One row per batch size: REPACK < SHUFFLE < REPEAT, as two paired differences."""
     rows = []
     runs = results.runs
     for batch in sorted(runs["batch_size"].unique()):
         arms = {
-            k: arm(results, (runs["batch_size"] == batch) & (runs["loader"] == k), ())
+            k: arm(results, (runs["batch_size"] == batch) & (runs["loader"] == k), (), cap)
             for k in ("repack", "shuffle", "repeat")
         }
         pairs = [("repack", "shuffle"), ("shuffle", "repeat")]
         diffs = [compare(arms[a], arms[b], PAIR_LEVEL) for a, b in pairs]
         measured = "; ".join(describe(f"{a} - {b}", d) for (a, b), d in zip(pairs, diffs))
         measured += f" ({PAIR_LEVEL:.0%} intervals: two comparisons)"
-        order = "REPACK < SHUFFLE < REPEAT"
-        claim = Claim("loader-order", f"{order} in val loss", order, measured, lower_verdict(diffs))
-        rows.append(claim.at(f"batch {batch}"))
+        order, verdict = "REPACK < SHUFFLE < REPEAT", lower_verdict(diffs)
+        claim = Claim("loader-order", f"{order} in val loss", order, measured, verdict)
+        rows.append(claim._replace(difference=hinge(diffs)).at(f"batch {batch}"))
     return rows
 
 
@@ -481,9 +503,10 @@ def little_verdict(diff: Difference) -> str:
     return "undetermined"
 
 
-def _embedding_claims(results: Results) -> list[Claim]:
+def _embedding_claims(results: Results, cap: float | None) -> list[Claim]:
     """Four arms (untied / tied x no / positive embedding decay, the positive decays tuned inside
-    the arm): decay helps, tying alone does little, both together are best."""
+    the arm): decay helps, tying alone does little (told from the nearer of +-LITTLE), both
+    together are best."""
     runs = results.runs
     decay_on = runs["embedding_weight_decay"] > 0
     arms = {
@@ -491,6 +514,7 @@ def _embedding_claims(results: Results) -> list[Claim]:
             results,
             (runs["tie_embeddings"] == tie) & (decay_on == on),
             ("embedding_weight_decay",),
+            cap,
         )
         for tie in (False, True)
         for on in (False, True)
@@ -508,6 +532,7 @@ def _embedding_claims(results: Results) -> list[Claim]:
             "yes",
             describe("decay - none", helps),
             lower_verdict([helps]),
+            helps,
         ),
         Claim(
             "tying-does-little",
@@ -515,6 +540,8 @@ def _embedding_claims(results: Results) -> list[Claim]:
             f"yes (here: the whole interval within +-{LITTLE} nats/token)",
             describe("tied - untied", tying),
             little_verdict(tying),
+            tying,
+            float(np.copysign(LITTLE, tying.value)),
         ),
         Claim(
             "tying-and-decay-best",
@@ -523,6 +550,7 @@ def _embedding_claims(results: Results) -> list[Claim]:
             "; ".join(describe(f"both {n}", d) for n, d in zip(names, together))
             + f" ({level:.1%} intervals: three comparisons)",
             lower_verdict(together),
+            hinge(together),
         ),
     ]
 
@@ -534,11 +562,13 @@ def split_budget(budgets: list[float]) -> float:
     return float(ordered[(len(ordered) - 1) // 2])
 
 
-def _stop_later_claim(original: Results, combined: Results) -> Claim:
+def _stop_later_claim(original: Results, combined: Results, cap: float | None) -> Claim:
     """Do later epoch budgets gain more in the combined recipe than in the original? A
     difference-in-differences per replicate: (combined, budgets > T - budgets <= T) - (original,
     the same), batch and the rest tuned inside each arm, T = split_budget of the budgets both
-    tried. Censored where a later arm's best budget is the largest tried."""
+    tried. The early arms' cap is T (they end there by design), the later arms' the study's
+    `cap`: a later arm best at its largest budget below the cap is censored, and so is any arm
+    whose lr or weight decay is not bracketed."""
     claim, paper = (
         "the best stopping point moves later",
         "yes (20 -> 32 epochs at the largest model)",
@@ -552,40 +582,47 @@ def _stop_later_claim(original: Results, combined: Results) -> Claim:
     late, early = {}, {}
     for name, recipe, also in (("combined", combined, e_tuned), ("original", original, None)):
         later = recipe.runs["epochs"] > split
-        late[name] = arm(recipe, later, also or ("batch_size",))
-        early[name] = arm(recipe, ~later, also or ("batch_size",))
+        late[name] = arm(recipe, later, also or ("batch_size",), cap)
+        early[name] = arm(recipe, ~later, also or ("batch_size",), split)
     terms = [(1.0, late["combined"]), (-1.0, early["combined"])]
     diff = contrast([*terms, (-1.0, late["original"]), (1.0, early["original"])])
-    censored = tuple(bool(late[n]["at_largest_budget"].any()) for n in ("combined", "original"))
-    diff = diff._replace(censored=censored)  # the early arms end at the split by design
+    at_cap = tuple(bool(late[n]["at_cap"].any()) for n in ("combined", "original"))
+    diff = diff._replace(at_cap=at_cap)  # the early arms end at the split by design
     measured = describe(
         f"(later - earlier) combined - (later - earlier) original, later = budgets > {split:g}",
         diff,
     )
-    return Claim("stop-later", claim, paper, measured, lower_verdict([diff]))
+    return Claim("stop-later", claim, paper, measured, lower_verdict([diff]), diff)
 
 
 def recipe_claims(
-    loader: Results, embedding: Results, original: Results, combined: Results
+    loader: Results,
+    embedding: Results,
+    original: Results,
+    combined: Results,
+    *,
+    cap: float | None,
 ) -> pd.DataFrame:
     """Claims of the recipe section from the results of each ablation grid (every arm tuned over
-    the same grid), at one model size. The original recipe is compared at the combined recipe's
-    batch sizes only, so both arms tune the batch over the same set."""
+    the same grid, up to the study's epoch `cap`: Grid.cap), at one model size. The original
+    recipe is compared at the combined recipe's batch sizes only, so both arms tune the batch over
+    the same set."""
     e_tuned = ("batch_size", "embedding_weight_decay")
     batches = sorted(combined.runs["batch_size"].unique())
     original = original.subset(original.runs["batch_size"].isin(batches))
     batch_list = ", ".join(f"{b:g}" for b in batches)
-    lower = compare(arm(combined, None, e_tuned), arm(original))
+    lower = compare(arm(combined, None, e_tuned, cap), arm(original, cap=cap))
     claims = [
-        *_loader_claims(loader),
-        *_embedding_claims(embedding),
+        *_loader_claims(loader, cap),
+        *_embedding_claims(embedding, cap),
         Claim(
             "combined-lowers",
             "the combined recipe lowers the best val loss",
             "yes",
             describe(f"combined - original (batch tuned over {batch_list})", lower),
             lower_verdict([lower]),
+            lower,
         ),
-        _stop_later_claim(original, combined),
+        _stop_later_claim(original, combined, cap),
     ]
     return claim_table(claims)

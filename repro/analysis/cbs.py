@@ -25,7 +25,10 @@ nats/token.
   exponent is fitted per pool seed (its pools of several sizes) and its interval is over seeds.
 - Claims (`cbs_claims`): "agrees", "disagrees" or "undetermined", each by a rule stated where the
   claim is built; loss differences come with held-out paired intervals over pools and validation
-  documents (repro.analysis.selection).
+  documents (repro.analysis.selection), and their numbers in the claim table (the fits' rows
+  leave them empty: intervals.Claim.numbers). The study's epoch cap changes nothing here: the
+  noise-scale runs copy a tuned run (its choice, not its censoring), and the schedules meet the
+  fixed batches at one slice (no budget tuned).
 """
 
 from __future__ import annotations
@@ -986,6 +989,7 @@ def _schedule_claim(schedules: ScheduleComparison, model: str) -> Claim:
         "interval over pools and validation documents; both arms held out, and each pool's "
         "slice chosen on the other pools)",
         lower_verdict([schedules.difference]),
+        schedules.difference,
     )
 
 

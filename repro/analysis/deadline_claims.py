@@ -93,6 +93,7 @@ ENDPOINT_COLUMNS = [
     "doc_losses",
     "doc_tokens",
     "at_largest_budget",
+    "at_cap",
     "bracketed",
     "held_out",
 ]
@@ -121,7 +122,10 @@ def _held_out_row(feasible: pd.DataFrame, results: Results, replicate: tuple) ->
         reported[report] = losses[report]
     value = float(reported.sum() / tokens.sum())
     return dict(
-        zip(ENDPOINT_COLUMNS, [value, reported, tokens, False, True, "replicates, documents"])
+        zip(
+            ENDPOINT_COLUMNS,
+            [value, reported, tokens, False, False, True, "replicates, documents"],
+        )
     )
 
 
@@ -168,7 +172,7 @@ def deadline_claim(
     )
     did = contrast([(1.0, s_l), (-1.0, l_l), (-1.0, s_t), (1.0, l_t)])
     measured += "; " + describe("difference-in-differences (loose - tight)", did)
-    return Claim("tight-favours-large", claim, "yes", measured, lower_verdict([did]))
+    return Claim("tight-favours-large", claim, "yes", measured, lower_verdict([did]), did)
 
 
 def _horizons(points: pd.DataFrame, gpus: dict[int, int], step_time: StepTime) -> dict[int, float]:
@@ -185,7 +189,8 @@ def judged_crossovers(
     """Each smaller batch on fewer GPUs against each larger batch on more (every batch on the
     GPUs it fills, max(1, B / micro_batch)) at every deadline at which both are still training on
     every replicate: held-out arms, the difference smaller - larger (nats/token) with simultaneous
-    intervals (Bonferroni over the n comparisons, each at 1 - (1 - LEVEL) / n)."""
+    intervals (Bonferroni over the n comparisons, each at 1 - (1 - LEVEL) / n) and their degrees
+    of freedom."""
     batches = sorted(int(b) for b in points["batch_size"].unique())
     gpus = {b: max(1, b // micro_batch) for b in batches}
     horizon = _horizons(points, gpus, step_time)
@@ -208,11 +213,11 @@ def judged_crossovers(
         rows.append(
             {"deadline": t, "small_batch": b1, "small_gpus": gpus[b1], "large_batch": b2}
             | {"large_gpus": gpus[b2], "difference": diff.value, "low": diff.low}
-            | {"high": diff.high, "replicates": diff.per_replicate, "level": level}
+            | {"high": diff.high, "replicates": diff.per_replicate, "level": level, "df": diff.df}
         )
     columns = ["deadline", "small_batch", "small_gpus", "large_batch", "large_gpus"]
     return pd.DataFrame(
-        rows, columns=[*columns, "difference", "low", "high", "replicates", "level"]
+        rows, columns=[*columns, "difference", "low", "high", "replicates", "level", "df"]
     )
 
 
@@ -227,7 +232,9 @@ def crossover_claim(judged: pd.DataFrame) -> Claim:
         measured = "no deadline at which both batches of a pair train"
         return Claim("fewer-gpus-smaller-batch", claim, "yes", measured, "undetermined")
     diffs = [
-        Difference(r["difference"], r["low"], r["high"], r["replicates"])
+        Difference(
+            r["difference"], r["low"], r["high"], r["replicates"], df=r["df"], level=r["level"]
+        )
         for _, r in judged.iterrows()
     ]
     below = [lower_verdict([d]) == "agrees" for d in diffs]
@@ -244,7 +251,8 @@ def crossover_claim(judged: pd.DataFrame) -> Claim:
         + describe(name, diffs[int(best["i"])])
         + f" (simultaneous {LEVEL:.0%} intervals, Bonferroni: each at level {best['level']:.4g})"
     )
-    return Claim("fewer-gpus-smaller-batch", claim, "yes", measured, verdict)
+    closest = diffs[int(best["i"])]  # the verdict hinges on it: the lowest upper end
+    return Claim("fewer-gpus-smaller-batch", claim, "yes", measured, verdict, closest)
 
 
 def frontier_claims(

@@ -11,7 +11,8 @@ the summed-loss gap between the two arms. Its interval is a t interval for the r
 (mean squares of the token-weighted, linearised gaps; never below either main term alone), with
 Welch-Satterthwaite degrees of freedom, so that 2-3 replicates give the wide interval they should.
 Documents count by their Kish effective number under token weights. A verdict is definite only with
-at least MIN_REPLICATES replicates.
+at least MIN_REPLICATES replicates. Each difference states its power: the smallest effect its spread
+decides at POWER (`Difference.mde`), and roughly how many replicates the observed one would need.
 """
 
 from __future__ import annotations
@@ -24,28 +25,42 @@ from scipy import stats
 
 from repro.errors import ReproError
 
-CLAIM_COLUMNS = ["claim", "paper", "measured here", "agrees?"]  # every notebook's claim table
+CLAIM_TEXT = ["claim", "paper", "measured here", "agrees?"]
+CLAIM_NUMBERS = ["effect", "low", "high", "level", "n", "mde", "pools_needed"]  # Claim.numbers
+CLAIM_COLUMNS = [*CLAIM_TEXT, *CLAIM_NUMBERS]  # every notebook's claim table
 LEVEL = 0.9  # two-sided interval level
+POWER = 0.8  # the power at which Difference.mde is decided
 MIN_DOCUMENTS = 10  # fewer scored documents give no interval
 MIN_REPLICATES = 3  # fewer replicates give no definite verdict
 
 
 class Difference(NamedTuple):
-    """A difference of mean losses (nats/token) a - b averaged over replicates, its LEVEL interval
-    ((-inf, inf) when there is none), the difference on each replicate, and whether each arm is
-    censored: its chosen epoch budget is the largest tried, or its lr or weight decay is not
-    bracketed by runs on both sides, so that arm's loss might still fall."""
+    """A difference of mean losses (nats/token) a - b averaged over replicates, its `level`
+    interval ((-inf, inf) when there is none) with its t degrees of freedom `df` (NaN: not known),
+    the difference on each replicate, and for each arm whether it is censored (its chosen epoch
+    budget is the largest tried but below the study's cap, or its lr or weight decay is not
+    bracketed by runs on both sides: that arm's loss might still fall) and whether its chosen
+    budget is the cap (`at_cap`: the verdict holds within the budgets the study allows)."""
 
     value: float
     low: float
     high: float
     per_replicate: tuple[float, ...] = ()
     censored: tuple[bool, bool] = (False, False)
+    at_cap: tuple[bool, bool] = (False, False)
+    df: float = np.nan
+    level: float = LEVEL
 
     def negated(self) -> Difference:
         """The difference the other way round (b - a)."""
-        per_replicate = tuple(-d for d in self.per_replicate)
-        return Difference(-self.value, -self.high, -self.low, per_replicate, self.censored[::-1])
+        return self._replace(
+            value=-self.value,
+            low=-self.high,
+            high=-self.low,
+            per_replicate=tuple(-d for d in self.per_replicate),
+            censored=self.censored[::-1],
+            at_cap=self.at_cap[::-1],
+        )
 
     @property
     def decisive(self) -> bool:
@@ -53,6 +68,48 @@ class Difference(NamedTuple):
         return (
             len(self.per_replicate) >= MIN_REPLICATES and np.isfinite([self.low, self.high]).all()
         )
+
+    @property
+    def standard_error(self) -> float:
+        """The interval's half-width over its t quantile (nats/token); NaN without an interval or
+        degrees of freedom."""
+        if not (np.isfinite([self.low, self.high]).all() and self.df > 0):
+            return np.nan
+        return (self.high - self.low) / 2 / float(stats.t.ppf(0.5 + self.level / 2, self.df))
+
+    @property
+    def mde(self) -> float:
+        """The smallest effect (nats/token) that an interval of this spread excludes 0 from with
+        POWER: (t_{(1 + level) / 2} + t_POWER) x standard error, both at df."""
+        return _power_quantiles(self.df, self.level) * self.standard_error
+
+    def replicates_needed(self, threshold: float = 0.0) -> float:
+        """Roughly how many replicates would tell an effect as large as the observed one from
+        `threshold` (nats/token) with POWER, each replicate as noisy as these: the standard error
+        shrinks as 1 / sqrt(n) and df grows as n - 1 does. NaN where this interval already
+        excludes `threshold`, or without a spread (fewer than 2 replicates) or an effect."""
+        n, effect, se = len(self.per_replicate), abs(self.value - threshold), self.standard_error
+        if n < 2 or not effect > 0 or not np.isfinite(se) or not self.low <= threshold <= self.high:
+            return np.nan
+
+        def enough(m: int) -> bool:
+            quantiles = _power_quantiles(self.df * (m - 1) / (n - 1), self.level)
+            return effect >= quantiles * se * np.sqrt(n / m)
+
+        fewer, more = n, 2 * n  # not enough at n: the interval covers `threshold`
+        while not enough(more):
+            fewer, more = more, 2 * more
+        while more - fewer > 1:
+            middle = (fewer + more) // 2
+            fewer, more = (fewer, middle) if enough(middle) else (middle, more)
+        return float(more)
+
+
+def _power_quantiles(df: float, level: float) -> float:
+    """t_{(1 + level) / 2} + t_POWER at `df` degrees of freedom (NaN without them)."""
+    if not df > 0:
+        return np.nan
+    return float(stats.t.ppf(0.5 + level / 2, df) + stats.t.ppf(POWER, df))
 
 
 NOT_MEASURED = Difference(np.nan, -np.inf, np.inf)
@@ -114,14 +171,14 @@ def replicate_difference(
     value = float(per_replicate.mean())
     replicates = tuple(float(d) for d in per_replicate)
     if len(tokens) < MIN_DOCUMENTS or not np.isfinite(value):
-        return Difference(value, -np.inf, np.inf, replicates)
+        return Difference(value, -np.inf, np.inf, replicates, level=level)
     # linearised per-document contributions of each replicate's ratio, centred on its own ratio,
     # plus that ratio: row means are the replicates' differences, columns the documents' noise
     n = len(tokens)
     linear = per_replicate[:, None] + n * (gaps - per_replicate[:, None] * tokens) / tokens.sum()
     variance, df = _variance(linear, effective_documents(tokens), held_out)
     half = float(stats.t.ppf(0.5 + level / 2, df) * np.sqrt(variance))
-    return Difference(value, value - half, value + half, replicates)
+    return Difference(value, value - half, value + half, replicates, df=df, level=level)
 
 
 def paired_difference(
@@ -149,44 +206,82 @@ def t_interval(values: list[float], level: float = LEVEL) -> Difference:
     replicates = tuple(float(v) for v in values)
     if len(values) == 0:
         return NOT_MEASURED
-    mean = float(values.mean())
+    mean, df = float(values.mean()), len(values) - 1
     if len(values) < 2:
-        return Difference(mean, -np.inf, np.inf, replicates)
-    half = stats.t.ppf(0.5 + level / 2, len(values) - 1) * values.std(ddof=1) / np.sqrt(len(values))
-    return Difference(mean, mean - float(half), mean + float(half), replicates)
+        return Difference(mean, -np.inf, np.inf, replicates, level=level)
+    half = float(stats.t.ppf(0.5 + level / 2, df) * values.std(ddof=1) / np.sqrt(len(values)))
+    return Difference(mean, mean - half, mean + half, replicates, df=float(df), level=level)
 
 
 class Claim(NamedTuple):
     """One row of a notebook's claim table. `key` names the claim for code and tests (stable,
-    unlike its prose), such as "u-shape/cpu-xs"; `verdict` is agrees, disagrees or undetermined."""
+    unlike its prose), such as "u-shape/cpu-xs"; `verdict` is agrees, disagrees or undetermined;
+    `difference` is the loss difference the verdict hinges on (hinge; None for a claim without
+    one: a count, a fit), which the verdict tells from `threshold` (nats/token)."""
 
     key: str
     claim: str
     paper: str
     measured: str
     verdict: str
+    difference: Difference | None = None
+    threshold: float = 0.0
 
     def at(self, where: str) -> Claim:
         """The claim made at one model size (or other setting `where`): "/<where>" after its key,
         " (<where>)" after its prose."""
         return self._replace(key=f"{self.key}/{where}", claim=f"{self.claim} ({where})")
 
+    def numbers(self) -> dict[str, float]:
+        """The CLAIM_NUMBERS of its difference (NaN without one): the effect, its interval and
+        level, n (the replicate values it is over), its mde and, where the claim is undetermined,
+        roughly how many pools (replicates) the observed effect would need
+        (Difference.replicates_needed from `threshold`)."""
+        d = self.difference
+        if d is None:
+            return dict.fromkeys(CLAIM_NUMBERS, np.nan)
+        open_ = self.verdict == "undetermined"
+        needed = d.replicates_needed(self.threshold) if open_ else np.nan
+        return {"effect": d.value, "low": d.low, "high": d.high, "level": d.level} | {
+            "n": len(d.per_replicate),
+            "mde": d.mde,
+            "pools_needed": needed,
+        }
+
 
 def claim_table(claims: list[Claim]) -> pd.DataFrame:
-    """Claims as a table of CLAIM_COLUMNS indexed by key (saved tables leave the index out)."""
+    """Claims as a table of CLAIM_COLUMNS indexed by key (saved tables leave the index out): the
+    text, then the numbers (Claim.numbers; n as integers, empty where there is none)."""
     keys = [c.key for c in claims]
     if len(set(keys)) < len(keys):
         raise ValueError(f"claim keys repeat: {sorted(k for k in keys if keys.count(k) > 1)}")
-    return pd.DataFrame(
-        [c[1:] for c in claims], columns=CLAIM_COLUMNS, index=pd.Index(keys, name="key")
-    )
+    rows = [[c.claim, c.paper, c.measured, c.verdict, *c.numbers().values()] for c in claims]
+    table = pd.DataFrame(rows, columns=CLAIM_COLUMNS, index=pd.Index(keys, name="key"))
+    return table.astype({"n": "Int64"})
+
+
+def shown_claims(claims: pd.DataFrame) -> pd.DataFrame:
+    """A claim table as its Markdown shows it: the text (the effect and interval are in "measured
+    here"), then n, mde (3 decimals) and pools needed where some claim has them."""
+    shown = claims[CLAIM_TEXT].copy()
+    numbers = {
+        "n": claims["n"].map(lambda v: "" if pd.isna(v) else f"{v}"),
+        "mde": claims["mde"].map(lambda v: "" if pd.isna(v) else f"{v:.3f}"),
+        "pools needed": claims["pools_needed"].map(lambda v: "" if pd.isna(v) else f"{v:,.0f}"),
+    }
+    return shown.assign(**{name: col for name, col in numbers.items() if (col != "").any()})
 
 
 def claim_count(claims: pd.DataFrame) -> str:
-    """ "6 claims tested: 1 agrees, 0 disagrees, 5 undetermined" of a claim table."""
+    """ "12 claims tested, 3 decided: 2 agree, 1 disagrees, 9 undetermined" of a claim table."""
     counts = claims["agrees?"].value_counts()
-    verdicts = ", ".join(f"{counts.get(v, 0)} {v}" for v in ("agrees", "disagrees", "undetermined"))
-    return f"{len(claims)} claims tested: {verdicts}"
+    agree, disagree = counts.get("agrees", 0), counts.get("disagrees", 0)
+    return (
+        f"{len(claims)} {'claim' if len(claims) == 1 else 'claims'} tested, "
+        f"{agree + disagree} decided: {agree} {'agrees' if agree == 1 else 'agree'}, "
+        f"{disagree} {'disagrees' if disagree == 1 else 'disagree'}, "
+        f"{counts.get('undetermined', 0)} undetermined"
+    )
 
 
 VERDICT_WORDS = {
@@ -222,12 +317,34 @@ def lower_verdict(differences: list[Difference]) -> str:
     return "undetermined"
 
 
+def hinge(differences: list[Difference]) -> Difference | None:
+    """The difference that lower_verdict's verdict over `differences` hinges on: one that is not
+    decisive; else, of those that contradict the claim (above 0, first arm not censored), the
+    clearest (largest |value| / width); else the least clear. None for none (a Claim without a
+    difference)."""
+    if not differences:
+        return None
+    if not all(d.decisive for d in differences):
+        return next(d for d in differences if not d.decisive)
+    against = [d for d in differences if d.low > 0 and not d.censored[0]]
+    return max(against, key=_clearness) if against else min(differences, key=_clearness)
+
+
+def _clearness(d: Difference) -> float:
+    """How clearly an interval tells its value from 0: |value| / its width."""
+    return abs(d.value) / max(d.high - d.low, 1e-300)
+
+
+ARMS = {(True, False): "first arm", (False, True): "second arm", (True, True): "both arms"}
+
+
 def describe(name: str, difference: Difference, fmt: str = "+.3f") -> str:
     """ "repack - shuffle -0.012 [-0.020, -0.004] (replicates -0.010, -0.015, -0.011)" (nats/token,
-    LEVEL interval; "no interval" where there is none), and which arm is censored (its loss might
-    still fall: Difference). `fmt` formats the numbers (".3g" for batch sizes and ratios); a value
-    that some replicate leaves undetermined reads "not determined"."""
-    value, low, high, per_replicate, censored = difference
+    LEVEL interval; "no interval" where there is none), which arm is censored (its loss might
+    still fall) and which is at the study's epoch cap (the verdict holds within it: Difference).
+    `fmt` formats the numbers (".3g" for batch sizes and ratios); a value that some replicate
+    leaves undetermined reads "not determined"."""
+    value, low, high, per_replicate = difference[:4]
     if np.isnan(value) and not per_replicate:
         return f"{name}: not measured"
     shown = "not determined" if np.isnan(value) else f"{value:{fmt}}"
@@ -236,7 +353,7 @@ def describe(name: str, difference: Difference, fmt: str = "+.3f") -> str:
     replicates = f" (replicates {values})" if len(per_replicate) > 1 else ""
     if len(per_replicate) < MIN_REPLICATES:
         replicates += f" ({len(per_replicate)} of {MIN_REPLICATES} replicates: no verdict)"
-    arms = {(True, False): "first arm", (False, True): "second arm", (True, True): "both arms"}
-    if any(censored):
-        replicates += f" (censored: {arms[tuple(censored)]})"
+    for note, arms in (("censored", difference.censored), ("at cap", difference.at_cap)):
+        if any(arms):
+            replicates += f" ({note}: {ARMS[tuple(arms)]})"
     return f"{name} {shown} [{interval}]{replicates}"

@@ -94,17 +94,18 @@ def deficit_verdict(deficit: Difference) -> str:
     return lower_verdict([shifted])
 
 
-def _at(results: Results, batch: int) -> pd.DataFrame:
-    """Held-out endpoints per replicate of `results`' runs at one batch size."""
-    return arm(results, results.runs["batch_size"] == batch, ())
+def _at(results: Results, batch: int, cap: float | None) -> pd.DataFrame:
+    """Held-out endpoints per replicate of `results`' runs at one batch size (epoch `cap`)."""
+    return arm(results, results.runs["batch_size"] == batch, (), cap)
 
 
 def beta2_claims(
-    sweep: Results, ablation: Results, model: str, sweep_uses_rule: bool
+    sweep: Results, ablation: Results, model: str, sweep_uses_rule: bool, *, cap: float | None
 ) -> pd.DataFrame:
     """Claims of the beta2 ablation at `model` (the ablation's): `sweep` is the batch sweep's
     results (every batch), `ablation` the ablation's (its batches, the other beta2 setting),
-    `sweep_uses_rule` whether the sweep scales beta2 (Preset.beta2_half_life_batch > 0).
+    `sweep_uses_rule` whether the sweep scales beta2 (Preset.beta2_half_life_batch > 0), `cap`
+    the study's epoch cap (Grid.cap).
 
     - per ablated batch B, "the half-life rule lowers the tuned val loss": rule minus reference
       at B (lower_verdict, 90%);
@@ -119,14 +120,14 @@ def beta2_claims(
     rule, reference = (sweep, ablation) if sweep_uses_rule else (ablation, sweep)
     claims = []
     for batch in batches:
-        diff = compare(_at(rule, batch), _at(reference, batch))
+        diff = compare(_at(rule, batch, cap), _at(reference, batch, cap))
         claim = f"the half-life rule lowers the tuned val loss at batch {batch}"
-        measured = describe("rule - reference", diff)
-        claims.append(Claim(f"rule-lowers/{batch}", claim, MAREK, measured, lower_verdict([diff])))
+        measured, verdict = describe("rule - reference", diff), lower_verdict([diff])
+        claims.append(Claim(f"rule-lowers/{batch}", claim, MAREK, measured, verdict, diff))
     smallest = batches[0]
-    best = arm(sweep, sweep.runs["batch_size"] != smallest)
-    deficit = compare(_at(rule, smallest), best)
-    before = compare(_at(reference, smallest), best)
+    best = arm(sweep, sweep.runs["batch_size"] != smallest, cap=cap)
+    deficit = compare(_at(rule, smallest, cap), best)
+    before = compare(_at(reference, smallest, cap), best)
     name = f"batch {smallest} - best other (the sweep's betas)"
     claims.append(
         Claim(
@@ -136,10 +137,12 @@ def beta2_claims(
             "no (read as over-fitting); Marek et al. 2025: yes",
             f"{describe(f'rule: {name}', deficit)}; {describe('reference betas', before)}",
             deficit_verdict(deficit),
+            deficit,
+            LITTLE,
         )
     )
     overfits = f"with the half-life rule, batch {smallest} overfits: lower train, worse val loss"
-    measured, verdict = signature(_at(rule, smallest), best, name)
     paper = "yes (at fixed betas)"
-    claims.append(Claim("rule-smallest-overfits", overfits, paper, measured, verdict))
+    signed = signature(_at(rule, smallest, cap), best, name)
+    claims.append(Claim("rule-smallest-overfits", overfits, paper, *signed))
     return claim_table(claims)

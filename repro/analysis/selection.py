@@ -3,6 +3,8 @@
 A group's candidates are its finished runs (every lr, weight decay and epoch budget tried), each
 judged at its final evaluation: a run's schedule ends at its own epoch budget (cosine to 0, or a WSD
 cool-down branched from a longer run), so the budget is a tuned axis like lr, as in Kim et al.
+A choice at the largest budget tried might still improve past it (censored), unless that budget is
+the study's cap (Grid.cap, e.g. the paper's 32 epochs), within which its claims are stated.
 
 No choice is judged on the data that chose it. A group has one replicate per pool (and seed); the
 validation documents are split into two halves (even and odd index). A replicate's endpoint on one
@@ -114,13 +116,18 @@ def _matching(frame: pd.DataFrame, best: pd.Series, fields: list[str]) -> np.nda
     return match
 
 
-def _edges(group: pd.DataFrame, best: pd.Series, axes: tuple[str, ...]) -> list[str]:
+def _edges(
+    group: pd.DataFrame, best: pd.Series, axes: tuple[str, ...], cap: float | None
+) -> list[str]:
     """Where the grid must be widened: lr or weight decay not bracketed around the choice (growth
     adds the runs named), or at the top of a grid that has no step to grow by; any other tuned
-    value at the top of what the group finished, or at its bottom (weight decay 0 is a floor)."""
+    value at the top of what the group finished (an epoch budget at the study's `cap` aside: the
+    grid ends there), or at its bottom (weight decay 0 is a floor)."""
     notes = []
     done = group[group["status"] == "done"]
     for name in axes:
+        if name == "epochs" and best[name] == cap:
+            continue
         tried = sorted((group if name in GROWN else done)[name].unique())
         grid = ", ".join(f"{float(t):g}" for t in tried)
         missing = untried_neighbours(group, best, name, axes) if name in GROWN else []
@@ -160,9 +167,10 @@ def _endpoint(
     axes: tuple[str, ...],
     mine: Candidates,
     others: list[Candidates],
+    cap: float | None,
 ) -> dict:
     """The tuned endpoint of one replicate's group of runs (its candidates `mine`, the other
-    replicates' `others`): see the module docstring."""
+    replicates' `others`, the study's epoch `cap`): see the module docstring."""
     done = group[group["status"] == "done"]
     row = {"n_runs": len(group), "n_diverged": int((group["status"] == "diverged").sum())}
     if not mine:
@@ -174,8 +182,8 @@ def _endpoint(
     best = done.set_index("run_id").loc[rid]
     curve = results.evals[results.evals["run_id"] == rid]
     early = curve.loc[curve["val_loss"].idxmin()]
-    edges = _edges(group[group["status"].isin(["done", "diverged"])], best, axes)
-    at_largest = "epochs" in axes and best["epochs"] == done["epochs"].max()
+    edges = _edges(group[group["status"].isin(["done", "diverged"])], best, axes, cap)
+    budget = best["epochs"] if "epochs" in axes else None
     return row | {
         "val_loss": _mean(reported, tokens, everything),
         "train_loss": _final_train_loss(results, chosen),
@@ -183,7 +191,8 @@ def _endpoint(
         "run_id": rid,
         "chosen_on_halves": chosen,
         "held_out": "replicates, documents" if held_out else "documents",
-        "at_largest_budget": bool(at_largest and done["epochs"].nunique() > 1),
+        "at_largest_budget": bool(budget == done["epochs"].max() and done["epochs"].nunique() > 1),
+        "at_cap": bool(budget is not None and budget == cap),
         "bracketed": not any(note.startswith(f"{name}=") for name in GROWN for note in edges),
         "early_stop_epoch": float(early["epoch"]),
         "early_stop_val_loss": float(early["val_loss"]),
@@ -213,23 +222,34 @@ def _groups(frame: pd.DataFrame, by: list[str]) -> list[tuple[tuple, pd.DataFram
     return [(k if isinstance(k, tuple) else (k,), g) for k, g in frame.groupby(by, sort=True)]
 
 
-EMPTY_COLUMNS = ["val_loss", "train_loss", "run_id", "at_largest_budget", "bracketed", "edge"]
+EMPTY_COLUMNS = [
+    "val_loss",
+    "train_loss",
+    "run_id",
+    "at_largest_budget",
+    "at_cap",
+    "bracketed",
+    "edge",
+]
 """Columns of `tuned` that an arm without a finished run still has (with its tuned fields)."""
 
 
 def tuned(
-    results: Results, group_by: list[str], tuned_fields: tuple[str, ...] = TUNED
+    results: Results,
+    group_by: list[str],
+    tuned_fields: tuple[str, ...] = TUNED,
+    cap: float | None = None,
 ) -> pd.DataFrame:
     """One row per group (`group_by`, which should include the replicate fields: pool, seed): the
     held-out loss `val_loss` (nats/token) with its per-document losses (`doc_losses`,
     `doc_tokens`) and how it was held out (`held_out`), the run chosen on all of the replicate's
     documents (`run_id` and its `tuned_fields` values), the mean final training loss of the runs
     chosen for the two halves (`train_loss`, held out like `val_loss`), whether its epoch budget is
-    the largest tried (`at_largest_budget`: the best budget may lie beyond), grid-edge notes
-    (`edge`),
-    whether its lr and weight decay have runs on both sides (`bracketed`), and the within-run best
-    evaluation of that run (`early_stop_epoch`, `early_stop_val_loss`; chosen on all documents,
-    so not comparable with `val_loss`)."""
+    the largest tried (`at_largest_budget`: the best budget may lie beyond) and whether it is the
+    study's `cap` (epochs, Grid.cap; `at_cap`: none lies beyond within the study; None: no cap
+    known), grid-edge notes (`edge`), whether its lr and weight decay have runs on both sides
+    (`bracketed`), and the within-run best evaluation of that run (`early_stop_epoch`,
+    `early_stop_val_loss`; chosen on all documents, so not comparable with `val_loss`)."""
     runs = results.runs
     missing = [g for g in [*group_by, *tuned_fields] if g not in runs]
     if missing:
@@ -252,7 +272,8 @@ def tuned(
                 if j != i and (pools[i] is None or pools[j] != pools[i])
             ]
             fields = dict(zip(cell_by, cell_key)) | dict(zip(replicate, key))
-            rows.append(fields | _endpoint(group, results, tuned_fields, candidates[i], others))
+            row = _endpoint(group, results, tuned_fields, candidates[i], others, cap)
+            rows.append(fields | row)
     frame = pd.DataFrame(rows)  # every run diverged: no endpoint's columns, so add them
     frame = frame.reindex(columns=[*frame, *(c for c in columns if c not in frame)])
     return frame.sort_values(group_by, kind="mergesort", ignore_index=True)
@@ -293,9 +314,9 @@ def contrast(terms: list[tuple[float, pd.DataFrame]], level: float = LEVEL) -> D
     """The weighted sum of endpoint losses, sum of w * loss over `terms` (weight, endpoints: rows
     of `tuned`, one per replicate, matched by replicate), nats/token, with its `level` interval
     over replicates and documents (repro.analysis.intervals). Only replicates every term measured
-    count; none gives NOT_MEASURED. Censored: (some arm of positive weight, some of negative
-    weight) is censored on a counted replicate (best budget the largest tried, or lr / weight
-    decay not bracketed): its loss might still fall."""
+    count; none gives NOT_MEASURED. Censored and at_cap: (some arm of positive weight, some of
+    negative weight) is so on a counted replicate (censored: its loss might still fall, _censored;
+    at_cap: its best budget is the study's cap)."""
     key = replicate_key(terms[0][1])
     rows = [_by_replicate(ends, key) for _, ends in terms]
     common = sorted(set.intersection(*(set(r) for r in rows)))
@@ -305,10 +326,22 @@ def contrast(terms: list[tuple[float, pd.DataFrame]], level: float = LEVEL) -> D
     gaps = _mean_per_pool(gaps, [dict(zip(key, k)).get("pool", k) for k in common])
     held_out = any(r[k].get("held_out") == "replicates, documents" for r in rows for k in common)
     diff = replicate_difference(gaps, rows[0][common[0]]["doc_tokens"], level, held_out)
-    open_ = [any(r[k]["at_largest_budget"] or not r[k]["bracketed"] for k in common) for r in rows]
     weights = [w for w, _ in terms]
-    censored = tuple(any(o for o, w in zip(open_, weights) if sign * w > 0) for sign in (1, -1))
-    return diff._replace(censored=censored)
+    censored = _sides([any(_censored(r[k]) for k in common) for r in rows], weights)
+    at_cap = _sides([any(r[k]["at_cap"] for k in common) for r in rows], weights)
+    return diff._replace(censored=censored, at_cap=at_cap)
+
+
+def _censored(endpoint: dict) -> bool:
+    """Whether an endpoint's loss might still fall: its best budget is the largest tried but not
+    the study's cap, or its lr or weight decay is not bracketed."""
+    budget_open = endpoint["at_largest_budget"] and not endpoint["at_cap"]
+    return bool(budget_open or not endpoint["bracketed"])
+
+
+def _sides(flags: list[bool], weights: list[float]) -> tuple[bool, bool]:
+    """(some term of positive weight is flagged, some of negative weight is)."""
+    return tuple(any(f for f, w in zip(flags, weights) if sign * w > 0) for sign in (1, -1))
 
 
 def _mean_per_pool(gaps: np.ndarray, pools: list) -> np.ndarray:
