@@ -129,9 +129,20 @@ accuracy.ablation_accuracy(scored, arms, tasks).round(3)
 # whole interval within +-`analyses.LITTLE` nats/token. Beside each row: n, `mde` (the smallest
 # effect its spread decides at 80% power) and, where undetermined, roughly how many pools the
 # observed effect would need (`intervals.Claim.numbers`).
+#
+# **Confirmation.** Where the preset has confirmation pools (`P.pools.confirmation_seeds`), the
+# pools above only choose: each arm's configuration is the one with the lowest mean final
+# validation loss over them (`confirmation.pooled_choice`), and it is trained again, one run per
+# confirmation pool, every arm with the same seed on the same pools; each confirmation pool draws
+# its own training and validation documents. A difference is then measured on the confirmation
+# pools alone, with a t interval over them, and the values listed per replicate are per
+# confirmation pool (`repro.analysis.confirmation`). Censored and at cap still describe the
+# arm's choice on the selection pools.
 
 # %%
-claims = analyses.recipe_claims(loader, embedding, original, combined, cap=P.grid.cap)
+claims = study.confirmed(
+    lambda *arms: analyses.recipe_claims(*arms, cap=P.grid.cap), loader, embedding, original, combined
+)
 claims = accuracy.with_accuracy_claims(claims, scored.get("loader"), tasks, model, "loader")
 table = study.save_claims(claims, "03_claims")
 print(claim_count(claims))

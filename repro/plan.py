@@ -25,7 +25,7 @@ import pandas as pd
 
 from repro.data.pool import built_meta
 from repro.errors import ReproError
-from repro.grids import ORIGINAL_RECIPE, noise_scale_grid
+from repro.grids import ORIGINAL_RECIPE, beta2_ablation_batches, noise_scale_grid
 from repro.presets import Preset
 from repro.runtime.config import run_id
 from repro.runtime.files import read_json, write_json
@@ -231,7 +231,42 @@ def notebook_grids(preset: Preset) -> dict[str, list[dict]]:
         }
         grids["04"] = study.schedule_grid(slices)
     grids["05"][:0] = noise_scale_grid(preset, _noise_stand_ins(preset, study.pools()))
+    for notebook, stand_ins in _confirmation_stand_ins(preset).items():
+        grids[notebook] += stand_ins
     return {notebook: grids.get(notebook, []) for notebook in ("02", "03", "04", "05")}
+
+
+def _confirmation_stand_ins(preset: Preset) -> dict[str, list[dict]]:
+    """The confirmation runs (pools.confirmation_seeds) as planned before the arms are chosen:
+    one run per arm and confirmation pool at the arm's batch, its middle lr, the first weight
+    decay and the study's epoch cap (an upper bound; a chosen budget is at most the cap). Arms:
+    02, one per model and batch size and per beta2-ablated batch; 03, one per loader and ablation
+    batch, per tying x embedding decay cell and per combined-recipe batch."""
+    P, data_dir = preset, Path("data/pools")
+    pools = [str(P.confirmation_pool_dir(data_dir, seed)) for seed in P.pools.confirmation_seeds]
+    if not pools:
+        return {}
+
+    def arm(model: str, batch: int, **recipe) -> dict:
+        lrs = P.grid.lrs[batch]
+        fields = P.run_fields(model=model, batch_size=batch, **(ORIGINAL_RECIPE | recipe))
+        fixed = fields | {"lr": lrs[len(lrs) // 2], "weight_decay": P.grid.weight_decays[0]}
+        return {
+            "fixed": fixed | {"epochs": P.grid.cap} | P.beta2_fields(batch),
+            "axes": {"pool": pools},
+        }
+
+    first, ablated, tying = P.grid.models[0], P.ablations.batch_sizes, P.ablations.tying_batch_size
+    sweep = [arm(m, b) for m in P.grid.models for b in P.grid.batch_sizes]
+    sweep += [arm(first, b) for b in beta2_ablation_batches(P)]
+    recipes = [arm(first, b, loader=k) for b in ablated for k in ("repeat", "shuffle", "repack")]
+    recipes += [
+        arm(first, tying or ablated[0], tie_embeddings=tie, embedding_weight_decay=decay)
+        for tie in (False, True)
+        for decay in (0.0, max(P.ablations.embedding_weight_decays))
+    ]
+    recipes += [arm(first, b, loader="repack", tie_embeddings=True) for b in ablated]
+    return {"02": sweep, "03": recipes}
 
 
 def _noise_stand_ins(preset: Preset, pools: list[Path]) -> list[dict]:
@@ -288,6 +323,10 @@ def plan(preset: Preset, vocab: int, speed: GpuSpeed, cpu: bool = False) -> pd.D
     hours, at `speed`; with `cpu`, also CPU worker-hours measured here (cpu_speed)."""
     study = _Unbuilt(preset, Path("."), Path("data/pools"), Path("runs") / preset.name, 1)
     pool_tokens = {str(p): preset.pools.recipe.tokens for p in study.pools()}
+    for seed in preset.pools.confirmation_seeds:
+        pool_tokens[str(preset.confirmation_pool_dir(study.data_dir, seed))] = (
+            preset.pools.recipe.tokens
+        )
     for seed in preset.pools.seeds:
         for tokens in preset.critical_batch.pool_tokens:
             pool_tokens[str(preset.sized_pool_dir(study.data_dir, seed, tokens))] = tokens

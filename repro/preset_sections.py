@@ -38,15 +38,23 @@ def _not_empty(section: str, **values: tuple) -> None:
 @dataclass(frozen=True)
 class Pools:
     """The pools: one recipe (its seed fields unset), one pool per seed; each seed draws its
-    training documents, and every pool shares the validation documents of the first."""
+    training documents, and every pool shares the validation documents of the first. The
+    confirmation pools (`confirmation_seeds`; none: verdicts over the pools of `seeds`) each draw
+    their own training and validation documents with their seed: each claim's arms, chosen on
+    the pools of `seeds`, are retrained on them (repro.analysis.confirmation)."""
 
     recipe: PoolSpec
     seeds: tuple[int, ...]
+    confirmation_seeds: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         _not_empty("pools", seeds=self.seeds)
-        if len(set(self.seeds)) < len(self.seeds):
-            raise ReproError("pools.seeds repeat a seed; independent pools need distinct seeds")
+        every = [*self.seeds, *self.confirmation_seeds]
+        if len(set(every)) < len(every):
+            raise ReproError(
+                "pools.seeds and pools.confirmation_seeds repeat a seed; independent pools need "
+                "distinct seeds"
+            )
         try:
             check_spec(self.recipe)
         except ReproError as exc:

@@ -141,6 +141,15 @@ class Preset:
         shared = tokenizer or recipe.tokenizer
         return replace(recipe, seed=seed, val_seed=self.pools.seeds[0], tokenizer=shared)
 
+    def confirmation_pool_dir(self, data_dir: str | Path, seed: int) -> Path:
+        """Confirmation pool `seed` (pools.confirmation_seeds): its own validation documents."""
+        return Path(str(self.pool_dir(data_dir, seed)) + "-confirmation")
+
+    def confirmation_pool_spec(self, seed: int, tokenizer: str | None) -> PoolSpec:
+        """Confirmation pool `seed`: training and validation documents drawn with `seed`, the
+        tokenizer shared."""
+        return replace(self.seeded_pool_spec(seed, tokenizer), val_seed=seed)
+
     def sized_pool_dir(self, data_dir: str | Path, seed: int, tokens: int) -> Path:
         """Pool `seed` cut to `tokens` training tokens (notebook 05's CBS vs data size)."""
         return Path(str(self.pool_dir(data_dir, seed)) + f"-{tokens}tok")

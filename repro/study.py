@@ -24,6 +24,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from repro.analysis import cbs, frontier, plots
+from repro.analysis.confirmation import Confirmation
 from repro.analysis.intervals import MIN_REPLICATES, effective_documents, shown_claims
 from repro.analysis.results import Results, StoreDocuments, check_finished, open_results
 from repro.bundle import DOCUMENTS_READ, import_bundle
@@ -160,6 +161,42 @@ class Study:
                 )
             )
         return paths
+
+    def confirmation_pools(self) -> list[Path]:
+        """Build (or reuse) the confirmation pools (pools.confirmation_seeds), each with its own
+        validation documents, sharing the first pool's tokenizer."""
+        tokenizer = str(self.pools()[0] / "tokenizer.json")
+        return [
+            build_pool(
+                self.preset.confirmation_pool_spec(seed, tokenizer),
+                self.preset.confirmation_pool_dir(self.data_dir, seed),
+                progress=self.progress,
+            )
+            for seed in self.preset.pools.confirmation_seeds
+        ]
+
+    def confirmed(self, analysis: Callable[..., pd.DataFrame], *results: Results) -> pd.DataFrame:
+        """`analysis` of `results` (a claim table) with each arm it compares chosen on these
+        results' pools and retrained on the confirmation pools (repro.analysis.confirmation): it
+        runs once to learn the arms' configurations, which then train (or are read) as one sweep,
+        and again on their runs; `past_cap` holds the verdict with each arm at the epoch cap
+        trained to twice the cap instead, where some arm of a row's difference is at the cap.
+        Without confirmation pools, `analysis(*results)`."""
+        if not self.preset.pools.confirmation_seeds:
+            return analysis(*results)
+        pools = tuple(str(p) for p in self.confirmation_pools())
+        asking = Confirmation(pools, cap=self.preset.grid.cap)
+        analysis(*(replace(r, confirmation=asking) for r in results))
+        grids = asking.grids()
+        with self._work_bar() as bar:
+            bar.bar.set_description("confirmation runs", refresh=False)
+            self._run(grids, bar)
+        confirmed = replace(asking, results=self._results(grids), wanted=[])
+        check_finished(confirmed.results)
+        claims = analysis(*(replace(r, confirmation=confirmed) for r in results))
+        past = replace(confirmed, past_cap=True)
+        beyond = analysis(*(replace(r, confirmation=past) for r in results))
+        return claims.assign(past_cap=beyond["agrees?"].where(claims["at_cap"], ""))
 
     def sized_pools(self) -> dict[int, list[Path]]:
         """Per pool seed: pools cut to critical_batch.pool_tokens (smallest first), then the seed's

@@ -83,11 +83,13 @@ class HandMadeSweep:
         self.runs, self.evals, self.documents = [], [], {}
         self.count = 0
 
-    def add(self, loss: float, train: float = 2.0, noise: float = 0.005, **fields) -> str:
-        """One finished run whose final evaluation (step 100) has mean validation loss about
-        `loss` and training loss `train`; `fields` override FIELDS."""
+    def add(
+        self, loss: float, train: float = 2.0, noise: float = 0.005, rid: str = "", **fields
+    ) -> str:
+        """One finished run (id `rid`, by default run<N>) whose final evaluation (step 100) has
+        mean validation loss about `loss` and training loss `train`; `fields` override FIELDS."""
         self.count += 1
-        rid = f"run{self.count}"
+        rid = rid or f"run{self.count}"
         rng = np.random.default_rng(self.count)
         per_token = loss + self.DIFFICULTY + noise * rng.standard_normal(self.DOCS)
         self.documents[(rid, 100)] = (per_token * self.TOKENS, self.TOKENS)

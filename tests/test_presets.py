@@ -102,7 +102,8 @@ def test_yaml_preset_overrides_a_base_and_types_its_fields(tmp_path):
         ("base: [smoke]", "unknown base ['smoke']"),
         ("name: null", "name must be a string"),
         ("pools: {recipe: {seed: 5}}", "pool seeds come from pools.seeds"),
-        ("pools: {seeds: [0, 0]}", "pools.seeds repeat a seed"),
+        ("pools: {seeds: [0, 0]}", "pools.seeds and pools.confirmation_seeds repeat a seed"),
+        ("pools: {confirmation_seeds: [1, 7]}", "pools.seeds and pools.confirmation_seeds repeat"),
         ("grid: {eval_every: 0.3}", "eval_every=0.3 epochs must be 1/k"),
         ("frontier: {micro_batch: 0}", "frontier.micro_batch must be >= 1, got 0"),
         ("execution: {workers: 0}", "execution.workers must be >= 1, got 0"),
@@ -235,7 +236,7 @@ def test_regime_states_the_presets_ratios_against_the_papers():
         max(preset.grid.batch_sizes) * preset.grid.seq_len / tokens,
     )
     assert regime["pool tokens per parameter"] == (tokens / params, tokens / params)
-    assert regime["epochs"] == (1.0, 16.0)
+    assert regime["epochs"] == (1.0, 32.0)
     assert all(math.isnan(end) for end in regime[NOISE_RATIO])  # not measured
     # a noise scale of 1,024 to 4,096 tokens: batch 1 (128 tokens) over 4,096, 32 over 1,024
     assert preset_regime(preset, 512, (1024.0, 4096.0))[NOISE_RATIO] == (128 / 4096, 4096 / 1024)

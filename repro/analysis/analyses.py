@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from repro.analysis.confirmation import pooled_choice
 from repro.analysis.intervals import (
     LEVEL,
     Claim,
@@ -218,9 +219,13 @@ def arm(
 ) -> pd.DataFrame:
     """Held-out endpoints per replicate of the runs in `mask` (default all), tuned over lr, weight
     decay, epoch budget and `also_tuned` (by default the batch size: an arm may span several
-    batches), with the study's epoch `cap` (selection.tuned)."""
+    batches), with the study's epoch `cap` (selection.tuned). Where `results` has a confirmation,
+    the arm's configuration chosen on all these replicates (confirmation.pooled_choice), one row
+    per confirmation pool instead (Confirmation.endpoints)."""
     chosen = results if mask is None else results.subset(mask)
-    return tuned(chosen, list(REPLICATE_FIELDS), TUNED + also_tuned, cap)
+    ends = tuned(chosen, list(REPLICATE_FIELDS), TUNED + also_tuned, cap)
+    choice = pooled_choice(chosen, TUNED + also_tuned) if results.confirmation else None
+    return ends if choice is None else results.confirmation.endpoints(choice, ends)
 
 
 def usual_batch(results: Results, preset) -> dict[str, int]:

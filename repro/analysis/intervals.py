@@ -27,7 +27,8 @@ from repro.errors import ReproError
 
 CLAIM_TEXT = ["claim", "paper", "measured here", "agrees?"]
 CLAIM_NUMBERS = ["effect", "low", "high", "level", "n", "mde", "pools_needed"]  # Claim.numbers
-CLAIM_COLUMNS = [*CLAIM_TEXT, *CLAIM_NUMBERS]  # every notebook's claim table
+CLAIM_PAST = ["at_cap", "past_cap"]  # some arm of the hinge at the epoch cap; the verdict past it
+CLAIM_COLUMNS = [*CLAIM_TEXT, *CLAIM_NUMBERS, *CLAIM_PAST]  # every notebook's claim table
 LEVEL = 0.9  # two-sided interval level
 POWER = 0.8  # the power at which Difference.mde is decided
 MIN_DOCUMENTS = 10  # fewer scored documents give no interval
@@ -232,6 +233,11 @@ class Claim(NamedTuple):
         " (<where>)" after its prose."""
         return self._replace(key=f"{self.key}/{where}", claim=f"{self.claim} ({where})")
 
+    @property
+    def at_cap(self) -> bool:
+        """Whether an arm of its difference chose the study's epoch cap (Difference.at_cap)."""
+        return self.difference is not None and any(self.difference.at_cap)
+
     def numbers(self) -> dict[str, float]:
         """The CLAIM_NUMBERS of its difference (NaN without one): the effect, its interval and
         level, n (the replicate values it is over), its mde and, where the claim is undetermined,
@@ -251,24 +257,31 @@ class Claim(NamedTuple):
 
 def claim_table(claims: list[Claim]) -> pd.DataFrame:
     """Claims as a table of CLAIM_COLUMNS indexed by key (saved tables leave the index out): the
-    text, then the numbers (Claim.numbers; n as integers, empty where there is none)."""
+    text, then the numbers (Claim.numbers; n as integers, empty where there is none), whether an
+    arm is at the epoch cap (Claim.at_cap) and the verdict past the cap (filled in by
+    Study.confirmed where the preset confirms; else empty)."""
     keys = [c.key for c in claims]
     if len(set(keys)) < len(keys):
         raise ValueError(f"claim keys repeat: {sorted(k for k in keys if keys.count(k) > 1)}")
-    rows = [[c.claim, c.paper, c.measured, c.verdict, *c.numbers().values()] for c in claims]
+    rows = [
+        [c.claim, c.paper, c.measured, c.verdict, *c.numbers().values(), c.at_cap, ""]
+        for c in claims
+    ]
     table = pd.DataFrame(rows, columns=CLAIM_COLUMNS, index=pd.Index(keys, name="key"))
     return table.astype({"n": "Int64"})
 
 
 def shown_claims(claims: pd.DataFrame) -> pd.DataFrame:
     """A claim table as its Markdown shows it: the text (the effect and interval are in "measured
-    here"), then n, mde (3 decimals) and pools needed where some claim has them."""
+    here"), then n, mde (3 decimals), pools needed and the verdict past the cap where some claim
+    has them."""
     shown = claims[CLAIM_TEXT].copy()
     numbers = {
         "n": claims["n"].map(lambda v: "" if pd.isna(v) else f"{v}"),
         "mde": claims["mde"].map(lambda v: "" if pd.isna(v) else f"{v:.3f}"),
         "pools needed": claims["pools_needed"].map(lambda v: "" if pd.isna(v) else f"{v:,.0f}"),
     }
+    numbers["past the cap (2x)"] = claims["past_cap"].fillna("")
     return shown.assign(**{name: col for name, col in numbers.items() if (col != "").any()})
 
 

@@ -12,9 +12,9 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import pandas as pd
@@ -23,6 +23,9 @@ from repro.data.pool import built_meta
 from repro.errors import ReproError
 from repro.runtime.config import RunConfig, make_run_config, run_id
 from repro.runtime.run_dir import DEFAULT_RECORD, FINISHED, RunDir, half_losses
+
+if TYPE_CHECKING:
+    from repro.analysis.confirmation import Confirmation
 
 TUNED = ("lr", "weight_decay", "epochs")
 BOOKKEEPING = (
@@ -121,18 +124,21 @@ class Results:
     """What the analyses read: one row per run (`runs`: its config, status and best point), one
     per evaluation (`evals`: run_id, step, epoch, tokens, lr_t, train_loss, val_loss, wall_s), and
     each evaluation's per-document losses (`documents`); `store`: the folder of the runs, where
-    they have one (errors name a run's folder)."""
+    they have one (errors name a run's folder); `confirmation`: where each arm chosen on these
+    runs is retrained on fresh pools (repro.analysis.confirmation; None: verdicts over these
+    runs' replicates)."""
 
     runs: pd.DataFrame
     evals: pd.DataFrame
     documents: DocumentLosses
     store: Path | None = None
+    confirmation: Confirmation | None = None
 
     def subset(self, mask: pd.Series) -> Results:
-        """The runs where `mask` holds, with their evaluations."""
+        """The runs where `mask` holds, with their evaluations (and the same confirmation)."""
         runs = self.runs[mask]
         evals = self.evals[self.evals["run_id"].isin(runs["run_id"])]
-        return Results(runs, evals, self.documents, self.store)
+        return replace(self, runs=runs, evals=evals)
 
     def where(self, run_id: str) -> str:
         """How errors name a run: its folder where the runs have one, else its id."""

@@ -28,7 +28,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from repro.analysis.intervals import LEVEL, NOT_MEASURED, Difference, replicate_difference
+from repro.analysis.confirmation import HELD_OUT as CONFIRMED
+from repro.analysis.intervals import (
+    LEVEL,
+    NOT_MEASURED,
+    Difference,
+    replicate_difference,
+    t_interval,
+)
 from repro.analysis.results import TUNED, Results
 from repro.errors import ReproError
 from repro.runtime.run_dir import selection_halves
@@ -313,23 +320,55 @@ def replicate_key(endpoints: pd.DataFrame) -> list[str]:
 def contrast(terms: list[tuple[float, pd.DataFrame]], level: float = LEVEL) -> Difference:
     """The weighted sum of endpoint losses, sum of w * loss over `terms` (weight, endpoints: rows
     of `tuned`, one per replicate, matched by replicate), nats/token, with its `level` interval
-    over replicates and documents (repro.analysis.intervals). Only replicates every term measured
-    count; none gives NOT_MEASURED. Censored and at_cap: (some arm of positive weight, some of
-    negative weight) is so on a counted replicate (censored: its loss might still fall, _censored;
-    at_cap: its best budget is the study's cap)."""
+    over replicates and documents (repro.analysis.intervals), or for confirmed endpoints
+    (repro.analysis.confirmation: each pool has its own documents) a t interval over the
+    confirmation pools. Only replicates every term measured count; none gives NOT_MEASURED.
+    Censored and at_cap: (some arm of positive weight, some of negative weight) is so on a counted
+    replicate (censored: its loss might still fall, _censored; at_cap: its best budget is the
+    study's cap)."""
+    confirmed = {_confirmed(ends) for _, ends in terms}
+    if len(confirmed) > 1:
+        raise ReproError("a contrast mixes confirmed endpoints with selection endpoints")
     key = replicate_key(terms[0][1])
     rows = [_by_replicate(ends, key) for _, ends in terms]
     common = sorted(set.intersection(*(set(r) for r in rows)))
     if not common:
         return NOT_MEASURED
-    gaps = sum(w * np.stack([r[k]["doc_losses"] for k in common]) for (w, _), r in zip(terms, rows))
-    gaps = _mean_per_pool(gaps, [dict(zip(key, k)).get("pool", k) for k in common])
-    held_out = any(r[k].get("held_out") == "replicates, documents" for r in rows for k in common)
-    diff = replicate_difference(gaps, rows[0][common[0]]["doc_tokens"], level, held_out)
+    pools = [dict(zip(key, k)).get("pool", k) for k in common]
+    weighted = [(w, [r[k] for k in common]) for (w, _), r in zip(terms, rows)]
+    if confirmed == {True}:
+        diff = _pool_difference(weighted, pools, level)
+    else:
+        diff = _document_difference(weighted, pools, level)
     weights = [w for w, _ in terms]
     censored = _sides([any(_censored(r[k]) for k in common) for r in rows], weights)
     at_cap = _sides([any(r[k]["at_cap"] for k in common) for r in rows], weights)
     return diff._replace(censored=censored, at_cap=at_cap)
+
+
+def _confirmed(endpoints: pd.DataFrame) -> bool:
+    """Whether `endpoints` are confirmed ones (repro.analysis.confirmation), one per pool."""
+    held_out = endpoints.get("held_out", pd.Series(dtype=object))
+    return bool(len(held_out)) and bool((held_out == CONFIRMED).all())
+
+
+Weighted = list[tuple[float, list[dict]]]
+"""Each term's weight and its endpoint rows, one per counted replicate in the same order."""
+
+
+def _pool_difference(weighted: Weighted, pools: list, level: float) -> Difference:
+    """sum of w * val_loss per pool (seeds averaged), with its t interval over the pools."""
+    values = sum(w * np.array([row["val_loss"] for row in arm]) for w, arm in weighted)
+    return t_interval(_mean_per_pool(values[:, None], pools)[:, 0].tolist(), level)
+
+
+def _document_difference(weighted: Weighted, pools: list, level: float) -> Difference:
+    """sum of w * per-document losses per pool (seeds averaged), with replicate_difference's
+    interval over pools and documents (Nadeau-Bengio's correction where choices were held out)."""
+    gaps = sum(w * np.stack([row["doc_losses"] for row in arm]) for w, arm in weighted)
+    held_out = any(row.get("held_out") == "replicates, documents" for _, a in weighted for row in a)
+    tokens = weighted[0][1][0]["doc_tokens"]
+    return replicate_difference(_mean_per_pool(gaps, pools), tokens, level, held_out)
 
 
 def _censored(endpoint: dict) -> bool:
