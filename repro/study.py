@@ -24,7 +24,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from repro.analysis import cbs, frontier, plots
-from repro.analysis.confirmation import Confirmation
+from repro.analysis.confirmation import Confirmation, with_past_cap
 from repro.analysis.intervals import MIN_REPLICATES, effective_documents, shown_claims
 from repro.analysis.results import Results, StoreDocuments, check_finished, open_results
 from repro.bundle import DOCUMENTS_READ, import_bundle
@@ -196,7 +196,7 @@ class Study:
         claims = analysis(*(replace(r, confirmation=confirmed) for r in results))
         past = replace(confirmed, past_cap=True)
         beyond = analysis(*(replace(r, confirmation=past) for r in results))
-        return claims.assign(past_cap=beyond["agrees?"].where(claims["at_cap"], ""))
+        return with_past_cap(claims, beyond)
 
     def sized_pools(self) -> dict[int, list[Path]]:
         """Per pool seed: pools cut to critical_batch.pool_tokens (smallest first), then the seed's

@@ -9,8 +9,14 @@ import pandas as pd
 import pytest
 
 from repro.analysis.analyses import arm
-from repro.analysis.confirmation import HELD_OUT, Confirmation, pooled_choice, recipe
-from repro.analysis.intervals import LEVEL, lower_verdict
+from repro.analysis.confirmation import (
+    HELD_OUT,
+    Confirmation,
+    pooled_choice,
+    recipe,
+    with_past_cap,
+)
+from repro.analysis.intervals import LEVEL, Claim, claim_table, lower_verdict, shown_claims
 from repro.analysis.selection import compare
 from repro.errors import ReproError
 from repro.runtime.config import make_run_config, run_id
@@ -28,17 +34,20 @@ def _selection(hand_made, losses: dict[tuple[str, float], float]):
     return hand_made.results()
 
 
-def _confirm(hand_made, asking: Confirmation, effects: dict[str, float], spread: float):
-    """Confirmation runs of every wanted configuration: loss 3 + effects[loader] + a per-pool
-    draw shared by the arms (pairing) + `spread` of noise per run."""
+def _confirm(hand_made, asking: Confirmation, effects: dict, spread: float):
+    """Confirmation runs of every wanted configuration: loss 3 + effects[loader] (or
+    effects[(loader, epochs)]) + a per-pool draw shared by the arms (pairing) + `spread` of noise
+    per run."""
     rng = np.random.default_rng(2)
     shared = {pool: 0.1 * rng.standard_normal() for pool in asking.pools}
     for fields in asking.wanted:
+        effect = effects.get((fields["loader"], fields["epochs"]), effects.get(fields["loader"]))
         for pool in asking.pools:
             rid = run_id(make_run_config(fields | {"pool": pool}))
-            loss = 3.0 + effects[fields["loader"]] + shared[pool] + spread * rng.standard_normal()
-            hand_made.add(loss, rid=rid, **{k: fields[k] for k in ("loader", "lr")}, pool=pool)
-    return Confirmation(asking.pools, hand_made.results())
+            loss = 3.0 + effect + shared[pool] + spread * rng.standard_normal()
+            named = {k: fields[k] for k in ("loader", "lr", "epochs")}
+            hand_made.add(loss, rid=rid, **named, pool=pool)
+    return replace(asking, results=hand_made.results(), wanted=[])
 
 
 def test_the_pooled_choice_has_the_lowest_mean_over_the_replicates(hand_made):
@@ -133,3 +142,47 @@ def test_confirmed_verdicts_are_calibrated_under_a_simulated_null():
             covered += diff.low <= effect <= diff.high
     assert definite / (trials / 2) <= 0.10 + 0.03  # 300 nulls: 10% +- 1.7% (one sd)
     assert covered / (trials / 2) >= 0.87
+
+
+def test_an_arm_that_would_still_improve_past_the_cap_keeps_its_verdict_and_flags_the_reversal(
+    hand_made,
+):
+    """REPACK < SHUFFLE: SHUFFLE's choice is the cap (4 epochs). Within the cap REPACK is better
+    (agrees, SHUFFLE "at cap", not censored); trained to twice the cap SHUFFLE improves past
+    REPACK, and the past-the-cap verdict says so (disagrees) beside the claim."""
+    losses = {}
+    for loader, best in (("repack", 2), ("shuffle", 4)):
+        for lr, bump in ((1e-3, 0.1), (3e-3, 0.0), (1e-2, 0.1)):
+            for epochs in (2, 4):
+                losses[(loader, lr, epochs)] = 3.0 + bump + (0.0 if epochs == best else 0.05)
+    rng = np.random.default_rng(4)
+    for pool in SELECTION:
+        for (loader, lr, epochs), loss in losses.items():
+            noisy = loss + 0.002 * rng.standard_normal()
+            hand_made.add(noisy, pool=pool, loader=loader, lr=lr, epochs=epochs)
+    results = hand_made.results()
+    runs = results.runs
+
+    def claims(results):
+        arms = [arm(results, runs["loader"] == k, (), cap=4) for k in ("repack", "shuffle")]
+        diff = compare(*arms)
+        return claim_table(
+            [Claim("order", "repack < shuffle", "yes", "", lower_verdict([diff]), diff)]
+        )
+
+    asking = Confirmation(CONFIRMATION, cap=4)
+    claims(replace(results, confirmation=asking))
+    assert sorted((f["loader"], f["epochs"]) for f in asking.wanted) == [
+        ("repack", 2),
+        ("shuffle", 4),
+        ("shuffle", 8),
+    ]
+    effects = {("repack", 2): 0.0, ("shuffle", 4): 0.05, ("shuffle", 8): -0.05}
+    confirmed = _confirm(hand_made, asking, effects, 0.01)
+    within = claims(replace(results, confirmation=confirmed))
+    beyond = claims(replace(results, confirmation=replace(confirmed, past_cap=True)))
+    table = with_past_cap(within, beyond)
+    row = table.iloc[0]
+    assert row["agrees?"] == "agrees" and row["at_cap"] and row["past_cap"] == "disagrees"
+    assert shown_claims(table)["past the cap (2x)"].tolist() == ["disagrees"]
+    assert with_past_cap(within.assign(at_cap=False), beyond)["past_cap"].tolist() == [""]

@@ -37,7 +37,7 @@ from repro.runtime.shapes import flops_per_token, model_config
 from repro.sweep import expand
 
 ROOT = Path(__file__).resolve().parents[1]
-SMOKE = PRESETS["smoke"]
+SMOKE = changed(PRESETS["smoke"], pools={"confirmation_seeds": ()})  # the selection grids alone
 SPEED = GpuSpeed(1e12, "test")
 
 
@@ -76,6 +76,30 @@ def test_a_run_two_notebooks_share_counts_once_where_first_needed():
     assert table.loc["all", "GPU-h"] == pytest.approx(table.loc["all", "FLOPs"] / 1e12 / 3600)
 
 
+def test_confirmation_runs_are_priced_an_arm_per_pool_at_the_cap():
+    """With confirmation pools, 02 adds a run per confirmation pool for each model x batch size and
+    beta2-ablated batch, 03 for each loader x ablation batch, tying x decay cell and combined
+    batch, each at the epoch cap (an upper bound)."""
+    confirming = PRESETS["smoke"]
+    pools = len(confirming.pools.confirmation_seeds)
+    grids, selection = notebook_grids(confirming), notebook_grids(SMOKE)
+    added = {nb: grids[nb][len(selection[nb]) :] for nb in ("02", "03")}
+    assert grids["04"] == selection["04"] and grids["05"] == selection["05"]
+    P = confirming
+    arms_02 = len(P.grid.models) * len(P.grid.batch_sizes) + len(
+        P.batch_sweep.beta2_ablation_batch_sizes
+    )
+    arms_03 = 3 * len(P.ablations.batch_sizes) + 4 + len(P.ablations.batch_sizes)
+    assert [len(added["02"]), len(added["03"])] == [arms_02, arms_03]
+    configs = [c for nb in ("02", "03") for g in added[nb] for c in expand(g)]
+    assert len(configs) == pools * (arms_02 + arms_03)
+    assert {c.epochs for c in configs} == {P.grid.cap} and all(
+        "confirmation" in c.pool for c in configs
+    )
+    priced = plan(confirming, 300, SPEED).set_index("notebook")["runs"]
+    assert priced["02"] - plan(SMOKE, 300, SPEED).set_index("notebook").loc["02", "runs"] > 0
+
+
 def test_a_tying_grid_on_repack_at_the_ablation_batch_trains_two_arms_of_new_runs():
     """tying_batch_size set: 03's tying grid follows from the preset (prefetched, no stand-in);
     on REPACK at the ablation batch, its untied-no-decay cell is the REPACK arm's runs and its
@@ -108,6 +132,7 @@ def test_02_prices_and_prefetches_the_beta2_ablation_without_training_the_sweeps
     once."""
     cpu = changed(
         PRESETS["cpu"],
+        pools={"confirmation_seeds": ()},
         grid={"beta2_half_life_batch": 0},
         batch_sweep={"beta2_ablation_batch_sizes": ()},
     )

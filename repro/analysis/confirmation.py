@@ -133,3 +133,10 @@ def pooled_choice(results: Results, tuned_fields: tuple[str, ...]) -> pd.Series 
     for name, value in zip(tuned_fields, best):
         match &= (scored[name] == value).to_numpy()
     return scored[match].sort_values(replicate).iloc[0]
+
+
+def with_past_cap(claims: pd.DataFrame, beyond: pd.DataFrame) -> pd.DataFrame:
+    """`claims` (intervals.claim_table) with `past_cap`: the verdict of `beyond`, the same analysis
+    with each arm chosen at the epoch cap trained to twice it, where a row's difference has an arm
+    at the cap (its `at_cap`); else empty."""
+    return claims.assign(past_cap=beyond["agrees?"].where(claims["at_cap"], ""))
