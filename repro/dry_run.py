@@ -15,6 +15,7 @@ from repro.runtime.shapes import model_config, parameter_count
 
 DRY_RUN = "-dry-run"  # the name (runs/, figures/) of a preset shrunk to a CPU (dry_run_preset)
 CPU_SIZES = ("nano", "tiny", "cpu-xs", "cpu-s", "cpu-m", "cpu-l")  # smallest first
+DRY_CONFIRMATION_POOLS = 2  # confirmation pools a dry run keeps: the path, not the power
 
 
 def dry_run_preset(preset: Preset) -> Preset:
@@ -23,8 +24,9 @@ def dry_run_preset(preset: Preset) -> Preset:
     the CPU sizes of the same rank by parameters, batches (grid.beta2_half_life_batch too) and epoch
     budgets their ranks (1, 2, ...; micro-batches of 1 where the preset has micro-batches),
     sequences 16 tokens, pools of exactly two largest batches (the smallest pool-size pool at least
-    one, so it trains every batch size), an evaluation per epoch, a Llama-3-sized vocab's uint32
-    token storage kept, float32 on the CPU without torch.compile, one process per run."""
+    one, so it trains every batch size), the first DRY_CONFIRMATION_POOLS confirmation pools, an
+    evaluation per epoch, a Llama-3-sized vocab's uint32 token storage kept, float32 on the CPU
+    without torch.compile, one process per run."""
     grid, recipe = preset.grid, preset.pools.recipe
     if len(grid.models) > len(CPU_SIZES):
         raise ReproError(f"preset {preset.name}: a dry run maps at most {len(CPU_SIZES)} models")
@@ -43,7 +45,11 @@ def dry_run_preset(preset: Preset) -> Preset:
     return replace(
         preset,
         name=preset.name + DRY_RUN,
-        pools=replace(preset.pools, recipe=dry_recipe),
+        pools=replace(
+            preset.pools,
+            recipe=dry_recipe,
+            confirmation_seeds=preset.pools.confirmation_seeds[:DRY_CONFIRMATION_POOLS],
+        ),
         grid=_dry_grid(grid, batch),
         execution=replace(
             preset.execution,
