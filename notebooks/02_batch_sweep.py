@@ -36,7 +36,7 @@ from IPython.display import Markdown
 
 from repro.analysis import accuracy, analyses, figures, optimizer_claims
 from repro.analysis.intervals import claim_count, claim_summary
-from repro.grids import usual_batch_source
+from repro.design.grids import usual_batch_source
 from repro.runtime.shapes import by_size
 from repro.study import notebook_study
 
@@ -61,7 +61,7 @@ print(f"{len(runs)} runs over {counts}: {runs['status'].value_counts().to_dict()
 # evaluation. `at_largest_budget`: the chosen budget is the largest tried, so the best budget may
 # lie beyond; `at_cap`: the chosen budget is the study's cap (`P.grid.cap` epochs: the paper's 32 at
 # the CPU presets), the largest it allows, so nothing beyond counts for its claims. Where the
-# preset grows its grids (`growth.rounds`, repro.growth), a group whose lr or weight decay was
+# preset grows its grids (`growth.rounds`, repro.analysis.growth), a group whose lr or weight decay was
 # chosen on the edge of what it tried got a run beyond it, round after round; a line names every
 # group whose choice still sits on an edge.
 

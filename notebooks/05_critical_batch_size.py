@@ -103,7 +103,7 @@ cbs.growth_intervals(growth).round(3)
 # tokens) follows; the table is saved for `Study.summary`.
 
 # %%
-from repro.regime import NOISE_RATIO, describe_regime, preset_regime
+from repro.design.regime import NOISE_RATIO, describe_regime, preset_regime
 
 endpoints = analyses.batch_endpoints(model_results, cap=P.grid.cap)
 noise_regime = cbs.noise_scale_regime(trajectory, endpoints, P.grid.batch_sizes, P.grid.seq_len)

@@ -25,13 +25,12 @@ import pandas as pd
 
 from repro.analysis import cbs, frontier, plots
 from repro.analysis.confirmation import Confirmation, with_past_cap
+from repro.analysis.growth import extension_grids
 from repro.analysis.intervals import MIN_REPLICATES, effective_documents, shown_claims
 from repro.analysis.results import Results, StoreDocuments, check_finished, open_results
-from repro.bundle import DOCUMENTS_READ, import_bundle
 from repro.data.build import build_pool
 from repro.data.pool import built_meta, load_pool
-from repro.errors import ReproError
-from repro.grids import (
+from repro.design.grids import (
     ORIGINAL_RECIPE,
     batch_sweep_grid,
     beta2_ablation,
@@ -41,13 +40,14 @@ from repro.grids import (
     schedule_grid,
     usual_batch_source,
 )
-from repro.growth import extension_grids
+from repro.design.preset_files import get_preset
+from repro.design.presets import Preset
+from repro.design.regime import describe_regime, deviations, preset_regime
+from repro.errors import ReproError
 from repro.paths import project_root
-from repro.preset_files import get_preset
-from repro.presets import Preset
-from repro.regime import describe_regime, deviations, preset_regime
 from repro.runtime.run_dir import RunDir
-from repro.sweep import SweepResult, WorkBar, plan_grid, run_sweep
+from repro.store.bundle import DOCUMENTS_READ, import_bundle
+from repro.store.sweep import SweepResult, WorkBar, plan_grid, run_sweep
 
 FIGURES_ENV = "REPRO_FIGURES_DIR"
 """Where a study saves its figures and tables instead of figures/<preset>/ (`repro reproduce` stages
@@ -75,8 +75,8 @@ class Study:
 
     @property
     def shipped(self) -> Path:
-        """Where the notebooks look for the preset's results bundle (repro.bundle; committed for
-        smoke)."""
+        """Where the notebooks look for the preset's results bundle (repro.store.bundle;
+        committed for smoke)."""
         return self.root / "results" / f"{self.preset.name}.tar.xz"
 
     @cached_property
@@ -337,8 +337,8 @@ class Study:
         return results
 
     def _grow(self, grids: list[dict]) -> list[list[dict]]:
-        """Each grid with its extension grids (repro.growth), up to growth.rounds rounds; each
-        round's new runs train as one sweep, every round in one progress bar."""
+        """Each grid with its extension grids (repro.analysis.growth), up to growth.rounds
+        rounds; each round's new runs train as one sweep, every round in one progress bar."""
         parts = [[grid] for grid in grids]
         with self._work_bar() as bar:
             self._run(grids, bar)
@@ -409,7 +409,7 @@ class Study:
         """`endpoints` with each tuned run's accuracy on the preset's downstream tasks (repro eval,
         once per run: RUN/downstream.json is reused): "<task> acc", "<task> acc_stderr",
         "<task> n"."""
-        from repro.downstream import (
+        from repro.store.downstream import (
             POOL_TASK,
             evaluate_run,
             write_continuation_task,
@@ -435,10 +435,10 @@ class Study:
     def measured_step_time(self, max_micro_batch: int) -> frontier.MeasuredStepTime:
         """Seconds per training step of the preset's first model at micro-batches 1 to
         `max_micro_batch` (sequences), measured now on this machine (CUDA where visible, else the
-        CPU: repro.bench.step_time), as notebook 04's step-time model."""
+        CPU: repro.bench.measure.step_time), as notebook 04's step-time model."""
         import torch
 
-        from repro import bench
+        from repro.bench import measure as bench
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
         vocab = load_pool(self.pools()[0]).vocab_size

@@ -41,12 +41,12 @@ from repro.analysis.cbs import (
 from repro.analysis.intervals import Difference
 from repro.analysis.results import MemoryDocuments, Results
 from repro.data.pool import load_pool
+from repro.design.preset_files import PRESETS
+from repro.design.presets import changed
 from repro.errors import ReproError
-from repro.preset_files import PRESETS
-from repro.presets import changed
 from repro.runtime.config import parse_batch_schedule
+from repro.store.sweep import expand
 from repro.study import Study
-from repro.sweep import expand
 
 
 def _results(runs: pd.DataFrame, evals: pd.DataFrame) -> Results:

@@ -12,12 +12,12 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-import repro.sweep as sweep
+import repro.store.sweep as sweep
 from repro.analysis.results import load_results, open_results
 from repro.analysis.selection import tuned
 from repro.errors import ReproError
 from repro.runtime.config import make_run_config, run_id
-from repro.sweep import expand, plan_grid, run_sweep, sweep_status
+from repro.store.sweep import expand, plan_grid, run_sweep, sweep_status
 
 TINY = {"model": "tiny", "seq_len": 32, "epochs": 1, "eval_every": 0.5, "threads": 1}
 
@@ -197,7 +197,7 @@ def test_local_workers_are_capped_at_the_cpu_cores(synthetic_pool, tmp_path, mon
     monkeypatch.setattr("os.cpu_count", lambda: 2)
     started = []
     monkeypatch.setattr(
-        "repro.sweep._run_local", lambda jobs, workers: started.append(workers) or iter([])
+        "repro.store.sweep._run_local", lambda jobs, workers: started.append(workers) or iter([])
     )
     run_sweep(_grid(synthetic_pool, lr=[1e-3]), tmp_path / "s", workers=12, progress=False)
     assert started and set(started) == {2}  # every call of the executor
@@ -316,7 +316,7 @@ def test_a_branch_costs_only_its_steps_after_the_trunks_checkpoint(synthetic_poo
     at step N of its T costs (1 - N / T) of a standalone 2-epoch run."""
     from dataclasses import replace
 
-    from repro.sweep import estimated_cost
+    from repro.store.sweep import estimated_cost
 
     fixed = TINY | {"pool": str(synthetic_pool), "schedule": "wsd", "batch_size": 4}
     grid = {"fixed": fixed, "axes": {"epochs": [2, 4]}, "wsd_branches": True}
@@ -471,7 +471,7 @@ def test_a_bar_writes_a_line_now_and_then_where_redraws_do_not_show(monkeypatch)
 
 def test_a_run_of_less_than_one_batch_costs_its_passes_not_a_crash(synthetic_pool):
     """The trainer refuses a run with no step in one line; pricing it must not raise first."""
-    from repro.sweep import estimated_cost
+    from repro.store.sweep import estimated_cost
 
     config = make_run_config(TINY | {"pool": str(synthetic_pool), "batch_size": 100_000})
     assert estimated_cost(config) == 0.0

@@ -19,7 +19,7 @@ from repro.analysis.analyses import across_replicates, endpoint_curve
 from repro.analysis.intervals import Difference
 from repro.analysis.results import Results
 from repro.data.pool import load_pool
-from repro.regime import ZHANG_LAW
+from repro.design.regime import ZHANG_LAW
 from repro.runtime.shapes import by_size
 
 LOSS = "tuned validation loss (nats/token)"

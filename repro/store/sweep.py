@@ -49,7 +49,6 @@ from tqdm.std import tqdm as tqdm_text
 
 from repro.data.pool import built_meta, packed_sequences
 from repro.errors import ReproError
-from repro.launch import job_resources, join_job_processes, train_with_torchrun
 from repro.runtime.config import (
     RunConfig,
     batch_sizes,
@@ -64,6 +63,7 @@ from repro.runtime.loaders import epoch_steps
 from repro.runtime.run_dir import FINISHED, RunDir, step_of
 from repro.runtime.schedules import decay_start_step
 from repro.runtime.shapes import model_config, parameter_count
+from repro.store.launch import job_resources, join_job_processes, train_with_torchrun
 
 
 @dataclass(frozen=True)
@@ -246,7 +246,8 @@ def execute_distributed(
     store: str, job: list[tuple[str, dict]], retry_failed: bool = False
 ) -> dict[str, str]:
     """One task of a submitit job that trains one run on several processes (gpus > 1): every
-    task joins the process group (repro.launch); rank 0 claims the run and tells the others."""
+    task joins the process group (repro.store.launch); rank 0 claims the run and tells the
+    others."""
     import torch.distributed as dist
 
     from repro.runtime.train import train_stacked

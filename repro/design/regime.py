@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from repro.presets import Preset
+from repro.design.presets import Preset
 from repro.runtime.shapes import param_count_table
 
 ZHANG_LAW = (22.9, 0.47)

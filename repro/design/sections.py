@@ -1,7 +1,7 @@
-"""The sections of a preset (repro.presets.Preset): the pools, the tuned grid, execution, growth,
-and one per notebook. Each checks its own fields where it is defined; a preset file sets any of
-them (repro.preset_files). Units: tokens for pools and seq_len, sequences for batch sizes, epochs
-for budgets and eval_every.
+"""The sections of a preset (repro.design.presets.Preset): the pools, the tuned grid, execution,
+growth, and one per notebook. Each checks its own fields where it is defined; a preset file sets any
+of them (repro.design.preset_files). Units: tokens for pools and seq_len, sequences for batch sizes,
+epochs for budgets and eval_every.
 """
 
 from __future__ import annotations
@@ -144,9 +144,10 @@ class Execution:
 
 @dataclass(frozen=True)
 class Growth:
-    """Rounds of grid growth after each tuned sweep (repro.growth): a group whose lr or weight decay
-    is not bracketed around its choice gets the missing neighbours; with `epochs`, a group whose
-    best budget is its largest also gets twice that budget. 0 rounds: the grids stay fixed."""
+    """Rounds of grid growth after each tuned sweep (repro.analysis.growth): a group whose lr or
+    weight decay is not bracketed around its choice gets the missing neighbours; with `epochs`, a
+    group whose best budget is its largest also gets twice that budget. 0 rounds: the grids stay
+    fixed."""
 
     rounds: int = 0
     epochs: bool = False
