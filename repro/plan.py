@@ -30,7 +30,7 @@ from repro.errors import ReproError
 from repro.runtime.config import run_id
 from repro.runtime.files import read_json, write_json
 from repro.runtime.shapes import flops_per_token, model_config, parameter_count
-from repro.store.sweep import expand
+from repro.store.grid import expand
 from repro.study import Study
 
 ASSUMED_PEAK_FLOPS = 989e12  # H100 / H200 SXM, dense bf16 (NVIDIA's datasheets)

@@ -23,7 +23,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from repro.analysis import cbs, frontier, plots
+from repro.analysis import frontier, noise, plots
 from repro.analysis.confirmation import Confirmation, with_past_cap
 from repro.analysis.growth import extension_grids
 from repro.analysis.intervals import MIN_REPLICATES, effective_documents, shown_claims
@@ -47,7 +47,9 @@ from repro.errors import ReproError
 from repro.paths import project_root
 from repro.runtime.run_dir import RunDir
 from repro.store.bundle import DOCUMENTS_READ, import_bundle
-from repro.store.sweep import SweepResult, WorkBar, plan_grid, run_sweep
+from repro.store.grid import plan_grid
+from repro.store.progress import WorkBar
+from repro.store.sweep import SweepResult, run_sweep
 
 FIGURES_ENV = "REPRO_FIGURES_DIR"
 """Where a study saves its figures and tables instead of figures/<preset>/ (`repro reproduce` stages
@@ -128,15 +130,15 @@ class Study:
 
     def _noise_scale(self) -> tuple[float, float, float] | None:
         """The lowest and highest B_simple (tokens) over pools that notebook 05 saved
-        (cbs.NOISE_SCALE_TABLE) in this study's figures folder, else in figures/<preset>/ (a
+        (noise.NOISE_SCALE_TABLE) in this study's figures folder, else in figures/<preset>/ (a
         reproduction saves into a fresh folder), and how far above the tuned loss (nats/token)
         it was measured; None before it is measured."""
         for folder in (self.figures, self.root / "figures" / self.preset.name):
-            path = folder / f"{cbs.NOISE_SCALE_TABLE}.csv"
+            path = folder / f"{noise.NOISE_SCALE_TABLE}.csv"
             if path.is_file():
                 table = pd.read_csv(path)
-                measured = cbs.noise_scale_range(table)
-                return (*measured, cbs.noise_scale_gap(table)) if measured else None
+                measured = noise.noise_scale_range(table)
+                return (*measured, noise.noise_scale_gap(table)) if measured else None
         return None
 
     def _validation_summary(self) -> str:
@@ -260,8 +262,8 @@ class Study:
 
     def schedule_grid(self, slices: dict[str, tuple[int, float]]) -> list[dict]:
         """04's and 05's batch-size schedules, original recipe, one grid per pool at its own epoch
-        budget and weight decay (`slices`: pool path -> (epochs, weight decay); cbs.
-        schedule_slices: the best fixed batch's, chosen on the other pools)."""
+        budget and weight decay (`slices`: pool path -> (epochs, weight decay);
+        batch_schedules.schedule_slices: the best fixed batch's, chosen on the other pools)."""
         return [
             schedule_grid(self.preset, [pool], epochs, weight_decay, **ORIGINAL_RECIPE)
             for pool, (epochs, weight_decay) in slices.items()
@@ -270,12 +272,12 @@ class Study:
     def noise_scale_grid(self, sweep: Results) -> list[dict]:
         """05's runs that log the gradient noise scale: on every pool, each noise-scale batch at
         its tuned lr, weight decay and epoch budget in `sweep` (02's batch sweep at the first
-        model: cbs.noise_scale_choices), so that B_simple is measured at the loss the tuned
+        model: noise.noise_scale_choices), so that B_simple is measured at the loss the tuned
         endpoints reach."""
         P = self.preset
         first = sweep.subset(sweep.runs["model"] == P.grid.models[0])
         return noise_scale_grid(
-            P, cbs.noise_scale_choices(first, P.critical_batch.noise_scale_batches)
+            P, noise.noise_scale_choices(first, P.critical_batch.noise_scale_batches)
         )
 
     def scaling_grids(self) -> list[dict]:

@@ -13,10 +13,10 @@ from repro.analysis.analyses import (
     batch_sweep_claims,
     little_verdict,
     optimal_batches,
-    pool_claims,
     recipe_claims,
 )
 from repro.analysis.intervals import Difference
+from repro.analysis.pools import pool_claims
 from repro.analysis.selection import compare, tuned
 
 POOLS = ("p0", "p1", "p2")

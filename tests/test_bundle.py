@@ -19,7 +19,8 @@ from repro.errors import ReproError
 from repro.runtime.config import NUMERICS
 from repro.runtime.run_dir import RunDir
 from repro.store.bundle import FORMAT, bundle_manifest, documents_read, export_bundle, import_bundle
-from repro.store.sweep import plan_grid, run_sweep
+from repro.store.grid import plan_grid
+from repro.store.sweep import run_sweep
 from repro.study import Study
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -9,8 +9,9 @@ import pytest
 from repro.errors import ReproError
 from repro.runtime.config import check_fields, make_run_config
 from repro.runtime.train import train
+from repro.store.grid import plan_grid
 from repro.store.launch import job_resources
-from repro.store.sweep import plan_grid, run_sweep, stacks
+from repro.store.sweep import run_sweep, stacks
 
 FIELDS = {
     "model": "tiny",

@@ -34,7 +34,7 @@ from repro.plan import (
 )
 from repro.runtime.config import run_id
 from repro.runtime.shapes import flops_per_token, model_config
-from repro.store.sweep import expand
+from repro.store.grid import expand
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = changed(PRESETS["smoke"], pools={"confirmation_seeds": ()})  # the selection grids alone

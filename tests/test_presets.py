@@ -32,7 +32,7 @@ from repro.design.regime import (
 )
 from repro.errors import ReproError
 from repro.runtime.config import run_id
-from repro.store.sweep import expand
+from repro.store.grid import expand
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -204,7 +204,7 @@ def test_the_built_in_presets_are_yaml_files_in_the_users_form(tmp_path):
 
 
 def test_example_grid_is_a_valid_grid():
-    from repro.store.sweep import expand
+    from repro.store.grid import expand
 
     runs = expand(yaml.safe_load((EXAMPLES / "grid.yaml").read_text()))
     assert len(runs) == 4 and {r.batch_size for r in runs} == {4, 16}
@@ -293,7 +293,7 @@ def test_readme_states_every_built_in_presets_regime():
     """The block, with each preset's batch / noise scale from its committed notebook 05 table
     (else "not measured yet"; smoke's figures are git-ignored), and the prose's numbers for the
     paper's estimated noise scale."""
-    from repro.analysis.cbs import NOISE_SCALE_TABLE, noise_scale_gap, noise_scale_range
+    from repro.analysis.noise import NOISE_SCALE_TABLE, noise_scale_gap, noise_scale_range
 
     readme = (EXAMPLES.parent / "README.md").read_text()
     prose = " ".join(readme.split())

@@ -77,7 +77,7 @@ class Grid:
     """The tuned batch sweep (notebook 02) that every other notebook builds on: model sizes x batch
     sizes x lr (a grid per batch) x weight decay x epoch budget. A budget is tuned like lr: each is
     its own run whose schedule ends there (cosine to 0), or with wsd_branches a WSD cool-down (the
-    last 20% of its steps) branched from one run of the largest budget (sweep.plan_grid)."""
+    last 20% of its steps) branched from one run of the largest budget (grid.plan_grid)."""
 
     models: tuple[str, ...]  # sizes of repro.runtime.shapes.SIZES
     seq_len: int  # tokens
