@@ -23,8 +23,15 @@ dry_run = False  # the built-in preset shrunk to CPU size (`repro reproduce --dr
 # %%
 from IPython.display import Markdown
 
-from repro.analysis import analyses, figures
+from repro.analysis import figures_pool
 from repro.analysis.intervals import claim_count, claim_summary
+from repro.analysis.pools import (
+    bayes_floor,
+    pool_claims,
+    pool_overlap,
+    pool_table,
+    train_val_shared_docs,
+)
 from repro.study import notebook_study
 
 study = notebook_study(globals())  # checks the parameters above, prints what the study trains
@@ -34,12 +41,12 @@ P = study.preset
 # ## Building the pools
 #
 # Building is a no-op when a pool with the same arguments already exists. One row per pool and
-# split (`analyses.pool_table`): documents, tokens, document length in tokens, and the Bayes floor
+# split (`pools.pool_table`): documents, tokens, document length in tokens, and the Bayes floor
 # where the source knows it.
 
 # %%
 pools = study.pools()
-table = analyses.pool_table(pools)
+table = pool_table(pools)
 table
 
 # %% [markdown]
@@ -50,21 +57,21 @@ table
 # sequences and short ones share a sequence.
 
 # %%
-study.save(figures.doc_lengths(pools[0], P.grid.seq_len), "01_doc_lengths")
+study.save(figures_pool.doc_lengths(pools[0], P.grid.seq_len), "01_doc_lengths")
 
 # %% [markdown]
 # ## Train/validation split and independent pools
 #
 # Pools drawn with different seeds should share few training documents (the source is sampled
-# without replacement in a seeded order) but have identical validation sets (`analyses.pool_overlap`
+# without replacement in a seeded order) but have identical validation sets (`pools.pool_overlap`
 # compares documents as token sequences).
 
 # %%
-overlap = analyses.pool_overlap(pools)
+overlap = pool_overlap(pools)
 overlap
 
 # %%
-study.save(figures.split_tokens(table), "01_split_tokens")
+study.save(figures_pool.split_tokens(table), "01_split_tokens")
 
 # %% [markdown]
 # ## The Bayes floor (synthetic source only)
@@ -75,7 +82,7 @@ study.save(figures.split_tokens(table), "01_split_tokens")
 # the tuned losses.
 
 # %%
-floor = analyses.bayes_floor(pools[0])
+floor = bayes_floor(pools[0])
 print(
     f"Bayes floor of the validation split: {floor:.4f} nats/token"
     if floor is not None
@@ -85,11 +92,11 @@ print(
 # %% [markdown]
 # ## Claims vs measurement
 #
-# `analyses.pool_claims`: every validation document checked against every training document of its
+# `pools.pool_claims`: every validation document checked against every training document of its
 # pool, and the pools against each other.
 
 # %%
-claims = analyses.pool_claims(overlap, analyses.train_val_shared_docs(pools))
+claims = pool_claims(overlap, train_val_shared_docs(pools))
 table = study.save_claims(claims, "01_claims")
 print(claim_count(claims))
 Markdown(table.read_text())  # the claims in full, as committed in figures/<preset>/01_claims.md

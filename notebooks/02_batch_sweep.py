@@ -34,9 +34,10 @@ dry_run = False  # the built-in preset shrunk to CPU size (`repro reproduce --dr
 # %%
 from IPython.display import Markdown
 
-from repro.analysis import accuracy, analyses, figures, optimizer_claims
+from repro.analysis import accuracy, analyses, figures_batch, optimizer_claims
 from repro.analysis.intervals import claim_count, claim_summary
-from repro.grids import usual_batch_source
+from repro.analysis.pools import bayes_floor, pool_vocab_size
+from repro.design.grids import usual_batch_source
 from repro.runtime.shapes import by_size
 from repro.study import notebook_study
 
@@ -60,8 +61,8 @@ print(f"{len(runs)} runs over {counts}: {runs['status'].value_counts().to_dict()
 # (mean over the steps since the previous evaluation), and within that run the epoch of its best
 # evaluation. `at_largest_budget`: the chosen budget is the largest tried, so the best budget may
 # lie beyond; `at_cap`: the chosen budget is the study's cap (`P.grid.cap` epochs: the paper's 32 at
-# the CPU presets), the largest it allows, so nothing beyond counts for its claims. Where the
-# preset grows its grids (`growth.rounds`, repro.growth), a group whose lr or weight decay was
+# the CPU presets), the largest it allows, so nothing beyond counts for its claims. Where the preset
+# grows its grids (`growth.rounds`, repro.analysis.growth), a group whose lr or weight decay was
 # chosen on the edge of what it tried got a run beyond it, round after round; a line names every
 # group whose choice still sits on an edge.
 
@@ -82,7 +83,7 @@ endpoints[[*columns, "at_cap", "val_loss", "train_loss", "early_stop_epoch"]]
 # reads.
 
 # %%
-fig = figures.best_loss_vs_batch(endpoints, P.grid.batch_sizes, analyses.bayes_floor(pools[0]))
+fig = figures_batch.best_loss_vs_batch(endpoints, P.grid.batch_sizes, bayes_floor(pools[0]))
 study.save(fig, "02_best_loss_vs_batch")
 analyses.across_replicates(endpoints).round(4)
 
@@ -93,7 +94,7 @@ analyses.across_replicates(endpoints).round(4)
 
 # %%
 differences = analyses.batch_differences(results, list(P.grid.models))
-study.save(figures.batch_differences(differences, P.grid.batch_sizes), "02_batch_differences")
+study.save(figures_batch.batch_differences(differences, P.grid.batch_sizes), "02_batch_differences")
 differences.round(4)
 
 # %% [markdown]
@@ -116,7 +117,7 @@ budgets.round(3)
 # validation documents (the batch is chosen on the same data: a level, not a verdict).
 
 # %%
-vocab = analyses.pool_vocab_size(pools[0])
+vocab = pool_vocab_size(pools[0])
 models = by_size(P.grid.models, largest_first=True)
 optimum = analyses.optimum_table(endpoints, models)
 study.save_table(optimum, "02_optimum_per_size")
@@ -130,7 +131,7 @@ optimum
 # tell apart from it.
 # %%
 optimal = analyses.optimal_batches(endpoints, models, vocab)
-study.save(figures.optimal_batch_vs_size(optimal), "02_optimal_batch_vs_size")
+study.save(figures_batch.optimal_batch_vs_size(optimal), "02_optimal_batch_vs_size")
 optimal
 # %% [markdown]
 # ## Training and validation curves
@@ -145,7 +146,7 @@ pool0 = endpoints[
 ].sort_values("batch_size")
 picks = pool0.iloc[sorted({0, len(pool0) // 2, len(pool0) - 1})]
 study.save(
-    figures.curves(evals, picks, f"Tuned runs, {model}, {pool0['pool'].iloc[0]}"), "02_curves"
+    figures_batch.curves(evals, picks, f"Tuned runs, {model}, {pool0['pool'].iloc[0]}"), "02_curves"
 )
 
 # %% [markdown]
@@ -160,7 +161,9 @@ study.save(
 tasks = list(P.grid.downstream_tasks)
 scored = study.downstream(endpoints) if tasks else None
 if tasks:
-    study.save(figures.accuracy_vs_batch(scored, tasks, P.grid.batch_sizes), "02_accuracy_vs_batch")
+    study.save(
+        figures_batch.accuracy_vs_batch(scored, tasks, P.grid.batch_sizes), "02_accuracy_vs_batch"
+    )
 print(f"downstream tasks: {', '.join(tasks) or 'none in this preset'}")
 
 # %% [markdown]
@@ -186,7 +189,7 @@ optimizer_claims.beta2_settings(P)
 # %%
 ablated = analyses.pool_names(analyses.batch_endpoints(beta2_results, cap=P.grid.cap))
 arms = optimizer_claims.beta2_arms(endpoints, ablated, P)
-study.save(figures.beta2_vs_batch(arms, P.grid.batch_sizes), "02_beta2_vs_batch")
+study.save(figures_batch.beta2_vs_batch(arms, P.grid.batch_sizes), "02_beta2_vs_batch")
 analyses.across_replicates(ablated).round(4)
 
 # %% [markdown]

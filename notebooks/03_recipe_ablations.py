@@ -29,7 +29,7 @@ dry_run = False  # the built-in preset shrunk to CPU size (`repro reproduce --dr
 # %%
 from IPython.display import Markdown
 
-from repro.analysis import accuracy, analyses, figures
+from repro.analysis import accuracy, analyses, figures_recipe
 from repro.analysis.intervals import claim_count, claim_summary
 from repro.study import notebook_study
 
@@ -59,7 +59,7 @@ analyses.pool_names(original_ends)[
 # %%
 loader = study.sweep(study.loader_grid())
 loader_ends = analyses.batch_endpoints(loader, ["loader"], cap=P.grid.cap)
-study.save(figures.loaders(loader_ends), "03_loaders")
+study.save(figures_recipe.loaders(loader_ends), "03_loaders")
 budget = ["epochs", "at_largest_budget", "at_cap"]
 loader_ends[["batch_size", "loader", "lr", "weight_decay", *budget, "val_loss"]]
 
@@ -75,7 +75,9 @@ print(f"tying x embedding decay at batch {b_tying}, loader {P.ablations.tying_lo
 embedding_fields = ["tie_embeddings", "embedding_weight_decay"]
 embedding = study.sweep(study.embedding_grid(b_tying))
 embedding_ends = analyses.batch_endpoints(embedding, embedding_fields, cap=P.grid.cap)
-study.save(figures.tying_embedding_decay(embedding_ends, b_tying), "03_tying_embedding_decay")
+study.save(
+    figures_recipe.tying_embedding_decay(embedding_ends, b_tying), "03_tying_embedding_decay"
+)
 embedding_ends[[*embedding_fields, "lr", "weight_decay", *budget, "val_loss"]]
 
 # %% [markdown]
@@ -94,7 +96,9 @@ recipes = {
     "original (SHUFFLE, untied, no emb. decay)": original_ends,
     "combined (REPACK, tied, emb. decay)": combined_ends,
 }
-study.save(figures.combined_vs_original(recipes, P.grid.batch_sizes), "03_combined_vs_original")
+study.save(
+    figures_recipe.combined_vs_original(recipes, P.grid.batch_sizes), "03_combined_vs_original"
+)
 analyses.across_replicates(original_ends, ["batch_size"]).merge(
     analyses.across_replicates(combined_ends, ["batch_size"]),
     on="batch_size",
@@ -141,7 +145,11 @@ accuracy.ablation_accuracy(scored, arms, tasks).round(3)
 
 # %%
 claims = study.confirmed(
-    lambda *arms: analyses.recipe_claims(*arms, cap=P.grid.cap), loader, embedding, original, combined
+    lambda *arms: analyses.recipe_claims(*arms, cap=P.grid.cap),
+    loader,
+    embedding,
+    original,
+    combined,
 )
 claims = accuracy.with_accuracy_claims(claims, scored.get("loader"), tasks, model, "loader")
 table = study.save_claims(claims, "03_claims")

@@ -28,7 +28,7 @@ dry_run = False  # the built-in preset shrunk to CPU size (`repro reproduce --dr
 # %%
 from IPython.display import Markdown
 
-from repro.analysis import figures
+from repro.analysis import figures_frontier
 from repro.analysis.intervals import claim_count, claim_summary
 from repro.study import notebook_study
 
@@ -60,7 +60,7 @@ print(f"{len(table)} (GPUs, deadline) cells, {int(table['best_val_loss'].notna()
 # ## Best loss vs deadline, per GPU count
 
 # %%
-study.save(figures.loss_vs_deadline(table), "04_loss_vs_deadline")
+study.save(figures_frontier.loss_vs_deadline(table), "04_loss_vs_deadline")
 
 # %% [markdown]
 # ## Optimal batch size over (GPUs, deadline)
@@ -70,7 +70,9 @@ study.save(figures.loss_vs_deadline(table), "04_loss_vs_deadline")
 # below holds the same batch sizes, a row per deadline and a column per GPU count.
 
 # %%
-study.save(figures.optimal_batch_heatmap(table, P.grid.batch_sizes), "04_optimal_batch_heatmap")
+study.save(
+    figures_frontier.optimal_batch_heatmap(table, P.grid.batch_sizes), "04_optimal_batch_heatmap"
+)
 table.pivot(index="deadline", columns="gpus", values="batch_size")
 
 # %% [markdown]
@@ -94,7 +96,8 @@ study.save_table(
 points = deadline_claims.deadline_points(model_results)
 judged = deadline_claims.judged_crossovers(points, model_results, deadlines, step, m)
 study.save(
-    figures.fewer_gpus_smaller_batch(judged, P.grid.batch_sizes), "04_fewer_gpus_smaller_batch"
+    figures_frontier.fewer_gpus_smaller_batch(judged, P.grid.batch_sizes),
+    "04_fewer_gpus_smaller_batch",
 )
 judged.sort_values("high").head(20)
 
@@ -114,7 +117,7 @@ projections = {
     )
     for k in (2, 4)
 }
-study.save(figures.latency_projection(table, projections, g_max), "04_latency_projection")
+study.save(figures_frontier.latency_projection(table, projections, g_max), "04_latency_projection")
 
 # %% [markdown]
 # ## The measured step-time model on this machine
@@ -138,19 +141,21 @@ frontier.step_time_table(P.grid.batch_sizes, P.frontier.gpu_counts, step_model.s
 # its current batch; here on one GPU and on the most GPUs, against the best fixed batch under the
 # same deadline (`frontier.schedule_policies`). The schedules train, on each pool, at the epoch
 # budget and weight decay of the best fixed batch chosen on the other pools
-# (`cbs.schedule_slices`); this figure shows pool 0's.
+# (`batch_schedules.schedule_slices`); this figure shows pool 0's.
 
 # %%
-from repro.analysis import cbs
+from repro.analysis import batch_schedules
 
 ramps = list(P.schedules.ramps.values())
-scheduled = study.sweep(study.schedule_grid(cbs.schedule_slices(model_results, ramps)))
+scheduled = study.sweep(study.schedule_grid(batch_schedules.schedule_slices(model_results, ramps)))
 scheduled0 = scheduled.subset(scheduled.runs["pool"] == str(pools[0]))
 policy_gpus = [1, g_max]
 policy_frontiers, policies = frontier.schedule_policies(
     table, scheduled0, P.schedules.texts(), policy_gpus, deadlines, step
 )
-study.save(figures.schedule_policies(table, policy_frontiers, policy_gpus), "04_schedule_policies")
+study.save(
+    figures_frontier.schedule_policies(table, policy_frontiers, policy_gpus), "04_schedule_policies"
+)
 policies
 
 # %% [markdown]

@@ -18,7 +18,7 @@
 # width. A verdict needs `intervals.MIN_REPLICATES` pools. (1) Runs that log B_simple from
 # micro-batch and global-batch gradient norms (each EMA-smoothed before the ratio), on every pool,
 # each noise-scale batch at its tuned lr, weight decay and epoch budget from notebook 02's sweep
-# (`cbs.noise_scale_choices`: the run the growth would choose on that pool), so that their losses
+# (`noise.noise_scale_choices`: the run the growth would choose on that pool), so that their losses
 # reach the tuned endpoints'. (2) Steps-to-target from notebook 02's sweep: for each target loss
 # (the same on every pool: they share the validation documents), pool and batch size, the fewest
 # steps over the batch's runs (lr, weight decay and epoch budget; each budget is its own annealed
@@ -27,10 +27,10 @@
 # every pool seed: B_crit and B* against pool size D, one exponent per seed and an interval over
 # seeds. (4) Batch-size schedules (notebook 04's runs) against the fixed batches of the same pools:
 # each pool at the epoch budget and weight decay of the best fixed batch chosen on the *other* pools
-# (`cbs.schedule_slices`), all arms as held-out tuned endpoints (`selection.tuned`: each pool's
-# choice made on the other pools' half of the validation documents, reported on its own other half),
-# compared with an interval over pools and documents. Units: batch sizes in sequences of `seq_len`
-# tokens; S in optimizer steps; E in tokens; losses in nats/token. Evaluations fall every
+# (`batch_schedules.schedule_slices`), all arms as held-out tuned endpoints (`selection.tuned`: each
+# pool's choice made on the other pools' half of the validation documents, reported on its own other
+# half), compared with an interval over pools and documents. Units: batch sizes in sequences of
+# `seq_len` tokens; S in optimizer steps; E in tokens; losses in nats/token. Evaluations fall every
 # `eval_every` epochs (once per epoch on the CPU presets), so the step at which a run reaches a
 # target is interpolated between the last evaluation above it and the first at or below it, linearly
 # in log(step) (`cbs.crossing_step`): without it, every batch that reaches a target in the same
@@ -52,42 +52,43 @@ from pathlib import Path
 
 from IPython.display import Markdown, display
 
-from repro.analysis import analyses, figures
+from repro.analysis import analyses, figures_cbs
 from repro.analysis.intervals import claim_count, claim_summary, describe
+from repro.analysis.pools import pool_vocab_size, train_tokens
 from repro.study import notebook_study
 
 study = notebook_study(globals())  # checks the parameters above, prints what the study trains
 P = study.preset
 
 # %%
-from repro.analysis import cbs
+from repro.analysis import batch_schedules, cbs, cbs_claims, noise
 
 model = P.grid.models[0]
 pools = study.pools()
 results = study.sweep(study.batch_sweep_grid())
 model_results = results.subset(results.runs["model"] == model)
-noise = study.sweep(study.noise_scale_grid(model_results))
+noise_results = study.sweep(study.noise_scale_grid(model_results))
 print(
     f"model {model}: {len(model_results.runs)} sweep runs on {len(pools)} pools; "
-    f"{len(noise.runs)} noise-scale runs at their tuned points:"
+    f"{len(noise_results.runs)} noise-scale runs at their tuned points:"
 )
-cbs.noise_runs(noise)
+noise.noise_runs(noise_results)
 
 # %% [markdown]
 # ## The gradient noise scale over training
 #
 # B_simple at each evaluation (EMA-smoothed estimates), one curve per pool and batch. The growth
-# the claim below judges (`cbs.noise_growth`): per pool and run, the median B_simple over the
+# the claim below judges (`noise.noise_growth`): per pool and run, the median B_simple over the
 # first and over the last third of its evaluations up to its best val loss (while the loss
 # falls); then per batch the geometric mean of that growth over pools with its 90% interval over
-# pools (`cbs.growth_intervals`).
+# pools (`noise.growth_intervals`).
 
 # %%
-study.save(figures.noise_scale(noise), "05_noise_scale")
-trajectory = cbs.noise_trajectory(noise)
-growth = cbs.noise_growth(trajectory)
+study.save(figures_cbs.noise_scale(noise_results), "05_noise_scale")
+trajectory = noise.noise_trajectory(noise_results)
+growth = noise.noise_growth(trajectory)
 display(analyses.pool_names(growth).round(3))
-cbs.growth_intervals(growth).round(3)
+noise.growth_intervals(growth).round(3)
 
 # %% [markdown]
 # ## The batch grid against the noise scale
@@ -98,19 +99,19 @@ cbs.growth_intervals(growth).round(3)
 # over pools, among its batch sizes, of the held-out endpoints: `analyses.batch_endpoints`); per
 # pool, B_simple is the median over its noise-scale runs of each run's evaluation nearest that
 # loss, not interpolated ("loss gap": how far those evaluations lie from it), in sequences and in
-# tokens (x `seq_len`), with the batch grid over it (`cbs.noise_scale_regime`). The range over
+# tokens (x `seq_len`), with the batch grid over it (`noise.noise_scale_regime`). The range over
 # pools against the paper's estimate (`regime.PAPER_NOISE_SCALE`: Zhang et al.'s B* at 200M
 # tokens) follows; the table is saved for `Study.summary`.
 
 # %%
-from repro.regime import NOISE_RATIO, describe_regime, preset_regime
+from repro.design.regime import NOISE_RATIO, describe_regime, preset_regime
 
 endpoints = analyses.batch_endpoints(model_results, cap=P.grid.cap)
-noise_regime = cbs.noise_scale_regime(trajectory, endpoints, P.grid.batch_sizes, P.grid.seq_len)
-study.save_table(noise_regime.round(4), cbs.NOISE_SCALE_TABLE)
-noise_range = cbs.noise_scale_range(noise_regime)
-regime = preset_regime(P, analyses.pool_vocab_size(pools[0]), noise_range)
-print(describe_regime({NOISE_RATIO: regime[NOISE_RATIO]}, cbs.noise_scale_gap(noise_regime)))
+noise_regime = noise.noise_scale_regime(trajectory, endpoints, P.grid.batch_sizes, P.grid.seq_len)
+study.save_table(noise_regime.round(4), noise.NOISE_SCALE_TABLE)
+noise_range = noise.noise_scale_range(noise_regime)
+regime = preset_regime(P, pool_vocab_size(pools[0]), noise_range)
+print(describe_regime({NOISE_RATIO: regime[NOISE_RATIO]}, noise.noise_scale_gap(noise_regime)))
 noise_regime.round(4)
 
 # %% [markdown]
@@ -136,7 +137,7 @@ limit = 10 * max(P.grid.batch_sizes)  # sequences
 fits, mccandlish = cbs.fit_targets(reach, trajectory)
 fit_intervals = cbs.fit_intervals(fits)
 study.save(
-    figures.steps_tokens_to_target(reach, mccandlish, P.grid.batch_sizes),
+    figures_cbs.steps_tokens_to_target(reach, mccandlish, P.grid.batch_sizes),
     "05_steps_tokens_to_target",
 )
 print(f"{len(targets)} targets; fitted (pool, target) pairs: {len(mccandlish)} of {len(fits)}")
@@ -150,7 +151,7 @@ fit_intervals.round(3)
 # %%
 if mccandlish:
     judged = targets[len(targets) // 2]
-    study.save(figures.fitted_batches(fit_intervals, fits, judged), "05_fitted_batches")
+    study.save(figures_cbs.fitted_batches(fit_intervals, fits, judged), "05_fitted_batches")
 
 # %% [markdown]
 # ## Critical batch size vs pool size
@@ -168,11 +169,11 @@ if mccandlish:
 sized = study.sized_pools()
 scaled = study.sweep(study.scaling_grids())
 scaled = scaled.subset(scaled.runs["model"] == model)
-tokens = analyses.train_tokens([pool for sizes in sized.values() for pool in sizes])
+tokens = train_tokens([pool for sizes in sized.values() for pool in sizes])
 by_seed = {seed: {str(p): tokens[str(p)] for p in sizes} for seed, sizes in sized.items()}
 scaling, scaling_points = cbs.pool_size_scaling(scaled, by_seed, n_reach, P.grid.seq_len)
 laws = cbs.scaling_laws(scaling)
-study.save(figures.cbs_vs_pool_size(scaling, laws, limit), "05_cbs_vs_pool_size")
+study.save(figures_cbs.cbs_vs_pool_size(scaling, laws, limit), "05_cbs_vs_pool_size")
 print({name: describe("alpha", alpha, ".2f") for name, alpha in laws.items()})
 scaling.round(3)
 
@@ -182,41 +183,42 @@ scaling.round(3)
 # Notebook 04's schedule runs (first model, every pool; lr grid of batch `schedules.batch`, lr x
 # sqrt(B / schedules.batch) as the batch changes) against notebook 02's fixed batches of the same
 # model and pool. Each pool meets them at its own slice: the epoch budget and weight decay of the
-# best fixed batch chosen on the other pools (`cbs.schedule_slices`, printed first), so no pool's
-# own runs pick the slice it is judged at. Every row is a held-out tuned endpoint
-# (`selection.tuned` over lr, at the pool's slice; `cbs.schedules_vs_fixed`). The last rows are
-# the compared arms: the best fixed batch, with the batch size tuned alongside lr, and the best
-# schedule, with the schedule tuned alongside lr; "chose" names the choices made on all of each
+# best fixed batch chosen on the other pools (`batch_schedules.schedule_slices`, printed first), so
+# no pool's own runs pick the slice it is judged at. Every row is a held-out tuned endpoint
+# (`selection.tuned` over lr, at the pool's slice; `batch_schedules.schedules_vs_fixed`). The last
+# rows are the compared arms: the best fixed batch, with the batch size tuned alongside lr, and the
+# best schedule, with the schedule tuned alongside lr; "chose" names the choices made on all of each
 # pool's documents.
 
 # %%
 ramps = list(P.schedules.ramps.values())
-slices = cbs.schedule_slices(model_results, ramps)
+slices = batch_schedules.schedule_slices(model_results, ramps)
 print({Path(pool).name: slice_ for pool, slice_ in slices.items()})
 scheduled = study.sweep(study.schedule_grid(slices))
-schedules = cbs.schedules_vs_fixed(model_results, scheduled, P.schedules.texts())
-study.save(figures.schedules(schedules.curves), "05_schedules")
+schedules = batch_schedules.schedules_vs_fixed(model_results, scheduled, P.schedules.texts())
+study.save(figures_cbs.schedules(schedules.curves), "05_schedules")
 schedules.table.round(4)
 
 # %% [markdown]
 # ## Claims vs measurement
 #
-# `cbs.cbs_claims`, on the first model only. Verdicts are "agrees", "disagrees" or
+# `cbs_claims.cbs_claims`, on the first model only. Verdicts are "agrees", "disagrees" or
 # "undetermined" (the reason is in "measured here"); the fits are judged at the middle target.
 # Every interval is a 90% interval over pools (pool seeds for the exponent), each pool's value
 # listed beside it; fewer than `intervals.MIN_REPLICATES` pools, or a pool without a finite
 # value, give no verdict.
 # - Noise scale: agrees when, for every noise-scale batch, the interval of B_simple's growth lies
-#   at or above `cbs.NOISE_GROWTH`; disagrees when for some batch it lies at or below 1.
+#   at or above `cbs_claims.NOISE_GROWTH`; disagrees when for some batch it lies at or below 1.
 # - Hyperbola: agrees when B_crit's interval lies inside the batches every pool measured, the
 #   interval of each pool's largest miss beyond its evaluation brackets lies at or below
-#   `cbs.RESIDUAL_TOLERANCE` (log steps) and that of B_simple / B_crit inside
-#   [1 / `cbs.B_SIMPLE_FACTOR`, `cbs.B_SIMPLE_FACTOR`]; disagrees when the miss's interval lies
-#   above the tolerance, or (B_crit located) the ratio's lies outside that range; undetermined
-#   when B_crit may lie outside the measured batches (steps never level off, or are flat).
-# - D^0.47: agrees when the exponent's interval over seeds lies inside `cbs.ZHANG_BAND` (around
-#   0.47); disagrees when it excludes 0.47; undetermined when it is wider than the band, or when
-#   B* lies beyond the largest batch reaching a pool's target (an extrapolation).
+#   `cbs_claims.RESIDUAL_TOLERANCE` (log steps) and that of B_simple / B_crit inside
+#   [1 / `cbs_claims.B_SIMPLE_FACTOR`, `cbs_claims.B_SIMPLE_FACTOR`]; disagrees when the miss's
+#   interval lies above the tolerance, or (B_crit located) the ratio's lies outside that range;
+#   undetermined when B_crit may lie outside the measured batches (steps never level off, or are
+#   flat).
+# - D^0.47: agrees when the exponent's interval over seeds lies inside `cbs_claims.ZHANG_BAND`
+#   (around 0.47); disagrees when it excludes 0.47; undetermined when it is wider than the band, or
+#   when B* lies beyond the largest batch reaching a pool's target (an extrapolation).
 # - B_min / B_opt: undetermined unless the sweep is WSD, as Zhou et al.'s fits are; with WSD,
 #   agrees when B_opt's interval lies inside the measured batches and B_min's above 0, disagrees
 #   when B_min's lies below 0 (tokens to target still fall down to the smallest batch).
@@ -226,7 +228,7 @@ schedules.table.round(4)
 
 # %%
 lr_schedule = "/".join(sorted(model_results.runs["schedule"].unique()))
-claims = cbs.cbs_claims(growth, fits, scaling, laws, schedules, lr_schedule, model)
+claims = cbs_claims.cbs_claims(growth, fits, scaling, laws, schedules, lr_schedule, model)
 table = study.save_claims(claims, "05_claims")
 print(claim_count(claims))
 Markdown(table.read_text())  # the claims in full, as committed in figures/<preset>/05_claims.md

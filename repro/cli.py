@@ -11,7 +11,7 @@ import time
 from dataclasses import fields
 from pathlib import Path
 
-from repro import bench_cli
+from repro.bench import cli as bench_cli
 from repro.errors import ReproError
 from repro.runtime.files import NO_SPACE
 from repro.runtime.run_dir import FINISHED, RunDir
@@ -73,7 +73,7 @@ def _train(args: argparse.Namespace) -> None:
 
 
 def _sweep_run(args: argparse.Namespace) -> None:
-    from repro.sweep import run_sweep
+    from repro.store.sweep import run_sweep
 
     slurm = None
     if args.executor in ("slurm", "submitit-local"):  # a job per run, a task per GPU (run: gpus)
@@ -101,7 +101,7 @@ def _sweep_run(args: argparse.Namespace) -> None:
 
 
 def _sweep_status(args: argparse.Namespace) -> None:
-    from repro.sweep import sweep_status
+    from repro.store.sweep import sweep_status
 
     counts = sweep_status(args.dir)
     print(
@@ -113,7 +113,7 @@ def _sweep_status(args: argparse.Namespace) -> None:
 def _sweep_table(args: argparse.Namespace) -> None:
     from repro.analysis.results import check_consistent, default_group_by, open_results
     from repro.analysis.selection import describe_tuned, tuned
-    from repro.sweep import failed_runs, sweep_status
+    from repro.store.sweep import failed_runs, sweep_status
 
     if (Path(args.dir) / "sweep.json").exists():
         sweep_status(args.dir)  # a damaged sweep.json is a one-line error, as in sweep status
@@ -171,7 +171,7 @@ def _reproduce(args: argparse.Namespace) -> None:
 
 def _eval(args: argparse.Namespace) -> None:
     try:
-        from repro.downstream import evaluate_run
+        from repro.store.downstream import evaluate_run
     except ImportError as exc:
         raise ReproError(f"repro eval needs lm-eval ({exc}); pip install -e '.[eval]'") from None
 
@@ -185,7 +185,7 @@ def _eval(args: argparse.Namespace) -> None:
 
 
 def _results_export(args: argparse.Namespace) -> None:
-    from repro.bundle import documents_read, export_bundle
+    from repro.store.bundle import documents_read, export_bundle
 
     read = documents_read(args.read) if args.read else None
     count = export_bundle(args.store, args.out, read)
@@ -193,16 +193,16 @@ def _results_export(args: argparse.Namespace) -> None:
 
 
 def _results_import(args: argparse.Namespace) -> None:
-    from repro.bundle import import_bundle
+    from repro.store.bundle import import_bundle
 
     added, present = import_bundle(args.bundle, args.into)
     print(f"{args.into}: {added} runs added, {present} already there")
 
 
 def _plan(args: argparse.Namespace) -> None:
+    from repro.design.preset_files import get_preset
     from repro.paths import project_root
     from repro.plan import plan_text
-    from repro.preset_files import get_preset
 
     print(plan_text(get_preset(args.preset), project_root(), parse_integers(args.gpus), args.vocab))
 
@@ -212,7 +212,7 @@ PRESET_HELP = "a built-in preset (repro preset list) or a preset FILE.yaml"
 
 def _preset_list(args: argparse.Namespace) -> None:
     """One line per built-in preset: its pools, models, batch sizes and epoch budgets."""
-    from repro.preset_files import PRESETS
+    from repro.design.preset_files import PRESETS
 
     for name, p in PRESETS.items():
         pools, grid = p.pools, p.grid
@@ -225,7 +225,7 @@ def _preset_list(args: argparse.Namespace) -> None:
 
 
 def _preset_show(args: argparse.Namespace) -> None:
-    from repro.preset_files import get_preset, preset_yaml
+    from repro.design.preset_files import get_preset, preset_yaml
 
     print(preset_yaml(get_preset(args.preset)), end="")
 
@@ -460,8 +460,9 @@ def _add_reproduce_command(commands) -> None:
     reproduce.add_argument(
         "--dry-run",
         action="store_true",
-        help="every run of the preset shrunk to CPU-seconds (repro.dry_run.dry_run_preset), into "
-        "runs/<preset>-dry-run/: checks every code path and notebook before a GPU run",
+        help="every run of the preset shrunk to CPU-seconds "
+        "(repro.design.dry_run.dry_run_preset), into runs/<preset>-dry-run/: checks every code "
+        "path and notebook before a GPU run",
     )
     reproduce.set_defaults(func=_reproduce)
     evaluate = _add_command(
@@ -489,7 +490,7 @@ def _add_reproduce_command(commands) -> None:
 
 
 def _add_results_commands(commands) -> None:
-    """`repro results export` and `repro results import` (repro.bundle)."""
+    """`repro results export` and `repro results import` (repro.store.bundle)."""
     results = _add_group(commands, "results", "share a store's finished runs", "results_command")
     export = _add_command(
         results, "export", "write a store's finished runs (no checkpoints) to a .tar.xz bundle"

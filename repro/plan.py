@@ -24,14 +24,14 @@ import numpy as np
 import pandas as pd
 
 from repro.data.pool import built_meta
+from repro.design.grids import ORIGINAL_RECIPE, beta2_ablation_batches, noise_scale_grid
+from repro.design.presets import Preset
 from repro.errors import ReproError
-from repro.grids import ORIGINAL_RECIPE, beta2_ablation_batches, noise_scale_grid
-from repro.presets import Preset
 from repro.runtime.config import run_id
 from repro.runtime.files import read_json, write_json
 from repro.runtime.shapes import flops_per_token, model_config, parameter_count
+from repro.store.grid import expand
 from repro.study import Study
-from repro.sweep import expand
 
 ASSUMED_PEAK_FLOPS = 989e12  # H100 / H200 SXM, dense bf16 (NVIDIA's datasheets)
 ASSUMED_MFU = 0.40
@@ -89,9 +89,9 @@ class CpuSpeed:
 
 def cpu_speed(keys: set[tuple[str, int, int]], vocab: int, workers: int) -> CpuSpeed:
     """Measure the seconds of a training pass through the trainer's own step on one thread
-    (repro.bench.throughput: 1 warm-up step, 3 timed) at the smallest, the middle and the largest
-    micro-batch of each (model, seq_len) of `keys`, and interpolate between them on log-log axes
-    (a pass's fixed overhead makes its time grow slower than its micro-batch). A pass with
+    (repro.bench.measure.throughput: 1 warm-up step, 3 timed) at the smallest, the middle and the
+    largest micro-batch of each (model, seq_len) of `keys`, and interpolate between them on log-log
+    axes (a pass's fixed overhead makes its time grow slower than its micro-batch). A pass with
     gradient accumulation skips the update, so this prices it a little high."""
     seconds = {}
     for model, seq_len in sorted({(m, n) for m, n, _ in keys}):
@@ -108,7 +108,7 @@ def _pass_seconds(model: str, vocab: int, seq_len: int, micro_batch: int) -> flo
     """One measurement per process of each shape (cpu_speed)."""
     import torch
 
-    from repro.bench import throughput
+    from repro.bench.measure import throughput
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -458,7 +458,7 @@ def plan_text(
     growth = (
         f"\ngrid growth: up to {preset.growth.rounds} rounds add runs beside each lr or weight "
         f"decay not bracketed around its group's choice{epochs if preset.growth.epochs else ''} "
-        "(repro.growth); not priced above"
+        "(repro.analysis.growth); not priced above"
         if preset.growth.rounds
         else ""
     )

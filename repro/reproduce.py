@@ -28,11 +28,12 @@ from jupyter_client.manager import AsyncKernelManager
 from traitlets import Dict
 from traitlets.config import Config
 
+from repro.design.preset_files import get_preset
 from repro.errors import ReproError
 from repro.paths import project_root
 from repro.plan import from_scratch_stages, plan_text, preset_fingerprint, record_times
-from repro.preset_files import get_preset
 from repro.runtime.files import process_alive
+from repro.store.sweep import reset_failed
 from repro.study import (
     FIGURES_ENV,
     TERMINAL_PROGRESS_ENV,
@@ -40,7 +41,6 @@ from repro.study import (
     check_parameters,
     open_study,
 )
-from repro.sweep import reset_failed
 
 WIDGET = "application/vnd.jupyter.widget-view+json"  # a live widget's output (tqdm's bars)
 

@@ -23,15 +23,14 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from repro.analysis import cbs, frontier, plots
+from repro.analysis import frontier, noise, plots
 from repro.analysis.confirmation import Confirmation, with_past_cap
+from repro.analysis.growth import extension_grids
 from repro.analysis.intervals import MIN_REPLICATES, effective_documents, shown_claims
 from repro.analysis.results import Results, StoreDocuments, check_finished, open_results
-from repro.bundle import DOCUMENTS_READ, import_bundle
 from repro.data.build import build_pool
 from repro.data.pool import built_meta, load_pool
-from repro.errors import ReproError
-from repro.grids import (
+from repro.design.grids import (
     ORIGINAL_RECIPE,
     batch_sweep_grid,
     beta2_ablation,
@@ -41,13 +40,16 @@ from repro.grids import (
     schedule_grid,
     usual_batch_source,
 )
-from repro.growth import extension_grids
+from repro.design.preset_files import get_preset
+from repro.design.presets import Preset
+from repro.design.regime import describe_regime, deviations, preset_regime
+from repro.errors import ReproError
 from repro.paths import project_root
-from repro.preset_files import get_preset
-from repro.presets import Preset
-from repro.regime import describe_regime, deviations, preset_regime
 from repro.runtime.run_dir import RunDir
-from repro.sweep import SweepResult, WorkBar, plan_grid, run_sweep
+from repro.store.bundle import DOCUMENTS_READ, import_bundle
+from repro.store.grid import plan_grid
+from repro.store.progress import WorkBar
+from repro.store.sweep import SweepResult, run_sweep
 
 FIGURES_ENV = "REPRO_FIGURES_DIR"
 """Where a study saves its figures and tables instead of figures/<preset>/ (`repro reproduce` stages
@@ -75,8 +77,8 @@ class Study:
 
     @property
     def shipped(self) -> Path:
-        """Where the notebooks look for the preset's results bundle (repro.bundle; committed for
-        smoke)."""
+        """Where the notebooks look for the preset's results bundle (repro.store.bundle;
+        committed for smoke)."""
         return self.root / "results" / f"{self.preset.name}.tar.xz"
 
     @cached_property
@@ -128,15 +130,15 @@ class Study:
 
     def _noise_scale(self) -> tuple[float, float, float] | None:
         """The lowest and highest B_simple (tokens) over pools that notebook 05 saved
-        (cbs.NOISE_SCALE_TABLE) in this study's figures folder, else in figures/<preset>/ (a
+        (noise.NOISE_SCALE_TABLE) in this study's figures folder, else in figures/<preset>/ (a
         reproduction saves into a fresh folder), and how far above the tuned loss (nats/token)
         it was measured; None before it is measured."""
         for folder in (self.figures, self.root / "figures" / self.preset.name):
-            path = folder / f"{cbs.NOISE_SCALE_TABLE}.csv"
+            path = folder / f"{noise.NOISE_SCALE_TABLE}.csv"
             if path.is_file():
                 table = pd.read_csv(path)
-                measured = cbs.noise_scale_range(table)
-                return (*measured, cbs.noise_scale_gap(table)) if measured else None
+                measured = noise.noise_scale_range(table)
+                return (*measured, noise.noise_scale_gap(table)) if measured else None
         return None
 
     def _validation_summary(self) -> str:
@@ -260,8 +262,8 @@ class Study:
 
     def schedule_grid(self, slices: dict[str, tuple[int, float]]) -> list[dict]:
         """04's and 05's batch-size schedules, original recipe, one grid per pool at its own epoch
-        budget and weight decay (`slices`: pool path -> (epochs, weight decay); cbs.
-        schedule_slices: the best fixed batch's, chosen on the other pools)."""
+        budget and weight decay (`slices`: pool path -> (epochs, weight decay);
+        batch_schedules.schedule_slices: the best fixed batch's, chosen on the other pools)."""
         return [
             schedule_grid(self.preset, [pool], epochs, weight_decay, **ORIGINAL_RECIPE)
             for pool, (epochs, weight_decay) in slices.items()
@@ -270,12 +272,12 @@ class Study:
     def noise_scale_grid(self, sweep: Results) -> list[dict]:
         """05's runs that log the gradient noise scale: on every pool, each noise-scale batch at
         its tuned lr, weight decay and epoch budget in `sweep` (02's batch sweep at the first
-        model: cbs.noise_scale_choices), so that B_simple is measured at the loss the tuned
+        model: noise.noise_scale_choices), so that B_simple is measured at the loss the tuned
         endpoints reach."""
         P = self.preset
         first = sweep.subset(sweep.runs["model"] == P.grid.models[0])
         return noise_scale_grid(
-            P, cbs.noise_scale_choices(first, P.critical_batch.noise_scale_batches)
+            P, noise.noise_scale_choices(first, P.critical_batch.noise_scale_batches)
         )
 
     def scaling_grids(self) -> list[dict]:
@@ -337,8 +339,8 @@ class Study:
         return results
 
     def _grow(self, grids: list[dict]) -> list[list[dict]]:
-        """Each grid with its extension grids (repro.growth), up to growth.rounds rounds; each
-        round's new runs train as one sweep, every round in one progress bar."""
+        """Each grid with its extension grids (repro.analysis.growth), up to growth.rounds
+        rounds; each round's new runs train as one sweep, every round in one progress bar."""
         parts = [[grid] for grid in grids]
         with self._work_bar() as bar:
             self._run(grids, bar)
@@ -409,7 +411,7 @@ class Study:
         """`endpoints` with each tuned run's accuracy on the preset's downstream tasks (repro eval,
         once per run: RUN/downstream.json is reused): "<task> acc", "<task> acc_stderr",
         "<task> n"."""
-        from repro.downstream import (
+        from repro.store.downstream import (
             POOL_TASK,
             evaluate_run,
             write_continuation_task,
@@ -435,10 +437,10 @@ class Study:
     def measured_step_time(self, max_micro_batch: int) -> frontier.MeasuredStepTime:
         """Seconds per training step of the preset's first model at micro-batches 1 to
         `max_micro_batch` (sequences), measured now on this machine (CUDA where visible, else the
-        CPU: repro.bench.step_time), as notebook 04's step-time model."""
+        CPU: repro.bench.measure.step_time), as notebook 04's step-time model."""
         import torch
 
-        from repro import bench
+        from repro.bench import measure as bench
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
         vocab = load_pool(self.pools()[0]).vocab_size

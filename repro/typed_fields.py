@@ -1,7 +1,7 @@
 """One loader from plain values (YAML, JSON, key=value text) to typed dataclasses: the run config
-(repro.runtime.config), presets and their sections, and the pools' recipe (repro.preset_files).
-Each value is checked and converted to its field's type (a Literal's choices are left to the
-class's own checks); a wrong one is a one-line error naming the field's path
+(repro.runtime.config), presets and their sections, and the pools' recipe
+(repro.design.preset_files). Each value is checked and converted to its field's type (a Literal's
+choices are left to the class's own checks); a wrong one is a one-line error naming the field's path
 (`grid.lrs[2][0]: expected float, got 'x'`).
 
 A field may name its own parser in its metadata (`{"parse": function(value, where)}`), as the run

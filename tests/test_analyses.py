@@ -13,10 +13,10 @@ from repro.analysis.analyses import (
     batch_sweep_claims,
     little_verdict,
     optimal_batches,
-    pool_claims,
     recipe_claims,
 )
 from repro.analysis.intervals import Difference
+from repro.analysis.pools import pool_claims
 from repro.analysis.selection import compare, tuned
 
 POOLS = ("p0", "p1", "p2")
@@ -314,7 +314,7 @@ def test_an_edge_whose_best_budget_is_the_largest_tried_leaves_the_u_undetermine
 
 def test_the_usual_batch_is_measured_per_model_at_one_epoch(hand_made):
     from repro.analysis.analyses import usual_batch
-    from repro.preset_files import PRESETS
+    from repro.design.preset_files import PRESETS
 
     for model, losses in (("big", {2: 3.0, 8: 3.1}), ("small", {2: 3.3, 8: 3.1})):
         for batch, loss in losses.items():
@@ -329,7 +329,7 @@ def test_the_usual_batch_of_a_pool_is_measured_on_the_other_pools(hand_made):
     """Each pool's usual batch comes from the other pools' one-epoch losses: p1's is 2, p0's and
     p2's are 8. The pools disagree, so "smaller batches win" is undetermined."""
     from repro.analysis.analyses import usual_batch
-    from repro.preset_files import PRESETS
+    from repro.design.preset_files import PRESETS
 
     at_one = {"p0": {2: 3.0, 8: 3.1}, "p1": {2: 3.1, 8: 3.0}, "p2": {2: 3.1, 8: 3.05}}
     for pool, losses in at_one.items():

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from repro import bench
+from repro.bench import measure as bench
 
 
 def test_stacked_rows_compare_each_stack_size_with_sequential_runs():

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from repro import bench_peers
+from repro.bench import peers as bench_peers
 from repro.runtime.model import Transformer
 from repro.runtime.shapes import model_config
 

@@ -1,4 +1,4 @@
-"""Results bundles (repro.bundle, repro results export|import): a store's finished runs travel
+"""Results bundles (repro.store.bundle, repro results export|import): a store's finished runs travel
 without checkpoints, read back to the same results, and never replace what a store holds; a study
 without training reads them (Study.train)."""
 
@@ -12,15 +12,16 @@ import pandas as pd
 import pytest
 
 from repro.analysis.results import load_results
-from repro.bundle import FORMAT, bundle_manifest, documents_read, export_bundle, import_bundle
 from repro.cli import main
+from repro.design.preset_files import PRESETS, get_preset
+from repro.design.presets import changed
 from repro.errors import ReproError
-from repro.preset_files import PRESETS, get_preset
-from repro.presets import changed
 from repro.runtime.config import NUMERICS
 from repro.runtime.run_dir import RunDir
+from repro.store.bundle import FORMAT, bundle_manifest, documents_read, export_bundle, import_bundle
+from repro.store.grid import plan_grid
+from repro.store.sweep import run_sweep
 from repro.study import Study
-from repro.sweep import plan_grid, run_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 GRID = {
@@ -350,8 +351,8 @@ def test_a_member_past_the_size_limit_is_refused_from_its_header(bundle, tmp_pat
 
 def test_a_member_that_reads_past_the_limit_is_refused_while_read(bundle, tmp_path, monkeypatch):
     """A reader that yields more than its header says is cut at the limit, read in chunks."""
-    monkeypatch.setattr("repro.bundle.MAX_MEMBER_BYTES", 2**20)
-    monkeypatch.setattr("repro.bundle.READ_CHUNK", 2**12)
+    monkeypatch.setattr("repro.store.bundle.MAX_MEMBER_BYTES", 2**20)
+    monkeypatch.setattr("repro.store.bundle.READ_CHUNK", 2**12)
     extract = tarfile.TarFile.extractfile
     endless = io.BytesIO(b"{}" * 2**20)  # 2 MiB behind a small header
 
@@ -367,9 +368,11 @@ def test_a_bundle_past_the_limit_in_all_is_refused(bundle, tmp_path, monkeypatch
     """Hard links count: each unpacks to a file of its own."""
     members = _members(bundle)
     linked = sum(len(members[n]) for n in members if "/" in n)  # bytes unpacked, links too
-    monkeypatch.setattr("repro.bundle.MAX_BUNDLE_BYTES", len(members["bundle.json"]) + linked - 1)
+    monkeypatch.setattr(
+        "repro.store.bundle.MAX_BUNDLE_BYTES", len(members["bundle.json"]) + linked - 1
+    )
     _refused(bundle, tmp_path / "s", "past a bundle's limits")
-    monkeypatch.setattr("repro.bundle.MAX_BUNDLE_BYTES", len(members["bundle.json"]) + linked)
+    monkeypatch.setattr("repro.store.bundle.MAX_BUNDLE_BYTES", len(members["bundle.json"]) + linked)
     assert import_bundle(bundle, tmp_path / "s") == (2, 0)
 
 

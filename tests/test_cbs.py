@@ -10,22 +10,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from repro.analysis.batch_schedules import ScheduleComparison, schedule_slices, schedules_vs_fixed
 from repro.analysis.cbs import (
-    B_SIMPLE_FACTOR,
-    NOISE_SCALE_TABLE,
-    RESIDUAL_TOLERANCE,
-    ScheduleComparison,
     b_simple_near,
-    cbs_claims,
     fit_intervals,
     fit_mccandlish,
     fit_targets,
     fit_wsd,
     fit_zhang,
     interval_of,
-    noise_scale_gap,
-    noise_scale_range,
-    noise_scale_regime,
     pool_interval,
     pool_size_scaling,
     power_law,
@@ -33,20 +26,25 @@ from repro.analysis.cbs import (
     reachable_target,
     resolution_miss,
     scaling_laws,
-    schedule_slices,
-    schedules_vs_fixed,
     steps_to_target,
     target_losses,
 )
+from repro.analysis.cbs_claims import B_SIMPLE_FACTOR, RESIDUAL_TOLERANCE, cbs_claims
 from repro.analysis.intervals import Difference
+from repro.analysis.noise import (
+    NOISE_SCALE_TABLE,
+    noise_scale_gap,
+    noise_scale_range,
+    noise_scale_regime,
+)
 from repro.analysis.results import MemoryDocuments, Results
 from repro.data.pool import load_pool
+from repro.design.preset_files import PRESETS
+from repro.design.presets import changed
 from repro.errors import ReproError
-from repro.preset_files import PRESETS
-from repro.presets import changed
 from repro.runtime.config import parse_batch_schedule
+from repro.store.grid import expand
 from repro.study import Study
-from repro.sweep import expand
 
 
 def _results(runs: pd.DataFrame, evals: pd.DataFrame) -> Results:

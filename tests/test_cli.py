@@ -81,7 +81,7 @@ def test_ctrl_c_says_what_the_command_kept(argv, says, monkeypatch, capsys):
 
 def test_preset_list_names_every_built_in_preset(capsys):
     """`repro preset list` comes from the registry: one line per preset, in its order."""
-    from repro.preset_files import PRESETS
+    from repro.design.preset_files import PRESETS
 
     main(["preset", "list"])
     lines = capsys.readouterr().out.splitlines()

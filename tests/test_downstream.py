@@ -19,10 +19,10 @@ from repro.analysis.accuracy import follows_loss_claim  # noqa: E402
 from repro.analysis.results import load_results  # noqa: E402
 from repro.cli import main  # noqa: E402
 from repro.data.pool import load_pool  # noqa: E402
-from repro.downstream import ReproLM, evaluate_run, write_continuation_task  # noqa: E402
 from repro.errors import ReproError  # noqa: E402
 from repro.runtime.config import make_run_config  # noqa: E402
 from repro.runtime.train import train  # noqa: E402
+from repro.store.downstream import ReproLM, evaluate_run, write_continuation_task  # noqa: E402
 
 QUESTIONS = [
     ("The king of the old city", [" walked home.", " the the the", " of of."], 0),

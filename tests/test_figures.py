@@ -13,7 +13,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from repro.analysis import cbs, figures, frontier, plots
+from repro.analysis import (
+    cbs,
+    figures_batch,
+    figures_cbs,
+    figures_frontier,
+    figures_recipe,
+    frontier,
+    plots,
+)
 from repro.analysis.cbs import steps_to_target
 from repro.analysis.intervals import t_interval
 from repro.analysis.results import MemoryDocuments, Results
@@ -144,17 +152,17 @@ def _all_figures():
     picks = ends[ends["pool"] == "p0"].iloc[[0, 3, 5]]
     noise = f_evals.assign(b_simple=f_evals["step"] / 10)
     return {
-        "02_best_loss_vs_batch": figures.best_loss_vs_batch(ends, BATCHES, 1.2),
-        "02_accuracy": figures.accuracy_vs_batch(
+        "02_best_loss_vs_batch": figures_batch.best_loss_vs_batch(ends, BATCHES, 1.2),
+        "02_accuracy": figures_batch.accuracy_vs_batch(
             ends.assign(**{"pool_continuation acc": 0.3, "pool_continuation acc_stderr": 0.02}),
             ["pool_continuation"],
             BATCHES,
         ),
-        "02_curves": figures.curves(evals, picks, "Tuned runs"),
-        "02_beta2": figures.beta2_vs_batch(
+        "02_curves": figures_batch.curves(evals, picks, "Tuned runs"),
+        "02_beta2": figures_batch.beta2_vs_batch(
             {"sweep": ends, "ablation": ends[ends["batch_size"] <= 2]}, BATCHES
         ),
-        "02_optimal_batch": figures.optimal_batch_vs_size(
+        "02_optimal_batch": figures_batch.optimal_batch_vs_size(
             pd.DataFrame(
                 {
                     "params": [6e4, 4.3e5],
@@ -165,20 +173,22 @@ def _all_figures():
                 }
             )
         ),
-        "03_loaders": figures.loaders(loaders[loaders["batch_size"].isin([2, 16])]),
-        "03_tying": figures.tying_embedding_decay(ablation, 2),
-        "03_combined": figures.combined_vs_original({"original": ends, "combined": ends}, BATCHES),
-        "04_loss_vs_deadline": figures.loss_vs_deadline(table),
-        "04_heatmap": figures.optimal_batch_heatmap(table, BATCHES),
-        "04_fewer_gpus": figures.fewer_gpus_smaller_batch(judged, BATCHES),
-        "02_differences": figures.batch_differences(_differences(), BATCHES),
-        "04_latency": figures.latency_projection(table, {"x2 (projection)": table}, 8),
-        "04_schedules": figures.schedule_policies(table, policy, [1, 8]),
-        "05_noise": figures.noise_scale(_results(f_runs.assign(micro_batch=2, lr=1e-3), noise)),
-        "05_steps": figures.steps_tokens_to_target(reach, fits, BATCHES),
-        "05_cbs": figures.cbs_vs_pool_size(scaling, law, limit=320),
-        "05_fitted": figures.fitted_batches(cbs.fit_intervals(fitted), fitted, 2.5),
-        "05_schedules": figures.schedules(curves),
+        "03_loaders": figures_recipe.loaders(loaders[loaders["batch_size"].isin([2, 16])]),
+        "03_tying": figures_recipe.tying_embedding_decay(ablation, 2),
+        "03_combined": figures_recipe.combined_vs_original(
+            {"original": ends, "combined": ends}, BATCHES
+        ),
+        "04_loss_vs_deadline": figures_frontier.loss_vs_deadline(table),
+        "04_heatmap": figures_frontier.optimal_batch_heatmap(table, BATCHES),
+        "04_fewer_gpus": figures_frontier.fewer_gpus_smaller_batch(judged, BATCHES),
+        "02_differences": figures_batch.batch_differences(_differences(), BATCHES),
+        "04_latency": figures_frontier.latency_projection(table, {"x2 (projection)": table}, 8),
+        "04_schedules": figures_frontier.schedule_policies(table, policy, [1, 8]),
+        "05_noise": figures_cbs.noise_scale(_results(f_runs.assign(micro_batch=2, lr=1e-3), noise)),
+        "05_steps": figures_cbs.steps_tokens_to_target(reach, fits, BATCHES),
+        "05_cbs": figures_cbs.cbs_vs_pool_size(scaling, law, limit=320),
+        "05_fitted": figures_cbs.fitted_batches(cbs.fit_intervals(fitted), fitted, 2.5),
+        "05_schedules": figures_cbs.schedules(curves),
     }
 
 
@@ -302,7 +312,7 @@ def test_cbs_figure_draws_each_seeds_points_and_values_beyond_the_limit_at_it(al
     assert [line.get_marker() for line in seeds] == ["o", "s"]
     assert max(seeds[1].get_ydata()) == 320
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert f"B_crit{figures._exponent(t_interval([1.15, 1.2]))} (over seeds)" in labels
+    assert f"B_crit{figures_cbs._exponent(t_interval([1.15, 1.2]))} (over seeds)" in labels
 
 
 def test_fitted_batches_show_every_pool_and_the_interval_over_pools(all_figures):
@@ -336,7 +346,9 @@ def test_importing_the_figures_changes_no_global_matplotlib_setting():
     code = (
         "import matplotlib.pyplot as plt\n"
         "before = dict(plt.rcParams)\n"
-        "import repro.analysis.figures, repro.study\n"
+        "import repro.analysis.figures_pool, repro.analysis.figures_batch\n"
+        "import repro.analysis.figures_recipe, repro.analysis.figures_frontier\n"
+        "import repro.analysis.figures_cbs, repro.study\n"
         "print(dict(plt.rcParams) == before)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -374,9 +386,9 @@ def _fit_figures(scale: float) -> list:
     )
     law = {"B_crit": t_interval([1.15, 1.2])}
     return [
-        figures.steps_tokens_to_target(reach, fits, BATCHES),
-        figures.cbs_vs_pool_size(scaling, law, limit=320),
-        figures.fitted_batches(cbs.fit_intervals(fitted), fitted, 2.5),
+        figures_cbs.steps_tokens_to_target(reach, fits, BATCHES),
+        figures_cbs.cbs_vs_pool_size(scaling, law, limit=320),
+        figures_cbs.fitted_batches(cbs.fit_intervals(fitted), fitted, 2.5),
     ]
 
 

@@ -6,11 +6,11 @@ import sys
 
 import pytest
 
+from repro.analysis.growth import extension_grids
 from repro.analysis.selection import step_past, tuned
-from repro.grids import batch_sweep_grid
-from repro.growth import extension_grids
-from repro.preset_files import get_preset
-from repro.presets import changed
+from repro.design.grids import batch_sweep_grid
+from repro.design.preset_files import get_preset
+from repro.design.presets import changed
 from repro.study import TERMINAL_PROGRESS_ENV, Study
 
 

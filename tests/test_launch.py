@@ -7,10 +7,11 @@ import math
 import pytest
 
 from repro.errors import ReproError
-from repro.launch import job_resources
 from repro.runtime.config import check_fields, make_run_config
 from repro.runtime.train import train
-from repro.sweep import plan_grid, run_sweep, stacks
+from repro.store.grid import plan_grid
+from repro.store.launch import job_resources
+from repro.store.sweep import run_sweep, stacks
 
 FIELDS = {
     "model": "tiny",
@@ -101,6 +102,6 @@ def test_a_sweep_mixing_gpu_counts_runs_each_group_and_reports_a_childs_error(
 
 def test_lm_evals_missing_standard_error_is_nan():
     pytest.importorskip("lm_eval")
-    from repro.downstream import _number
+    from repro.store.downstream import _number
 
     assert math.isnan(_number("N/A")) and _number("0.25") == 0.25

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from repro.bench_peers import hf_llama, hf_state_dict
+from repro.bench.peers import hf_llama, hf_state_dict
 from repro.runtime.model import Transformer
 from repro.runtime.shapes import (
     SIZES,

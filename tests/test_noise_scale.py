@@ -7,22 +7,22 @@ import pandas as pd
 import pytest
 import torch
 
-from repro.analysis.cbs import (
+from repro.analysis.batch_schedules import ScheduleComparison
+from repro.analysis.cbs_claims import cbs_claims
+from repro.analysis.intervals import NOT_MEASURED
+from repro.analysis.noise import (
     NOISE_RUN_FIELDS,
-    ScheduleComparison,
-    cbs_claims,
     noise_growth,
     noise_scale_choices,
     noise_trajectory,
 )
-from repro.analysis.intervals import NOT_MEASURED
 from repro.analysis.results import MemoryDocuments, Results
+from repro.design.grids import noise_scale_grid
+from repro.design.preset_files import PRESETS
+from repro.design.presets import changed
 from repro.errors import ReproError
-from repro.grids import noise_scale_grid
-from repro.preset_files import PRESETS
-from repro.presets import changed
 from repro.runtime.noise_scale import MicroBatchNorms, NoiseScaleEMA, two_batch_estimates
-from repro.sweep import expand
+from repro.store.grid import expand
 
 
 def test_b_simple_of_linear_regression_matches_the_analytic_value():

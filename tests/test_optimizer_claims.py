@@ -13,8 +13,8 @@ from repro.analysis.optimizer_claims import (
     beta2_settings,
     deficit_verdict,
 )
-from repro.preset_files import PRESETS
-from repro.presets import changed
+from repro.design.preset_files import PRESETS
+from repro.design.presets import changed
 
 POOLS = ("p0", "p1", "p2")
 CAP = 32  # epochs: the study's cap, above every budget tried here

@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from repro.design.grids import batch_sweep_grid
+from repro.design.preset_files import PRESETS
+from repro.design.presets import changed
 from repro.errors import ReproError
-from repro.grids import batch_sweep_grid
 from repro.plan import (
     ASSUMED_MFU,
     ASSUMED_PEAK_FLOPS,
@@ -30,11 +32,9 @@ from repro.plan import (
     run_rows,
     wall_hours,
 )
-from repro.preset_files import PRESETS
-from repro.presets import changed
 from repro.runtime.config import run_id
 from repro.runtime.shapes import flops_per_token, model_config
-from repro.sweep import expand
+from repro.store.grid import expand
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = changed(PRESETS["smoke"], pools={"confirmation_seeds": ()})  # the selection grids alone
@@ -239,7 +239,7 @@ def fake_pass_times(monkeypatch):
         calls.append((model, seq_len, micro_batch))
         return {"step_s": 0.01 * micro_batch**0.5}
 
-    monkeypatch.setattr("repro.bench.throughput", throughput)
+    monkeypatch.setattr("repro.bench.measure.throughput", throughput)
     _pass_seconds.cache_clear()
     yield calls
     _pass_seconds.cache_clear()

@@ -10,9 +10,8 @@ import pytest
 import yaml
 
 from repro.cli import main
-from repro.dry_run import dry_run_preset
-from repro.errors import ReproError
-from repro.grids import (
+from repro.design.dry_run import dry_run_preset
+from repro.design.grids import (
     batch_sweep_grid,
     beta2_ablation,
     beta2_ablation_batches,
@@ -20,9 +19,9 @@ from repro.grids import (
     scaling_grids,
     schedule_grid,
 )
-from repro.preset_files import BUILTIN_DIR, PRESETS, get_preset, load_preset, preset_yaml
-from repro.presets import changed
-from repro.regime import (
+from repro.design.preset_files import BUILTIN_DIR, PRESETS, get_preset, load_preset, preset_yaml
+from repro.design.presets import changed
+from repro.design.regime import (
     NOISE_RATIO,
     PAPER_NOISE_SCALE,
     PAPER_REGIME,
@@ -31,8 +30,9 @@ from repro.regime import (
     preset_regime,
     zhang_critical_batch,
 )
+from repro.errors import ReproError
 from repro.runtime.config import run_id
-from repro.sweep import expand
+from repro.store.grid import expand
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -192,9 +192,9 @@ def test_preset_show_prints_every_field_and_round_trips(tmp_path, capsys):
 
 
 def test_the_built_in_presets_are_yaml_files_in_the_users_form(tmp_path):
-    """Each built-in preset is a file of repro/builtin_presets/ that names only what it sets over
-    its base (cpu-regime over cpu) or the defaults; written out by `repro preset show` and read
-    back as a user's file, it is the same preset."""
+    """Each built-in preset is a file of repro/design/builtin_presets/ that names only what it
+    sets over its base (cpu-regime over cpu) or the defaults; written out by `repro preset show` and
+    read back as a user's file, it is the same preset."""
     assert sorted(path.stem for path in BUILTIN_DIR.glob("*.yaml")) == sorted(PRESETS)
     assert yaml.safe_load((BUILTIN_DIR / "cpu-regime.yaml").read_text())["base"] == "cpu"
     for name, preset in PRESETS.items():
@@ -204,7 +204,7 @@ def test_the_built_in_presets_are_yaml_files_in_the_users_form(tmp_path):
 
 
 def test_example_grid_is_a_valid_grid():
-    from repro.sweep import expand
+    from repro.store.grid import expand
 
     runs = expand(yaml.safe_load((EXAMPLES / "grid.yaml").read_text()))
     assert len(runs) == 4 and {r.batch_size for r in runs} == {4, 16}
@@ -293,7 +293,7 @@ def test_readme_states_every_built_in_presets_regime():
     """The block, with each preset's batch / noise scale from its committed notebook 05 table
     (else "not measured yet"; smoke's figures are git-ignored), and the prose's numbers for the
     paper's estimated noise scale."""
-    from repro.analysis.cbs import NOISE_SCALE_TABLE, noise_scale_gap, noise_scale_range
+    from repro.analysis.noise import NOISE_SCALE_TABLE, noise_scale_gap, noise_scale_range
 
     readme = (EXAMPLES.parent / "README.md").read_text()
     prose = " ".join(readme.split())

@@ -30,8 +30,8 @@ from repro.reproduce import (
     terminal_text,
 )
 from repro.runtime.run_dir import RunDir
+from repro.store.grid import plan_grid
 from repro.study import TERMINAL_PROGRESS_ENV, Study, open_study
-from repro.sweep import plan_grid
 
 
 def _project(root, *sources):

@@ -11,7 +11,7 @@ import pandas as pd
 import papermill
 import pytest
 
-from repro.bundle import DOCUMENTS_READ
+from repro.store.bundle import DOCUMENTS_READ
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -15,7 +15,8 @@ from repro.runtime.model import Transformer
 from repro.runtime.shapes import model_config
 from repro.runtime.stacked import StackedForward, stack_parameters
 from repro.runtime.train import check_config, train, train_stacked
-from repro.sweep import estimated_cost, longest_first, plan_grid, run_sweep, stacks
+from repro.store.grid import estimated_cost, plan_grid
+from repro.store.sweep import longest_first, run_sweep, stacks
 
 BASE = dict(
     model="tiny",

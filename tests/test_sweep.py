@@ -12,12 +12,14 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-import repro.sweep as sweep
+import repro.store.grid as grid_module
+import repro.store.progress as progress
 from repro.analysis.results import load_results, open_results
 from repro.analysis.selection import tuned
 from repro.errors import ReproError
 from repro.runtime.config import make_run_config, run_id
-from repro.sweep import expand, plan_grid, run_sweep, sweep_status
+from repro.store.grid import expand, plan_grid
+from repro.store.sweep import run_sweep, sweep_status
 
 TINY = {"model": "tiny", "seq_len": 32, "epochs": 1, "eval_every": 0.5, "threads": 1}
 
@@ -197,7 +199,7 @@ def test_local_workers_are_capped_at_the_cpu_cores(synthetic_pool, tmp_path, mon
     monkeypatch.setattr("os.cpu_count", lambda: 2)
     started = []
     monkeypatch.setattr(
-        "repro.sweep._run_local", lambda jobs, workers: started.append(workers) or iter([])
+        "repro.store.sweep._run_local", lambda jobs, workers: started.append(workers) or iter([])
     )
     run_sweep(_grid(synthetic_pool, lr=[1e-3]), tmp_path / "s", workers=12, progress=False)
     assert started and set(started) == {2}  # every call of the executor
@@ -316,7 +318,7 @@ def test_a_branch_costs_only_its_steps_after_the_trunks_checkpoint(synthetic_poo
     at step N of its T costs (1 - N / T) of a standalone 2-epoch run."""
     from dataclasses import replace
 
-    from repro.sweep import estimated_cost
+    from repro.store.grid import estimated_cost
 
     fixed = TINY | {"pool": str(synthetic_pool), "schedule": "wsd", "batch_size": 4}
     grid = {"fixed": fixed, "axes": {"epochs": [2, 4]}, "wsd_branches": True}
@@ -417,13 +419,13 @@ def test_the_work_bar_counts_the_trained_part_of_the_runs_in_flight(
     checkpoint on), so an ETA shows before the first run ends; a damaged status counts nothing,
     the bar never goes back, and a finished run counts its whole cost."""
 
-    monkeypatch.setattr(sweep, "POLL_S", 0.02)
+    monkeypatch.setattr(progress, "POLL_S", 0.02)
     fixed = TINY | {"pool": str(synthetic_pool), "schedule": "wsd", "batch_size": 4}
     grid = {"fixed": fixed, "axes": {"epochs": [2, 4]}, "wsd_branches": True}
     trunk, branch = plan_grid(grid, tmp_path)
-    start = sweep.branch_start(branch.config)
+    start = grid_module.branch_start(branch.config)
     assert start > 0
-    cost = {p.run_id: sweep.estimated_cost(p.config) for p in (trunk, branch)}
+    cost = {p.run_id: grid_module.estimated_cost(p.config) for p in (trunk, branch)}
 
     def status(run, **fields):
         (tmp_path / run.run_id).mkdir(exist_ok=True)
@@ -435,7 +437,7 @@ def test_the_work_bar_counts_the_trained_part_of_the_runs_in_flight(
             time.sleep(0.01)
         return bar.bar.n
 
-    with sweep.WorkBar(True, file=io.StringIO()) as bar:
+    with progress.WorkBar(True, file=io.StringIO()) as bar:
         bar.add([trunk, branch])
         status(trunk, status="running", step=25, total_steps=100)
         status(branch, status="running", step=start + 5, total_steps=start + 10)  # half its own
@@ -443,9 +445,9 @@ def test_the_work_bar_counts_the_trained_part_of_the_runs_in_flight(
         both = cost[trunk.run_id] / 4 + cost[branch.run_id] / 2
         assert settled(bar, both) == pytest.approx(both)
         (tmp_path / trunk.run_id / "status.json").write_text("{not json")
-        time.sleep(10 * sweep.POLL_S)
+        time.sleep(10 * progress.POLL_S)
         assert bar.bar.n == pytest.approx(both)  # never back
-        with sweep.WorkBar(True, file=io.StringIO()) as fresh:  # a damaged status counts nothing
+        with progress.WorkBar(True, file=io.StringIO()) as fresh:  # a damaged status counts nothing
             fresh.add([trunk, branch])
             fresh.submitted([tmp_path / trunk.run_id, tmp_path / branch.run_id])
             half = cost[branch.run_id] / 2
@@ -459,9 +461,9 @@ def test_a_bar_writes_a_line_now_and_then_where_redraws_do_not_show(monkeypatch)
     """A log file or a saved notebook gets whole lines, at most one per LINE_EVERY_S seconds,
     and the last state at the end; no carriage return."""
     clock = iter(range(0, 10_000, 10))  # 10 s per reading
-    monkeypatch.setattr(sweep.time, "monotonic", lambda: float(next(clock)))
+    monkeypatch.setattr(progress.time, "monotonic", lambda: float(next(clock)))
     log = io.StringIO()
-    stream = sweep.LineStream(log)
+    stream = progress.LineStream(log)
     for n in range(12):
         stream.write(f"\rruns: {n}/12")
     stream.write("\n")
@@ -471,7 +473,7 @@ def test_a_bar_writes_a_line_now_and_then_where_redraws_do_not_show(monkeypatch)
 
 def test_a_run_of_less_than_one_batch_costs_its_passes_not_a_crash(synthetic_pool):
     """The trainer refuses a run with no step in one line; pricing it must not raise first."""
-    from repro.sweep import estimated_cost
+    from repro.store.grid import estimated_cost
 
     config = make_run_config(TINY | {"pool": str(synthetic_pool), "batch_size": 100_000})
     assert estimated_cost(config) == 0.0

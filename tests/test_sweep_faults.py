@@ -20,7 +20,8 @@ from repro.analysis.results import check_finished, open_results
 from repro.cli import main
 from repro.errors import ReproError
 from repro.runtime.run_dir import RunDir
-from repro.sweep import load_grid, plan_grid, sweep_status
+from repro.store.grid import load_grid, plan_grid
+from repro.store.sweep import sweep_status
 
 TEXT = {"capture_output": True, "text": True, "check": True}
 

@@ -1,5 +1,6 @@
-"""Analyses behind the notebooks: pool statistics, batch-size sweeps and recipe ablations, and
-their paper-claim vs measured tables (computed from results, never typed in).
+"""Analyses behind notebooks 02 and 03: batch-size sweeps and recipe ablations, and their
+paper-claim vs measured tables (computed from results, never typed in). Notebook 01's pool
+statistics and claims are repro.analysis.pools.
 
 Claim tables have columns claim | paper | measured here | agrees?. `agrees?` is "agrees" when the
 measurement supports the claim (every 90% interval over replicates and validation documents on the
@@ -32,121 +33,11 @@ from repro.analysis.intervals import (
 )
 from repro.analysis.results import REPLICATE_FIELDS, Results
 from repro.analysis.selection import TUNED, compare, contrast, tuned
-from repro.data.pool import load_pool
 from repro.runtime.shapes import param_count_table
 
 LITTLE = 0.01
 """nats/token: an effect whose whole interval lies within +-LITTLE "does little" (the paper's
 recipe effects are 0.03-0.14 nats)."""
-
-
-def _exact(ok: bool) -> str:
-    """The verdict of a claim measured exactly (a count, no sampling)."""
-    return "agrees" if ok else "disagrees"
-
-
-# --- pools --------------------------------------------------------------------------------------
-
-
-def pool_table(paths: list[str | Path]) -> pd.DataFrame:
-    """One row per pool and split: documents, tokens, document length, and the Bayes floor if
-    known."""
-    rows = []
-    for path in paths:
-        meta = load_pool(path).meta
-        for split, stats in meta["splits"].items():
-            rows.append(
-                {
-                    "pool": Path(path).name,
-                    "seed": meta["seed"],
-                    "split": split,
-                    "docs": stats["docs"],
-                    "tokens": stats["tokens"],
-                    "mean doc": round(stats["mean_doc_tokens"], 1),
-                    "median doc": stats["median_doc_tokens"],
-                    "Bayes floor (nats/token)": stats.get("bayes_floor_nats_per_token"),
-                }
-            )
-    table = pd.DataFrame(rows)
-    return table.dropna(axis=1, how="all")
-
-
-def pool_overlap(paths: list[str | Path]) -> pd.DataFrame:
-    """Shared training documents between pools (as token sequences) and whether validation sets
-    are identical."""
-    pools = [load_pool(p) for p in paths]
-    docs = [{pool.train.doc(i).tobytes() for i in range(pool.train.n_docs)} for pool in pools]
-    rows = []
-    for i in range(len(pools)):
-        for j in range(i + 1, len(pools)):
-            rows.append(
-                {
-                    "pool a": Path(paths[i]).name,
-                    "pool b": Path(paths[j]).name,
-                    "shared train docs": len(docs[i] & docs[j]),
-                    "train docs a": len(docs[i]),
-                    "identical val": bool(np.array_equal(pools[i].val.tokens, pools[j].val.tokens)),
-                }
-            )
-    return pd.DataFrame(rows)
-
-
-def bayes_floor(path: str | Path) -> float | None:
-    """The validation split's Bayes-optimal loss (nats/token, EOS counted) of a pool, where the
-    source knows it (synthetic); None otherwise."""
-    return load_pool(path).meta["splits"]["val"].get("bayes_floor_nats_per_token")
-
-
-def pool_vocab_size(path: str | Path) -> int:
-    """The vocabulary size of a pool's tokenizer."""
-    return int(load_pool(path).meta["vocab_size"])
-
-
-def train_tokens(paths: list[str | Path]) -> dict[str, int]:
-    """Training tokens per pool path (as a string, the runs' `pool` field)."""
-    return {str(path): load_pool(path).meta["splits"]["train"]["tokens"] for path in paths}
-
-
-def train_val_shared_docs(paths: list[str | Path]) -> list[int]:
-    """Per pool, how many validation documents (as token sequences) also appear in its training
-    split."""
-    shared = []
-    for path in paths:
-        pool = load_pool(path)
-        train = {pool.train.doc(i).tobytes() for i in range(pool.train.n_docs)}
-        shared.append(sum(pool.val.doc(i).tobytes() in train for i in range(pool.val.n_docs)))
-    return shared
-
-
-def pool_claims(overlap: pd.DataFrame, leaks: list[int]) -> pd.DataFrame:
-    """Claims of the data section. `overlap`: pool_overlap(pools); `leaks`:
-    train_val_shared_docs(pools)."""
-    identical = bool(overlap["identical val"].all())
-    shared, total = overlap["shared train docs"], overlap["train docs a"]
-    claims = [
-        Claim(
-            "val-not-in-train",
-            "no validation document contributes to training",
-            "yes (document-level split)",
-            f"validation documents found in training: {leaks} (exact count)",
-            _exact(sum(leaks) == 0),
-        ),
-        Claim(
-            "pools-share-val",
-            "independent pools share the validation set",
-            "yes (fixed held-out set)",
-            f"identical val: {identical} (exact)",
-            _exact(identical),
-        ),
-        Claim(
-            "pools-differ-in-train",
-            "independent pools differ in training documents",
-            "yes",
-            f"shared train docs: {shared.tolist()} of {total.tolist()} (exact count)",
-            _exact(bool((shared < total).all())),
-        ),
-    ]
-    return claim_table(claims)
 
 
 # --- batch-size sweep ---------------------------------------------------------------------------

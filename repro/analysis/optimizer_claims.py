@@ -20,8 +20,8 @@ from repro.analysis.analyses import LITTLE, arm, signature
 from repro.analysis.intervals import Claim, Difference, claim_table, describe, lower_verdict
 from repro.analysis.results import Results
 from repro.analysis.selection import compare
-from repro.grids import beta2_ablation, beta2_ablation_batches, beta2_at, beta2_setting
-from repro.presets import Preset
+from repro.design.grids import beta2_ablation, beta2_ablation_batches, beta2_at, beta2_setting
+from repro.design.presets import Preset
 from repro.runtime.schedules import beta2_half_life_tokens
 
 MAREK = "not tested (betas fixed); Marek et al. 2025: yes"

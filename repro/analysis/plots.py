@@ -1,4 +1,6 @@
-"""One figure style for the whole series (seaborn theme, palettes, axis helpers); figures are saved
+"""One figure style for the whole series (seaborn theme, palettes, axis helpers) and the helpers
+that the figure modules (repro.analysis.figures_pool, _batch, _recipe, _frontier, _cbs) share:
+error bars from intervals, a title's note on replicates, the tuned-loss label. Figures are saved
 as PNG and PDF under figures/<preset>/.
 
 Conventions: measured curves are solid with markers (MEASURED), fits and projections dashed without
@@ -234,6 +236,23 @@ def settled(data):
     if isinstance(data, float | np.floating):
         return float(f"{data:.{DRAWN_DIGITS}g}")
     return data
+
+
+LOSS = "tuned validation loss (nats/token)"
+"""The y label of a figure of tuned validation losses (notebooks 02-04)."""
+
+
+def interval(mean: pd.Series, lo: pd.Series, hi: pd.Series) -> np.ndarray:
+    """Error-bar offsets [below, above] from a value and interval ends; a side that the value lies
+    beyond (a percentile interval need not hold its point estimate) gets no bar."""
+    return np.clip(np.vstack([mean - lo, hi - mean]), 0, None)
+
+
+def replicates(counts: pd.Series) -> str:
+    """'mean over N replicates' or 'one replicate' (N: the largest of `counts`, the replicates
+    behind each point), for a figure's title."""
+    n = int(counts.max())
+    return f"mean over {n} replicates" if n > 1 else "one replicate"
 
 
 DODGE = 0.1

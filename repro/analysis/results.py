@@ -153,7 +153,7 @@ class StoreDocuments:
     """The DocumentLosses of the runs under `store` (RunDir.document_losses, RunDir.half_losses),
     each file read once; a missing or damaged file is a one-line error naming it. `read`: the
     (run id, step) whose per-document losses were read, what a results bundle of the analyses
-    must hold (repro.bundle)."""
+    must hold (repro.store.bundle)."""
 
     def __init__(self, store: str | Path) -> None:
         self.store = Path(store)

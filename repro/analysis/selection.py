@@ -78,7 +78,8 @@ def cross_fit(
 
 
 GROWN = ("lr", "weight_decay")
-"""Axes judged around the choice, and grown where the choice is not bracketed (repro.growth)."""
+"""Axes judged around the choice, and grown where the choice is not bracketed
+(repro.analysis.growth)."""
 
 
 def step_past(values: list[float], top: bool) -> float | None:

@@ -1,7 +1,7 @@
 """The run config: every field of one training run with its default, meaning and unit, parsed
 from YAML / key=value text once, validated where it is defined, and identified by a hash that does
 not depend on where the checkout lives. The trainer (repro.runtime.train), the sweeps
-(repro.sweep) and the results (repro.analysis.results) all read runs through this module.
+(repro.store.sweep) and the results (repro.analysis.results) all read runs through this module.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The gradient noise scale during training (McCandlish et al. 2018, appendix A.1): what the
-trainer runs every step with `noise_scale=true`; torch only (the offline fits are in
-repro.analysis.cbs).
+trainer runs every step with `noise_scale=true`; torch only (its offline analysis is in
+repro.analysis.noise, the fits in repro.analysis.cbs).
 
 For gradient estimates over batches of b_small and b_big sequences,
 E|G_b|^2 = |G|^2 + tr(Sigma) / b, so

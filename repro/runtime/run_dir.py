@@ -8,13 +8,14 @@
                            train_loss, wall_s [, val_loss]
     RUN/val_docs/          tokens.npy (scored tokens per validation document) and step-N.npy
                            (summed loss per document at the evaluation of step N, nats); in a run
-                           from a results bundle (repro.bundle) that leaves some step-N.npy out,
-                           halves.json: {N: mean loss on each half of the documents} for every N
+                           from a results bundle (repro.store.bundle) that leaves some step-N.npy
+                           out, halves.json: {N: mean loss on each half of the documents} for every
+                           N
     RUN/checkpoint.pt      the resume point (checkpoint.prev.pt: the one before, while training)
     RUN/checkpoints/       step-N.pt, the steps a WSD trunk keeps for its branches
     RUN/downstream.json    repro eval's accuracies per task
-    RUN/launch.json        the config that torchrun's processes read (repro.launch)
-    RUN/.lock              held (flock) by the process that trains the run (repro.sweep's
+    RUN/launch.json        the config that torchrun's processes read (repro.store.launch)
+    RUN/.lock              held (flock) by the process that trains the run (repro.store.sweep's
                            claim, repro train's), which writes "PID HOST" into it
 
 Every reader and writer goes through RunDir, so a missing or damaged file is the same one-line
@@ -102,7 +103,7 @@ RUN_SCRATCH = frozenset(
     - set(RUN_FILES)
 )
 """What a run folder holds (config.json marks one), and what interrupted writes and a sweep's
-claim leave (.lock; launch.json: repro.launch): a run's `--out` is a missing folder, one of
+claim leave (.lock; launch.json: repro.store.launch): a run's `--out` is a missing folder, one of
 scratch only, or a run (check_out)."""
 
 _HELD: set[Path] = set()

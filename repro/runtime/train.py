@@ -194,7 +194,7 @@ def train_stacked(
 def _hold_runs(outs: list[Path], world_size: int) -> ExitStack:
     """The runs' locks (RunDir.held, which creates each folder), held until the returned stack
     closes: one writer per run. A run another process holds is a one-line error, nothing written.
-    Under torchrun (`world_size` > 1) the process that started it holds them (repro.sweep)."""
+    Under torchrun (`world_size` > 1) the process that started it holds them (repro.store.sweep)."""
     with ExitStack() as locks:
         for out in outs if world_size == 1 else []:
             run = RunDir(out)

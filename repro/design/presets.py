@@ -1,9 +1,9 @@
-"""A scale of the study: the Preset type, its sections (repro.preset_sections: the pools, the
+"""A scale of the study: the Preset type, its sections (repro.design.sections: the pools, the
 tuned grid, execution, growth, and one per notebook) and what spans them. The built-in presets
 (smoke for CI, cpu for a laptop, cpu-regime for the paper's ratios on a laptop, gpu-small for one
-GPU, gpu for paper scale) are YAML files in repro/builtin_presets/, read like users' preset files
-(repro.preset_files); the grids the notebooks train are built from a preset by repro.grids, its
-regime report by repro.regime. Nothing here trains.
+GPU, gpu for paper scale) are YAML files in repro/design/builtin_presets/, read like users' preset
+files (repro.design.preset_files); the grids the notebooks train are built from a preset by
+repro.design.grids, its regime report by repro.design.regime. Nothing here trains.
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from repro.data.build import PoolSpec
-from repro.errors import ReproError
-from repro.preset_sections import (
+from repro.design.sections import (
     Ablations,
     BatchSweep,
     CriticalBatch,
@@ -27,6 +26,7 @@ from repro.preset_sections import (
     Pools,
     Schedules,
 )
+from repro.errors import ReproError
 from repro.runtime.config import check_fields, make_run_config
 from repro.runtime.schedules import beta2_for_batch
 from repro.typed_fields import load_dataclass

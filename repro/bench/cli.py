@@ -1,6 +1,6 @@
 """The `repro bench WHAT` command: each benchmark's handler, its options and the JSON it writes.
-The benchmarks themselves live in repro.bench and repro.bench_peers; benchmarks/README.md says
-what each one measures."""
+The benchmarks themselves live in repro.bench.measure and repro.bench.peers; benchmarks/README.md
+says what each one measures."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def _first_model(args: argparse.Namespace) -> str:
 
 def _bench_repack(args: argparse.Namespace) -> dict:
     """REPACK cost of a --tokens pool (sequences of --seq-len tokens, batches of --batch-size)."""
-    from repro import bench
+    from repro.bench import measure as bench
 
     result = bench.repack(
         args.pool, parse_count(args.tokens), args.seq_len or 4096, args.batch_size or 64
@@ -36,7 +36,7 @@ def _bench_repack(args: argparse.Namespace) -> dict:
 
 def _bench_step_time(args: argparse.Namespace) -> dict:
     """Seconds per training step (ms printed) for micro-batches 1..--batch-size."""
-    from repro import bench
+    from repro.bench import measure as bench
 
     device = default_device()
     rows = bench.step_time(
@@ -55,7 +55,7 @@ def _bench_step_time(args: argparse.Namespace) -> dict:
 
 def _bench_stacked(args: argparse.Namespace) -> list:
     """Tokens/s and MFU of sequential runs vs stacks of K runs, per thread count x batch x K."""
-    from repro import bench
+    from repro.bench import measure as bench
 
     rows = bench.stacked_vs_sequential(
         _first_model(args),
@@ -86,7 +86,7 @@ def _bench_stacked(args: argparse.Namespace) -> list:
 
 def _bench_option(args: argparse.Namespace, option: str) -> list:
     """Tokens/s without and with bf16 autocast or torch.compile per micro-batch, on this CPU."""
-    from repro import bench
+    from repro.bench import measure as bench
 
     rows = bench.side_by_side(
         _first_model(args),
@@ -113,7 +113,7 @@ def _bench_option(args: argparse.Namespace, option: str) -> list:
 
 def _bench_bf16(args: argparse.Namespace) -> dict:
     """CPU bf16 autocast: speed per micro-batch and, with --pool, the loss gap at equal steps."""
-    from repro import bench
+    from repro.bench import measure as bench
 
     result = {"speed": _bench_option(args, "bf16")}
     if args.pool:
@@ -131,7 +131,7 @@ def _bench_bf16(args: argparse.Namespace) -> dict:
 def _bench_peers(args: argparse.Namespace) -> dict:
     """repro's step vs transformers' LlamaForCausalLM per size x micro-batch; with --pool, K runs
     as K `repro train` processes vs one stack."""
-    from repro import bench_peers
+    from repro.bench import peers as bench_peers
 
     device = default_device()
     rows = bench_peers.peer_step_times(
@@ -172,7 +172,7 @@ def _bench_peers(args: argparse.Namespace) -> dict:
 
 def _bench_noise_scale(args: argparse.Namespace) -> dict:
     """Step-time overhead (fraction) of measuring the gradient noise scale while training."""
-    from repro import bench
+    from repro.bench import measure as bench
 
     if not args.pool:
         raise ReproError("repro bench noise-scale needs --pool POOL (a built pool to train on)")
@@ -195,7 +195,7 @@ def _bench_noise_scale(args: argparse.Namespace) -> dict:
 
 def _bench_load_results(args: argparse.Namespace) -> dict:
     """Seconds to load the metrics of a large synthetic run store."""
-    from repro import bench
+    from repro.bench import measure as bench
 
     rows = bench.load_results_speed()
     print(
@@ -210,7 +210,7 @@ def _bench_throughput(args: argparse.Namespace) -> dict:
     """Training tokens/s and MFU per model x micro-batch, against the measured matmul peak."""
     import torch
 
-    from repro import bench
+    from repro.bench import measure as bench
 
     device = default_device()
     peak = bench.peak_matmul_flops(device)
@@ -270,7 +270,7 @@ def run_bench(args: argparse.Namespace) -> None:
     """Run one benchmark (`repro bench WHAT`), print its table and save it as JSON."""
     import torch
 
-    from repro import bench
+    from repro.bench import measure as bench
     from repro.runtime.shapes import SIZES
 
     unknown = [m for m in args.models.split(",") if m not in SIZES]

@@ -1,13 +1,13 @@
 """The grids the notebooks train, built from a preset: the batch sweep (02-05, with 03's recipe
 arms), its beta2 ablation (02), the pool-size sweeps (05), the noise-scale runs (05) and the
-batch-size schedules (04, 05). A grid is a sweep's spec (repro.sweep.plan_grid): fixed run
+batch-size schedules (04, 05). A grid is a sweep's spec (repro.store.grid.plan_grid): fixed run
 fields, axes, and `when` rules; nothing here trains."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from repro.presets import Preset, changed
+from repro.design.presets import Preset, changed
 from repro.runtime.config import RunConfig, make_run_config
 
 ORIGINAL_RECIPE = {"loader": "shuffle", "tie_embeddings": False, "embedding_weight_decay": 0.0}
@@ -121,7 +121,7 @@ def scaling_grids(preset: Preset, pools: dict[int, list[str | Path]], **recipe) 
 
 def noise_scale_grid(preset: Preset, choices: list[dict]) -> list[dict]:
     """Runs that log the gradient noise scale: one per choice (complete run fields, such as
-    cbs.noise_scale_choices' tuned runs), evaluated 4x per epoch, with the preset's noise
+    noise.noise_scale_choices' tuned runs), evaluated 4x per epoch, with the preset's noise
     micro-batch."""
     noise = {
         "noise_scale": True,

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from repro.bench import throughput
+from repro.bench.measure import throughput
 from repro.errors import ReproError
 from repro.runtime.config import make_run_config
 from repro.runtime.model import Transformer
@@ -153,7 +153,7 @@ def peer_step_times(
     warmup: int,
     rounds: int,
 ) -> list[dict]:
-    """Training tokens/s of repro's own step (repro.bench.throughput) against transformers'
+    """Training tokens/s of repro's own step (repro.bench.measure.throughput) against transformers'
     LlamaForCausalLM of identical shape with torch's fused AdamW, per model size and micro-batch
     (sequences of seq_len tokens, one micro-batch per step). Same device, thread count and dtype
     (float32 on CPU, bf16 autocast on CUDA); the two alternate `rounds` times, each on fresh models,

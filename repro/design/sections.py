@@ -1,7 +1,7 @@
-"""The sections of a preset (repro.presets.Preset): the pools, the tuned grid, execution, growth,
-and one per notebook. Each checks its own fields where it is defined; a preset file sets any of
-them (repro.preset_files). Units: tokens for pools and seq_len, sequences for batch sizes, epochs
-for budgets and eval_every.
+"""The sections of a preset (repro.design.presets.Preset): the pools, the tuned grid, execution,
+growth, and one per notebook. Each checks its own fields where it is defined; a preset file sets any
+of them (repro.design.preset_files). Units: tokens for pools and seq_len, sequences for batch sizes,
+epochs for budgets and eval_every.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ class Grid:
     """The tuned batch sweep (notebook 02) that every other notebook builds on: model sizes x batch
     sizes x lr (a grid per batch) x weight decay x epoch budget. A budget is tuned like lr: each is
     its own run whose schedule ends there (cosine to 0), or with wsd_branches a WSD cool-down (the
-    last 20% of its steps) branched from one run of the largest budget (sweep.plan_grid)."""
+    last 20% of its steps) branched from one run of the largest budget (grid.plan_grid)."""
 
     models: tuple[str, ...]  # sizes of repro.runtime.shapes.SIZES
     seq_len: int  # tokens
@@ -144,9 +144,10 @@ class Execution:
 
 @dataclass(frozen=True)
 class Growth:
-    """Rounds of grid growth after each tuned sweep (repro.growth): a group whose lr or weight decay
-    is not bracketed around its choice gets the missing neighbours; with `epochs`, a group whose
-    best budget is its largest also gets twice that budget. 0 rounds: the grids stay fixed."""
+    """Rounds of grid growth after each tuned sweep (repro.analysis.growth): a group whose lr or
+    weight decay is not bracketed around its choice gets the missing neighbours; with `epochs`, a
+    group whose best budget is its largest also gets twice that budget. 0 rounds: the grids stay
+    fixed."""
 
     rounds: int = 0
     epochs: bool = False

@@ -342,8 +342,8 @@ def _member(archive: tarfile.TarFile, info: tarfile.TarInfo, room: int, bundle: 
 def _too_large(bundle: Path, name: str, size: int) -> ReproError:
     return ReproError(
         f"{bundle} holds {name!r} of {size:,} bytes or more, past a bundle's limits "
-        f"({MAX_MEMBER_BYTES:,} bytes a file, {MAX_BUNDLE_BYTES:,} in all: repro.bundle); nothing "
-        "was imported: fetch or export it again"
+        f"({MAX_MEMBER_BYTES:,} bytes a file, {MAX_BUNDLE_BYTES:,} in all: "
+        "repro.store.bundle); nothing was imported: fetch or export it again"
     )
 
 

@@ -1,5 +1,5 @@
-"""Presets as YAML files: the built-in ones (repro/builtin_presets/, PRESETS) and users' preset
-files, read by one loader (repro.typed_fields). A file names the fields it sets, section by
+"""Presets as YAML files: the built-in ones (repro/design/builtin_presets/, PRESETS) and users'
+preset files, read by one loader (repro.typed_fields). A file names the fields it sets, section by
 section (`grid: {batch_sizes: [2, 8]}`); the rest come from its `base` preset (a user's file:
 default smoke; a built-in file: a built-in listed before it, or none, the dataclass defaults
 then); `pools.recipe` sets fields of the pools' recipe (repro.data.build.PoolSpec)."""
@@ -13,10 +13,10 @@ from pathlib import Path
 
 import yaml
 
-from repro.dry_run import DRY_RUN, dry_run_preset
+from repro.design.dry_run import DRY_RUN, dry_run_preset
+from repro.design.presets import Preset
 from repro.errors import ReproError
 from repro.paths import project_root
-from repro.presets import Preset
 from repro.typed_fields import load_dataclass, load_yaml
 
 BUILTIN_DIR = Path(__file__).parent / "builtin_presets"

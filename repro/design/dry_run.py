@@ -8,9 +8,9 @@ import math
 from dataclasses import replace
 
 from repro.data.build import PoolSpec
+from repro.design.presets import Preset
+from repro.design.sections import CriticalBatch, Grid, Schedules
 from repro.errors import ReproError
-from repro.preset_sections import CriticalBatch, Grid, Schedules
-from repro.presets import Preset
 from repro.runtime.shapes import model_config, parameter_count
 
 DRY_RUN = "-dry-run"  # the name (runs/, figures/) of a preset shrunk to a CPU (dry_run_preset)

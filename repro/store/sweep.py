@@ -1,20 +1,9 @@
-"""Sweeps: grids of runs, a run store keyed by config hash, and executors (local processes, Slurm).
+"""Sweeps: a run store keyed by config hash, and executors (local processes, Slurm) that train
+the runs of grids into it (a grid's format and its planned runs: repro.store.grid; the progress
+bar: repro.store.progress).
 
-A grid (YAML or dict):
-
-    fixed:   {pool: data/pools/stdlib-1m, model: cpu-s, epochs: 8}
-    axes:    {batch_size: [4, 16, 64], lr: [1e-3, 3e-3, 1e-2], weight_decay: [0.0, 0.1]}
-    when:    # optional conditional axes: the first rule whose `if` matches replaces those axes
-      - {if: {batch_size: 64}, axes: {lr: [3e-3, 1e-2, 3e-2]}}
-    wsd_branches: false   # see below
-
-Every point is a RunConfig; its identity is a hash of the resolved config and it lives in
+Every point of a grid is a RunConfig; its identity is a hash of the resolved config and it lives in
 DIR/<hash>/ (config.json, metrics.jsonl, status.json as written by the trainer).
-
-WSD branches (`wsd_branches: true`, with `schedule: wsd` and an `epochs` axis): runs that differ
-only in `epochs` share one stable phase. The longest one is the trunk and keeps checkpoints at the
-decay starts of the others; each shorter run continues from its checkpoint and trains only its
-decay, giving exactly the run it replaces (tested) at a fraction of the cost.
 
 Claims: a worker runs a config only while holding an exclusive `flock` on DIR/<hash>/.lock, and
 re-reads the status after taking it. The lock dies with its process, so a claim whose process died
@@ -25,45 +14,31 @@ from __future__ import annotations
 
 import ctypes
 import fcntl
-import itertools
 import json
-import math
 import os
 import signal
 import sys
 import threading
-import time
 import traceback
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import ExitStack, nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
-from typing import TextIO
 
-import yaml
 from tqdm.auto import tqdm
-from tqdm.std import tqdm as tqdm_text
 
-from repro.data.pool import built_meta, packed_sequences
+from repro.data.pool import built_meta
 from repro.errors import ReproError
-from repro.launch import job_resources, join_job_processes, train_with_torchrun
-from repro.runtime.config import (
-    RunConfig,
-    batch_sizes,
-    check_fields,
-    config_record,
-    make_run_config,
-    run_id,
-    stack_key,
-)
+from repro.runtime.config import RunConfig, batch_sizes, config_record, make_run_config, stack_key
 from repro.runtime.files import WriteRefused, make_folder, read_json, space_checked, write_json
-from repro.runtime.loaders import epoch_steps
-from repro.runtime.run_dir import FINISHED, RunDir, step_of
-from repro.runtime.schedules import decay_start_step
+from repro.runtime.run_dir import FINISHED, RunDir
 from repro.runtime.shapes import model_config, parameter_count
+from repro.store.grid import PlannedRun, estimated_cost, load_grid, plan_grid
+from repro.store.launch import job_resources, join_job_processes, train_with_torchrun
+from repro.store.progress import WorkBar
 
 
 @dataclass(frozen=True)
@@ -87,128 +62,6 @@ class SweepResult:
                 "then rerun the command with --retry-failed (repro sweep run, repro reproduce) or "
                 "delete those status.json files"
             )
-
-
-@dataclass(frozen=True)
-class PlannedRun:
-    config: RunConfig
-    run_id: str
-    after: str | None = None  # run_id of the WSD trunk this branch continues from
-
-
-def load_grid(grid: str | Path | dict) -> dict:
-    if isinstance(grid, dict):
-        return grid
-    try:
-        spec = yaml.safe_load(Path(grid).read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise ReproError(f"cannot read grid {grid}: {str(exc).splitlines()[0]}") from None
-    if not isinstance(spec, dict):
-        raise ReproError(f"grid {grid} must be a mapping with keys fixed, axes, when, wsd_branches")
-    return spec
-
-
-def _check_grid(grid: dict) -> None:
-    unknown = set(grid) - {"fixed", "axes", "when", "wsd_branches"}
-    if unknown:
-        raise ReproError(
-            f"unknown grid key {sorted(unknown)[0]!r}; a grid has fixed, axes, when, wsd_branches"
-        )
-    if not isinstance(grid.get("fixed", {}), dict) or not isinstance(grid.get("axes", {}), dict):
-        raise ReproError("grid 'fixed' and 'axes' must be mappings of run fields")
-    rules = grid.get("when", [])
-    if not isinstance(rules, list) or not all(
-        isinstance(r, dict)
-        and isinstance(r.get("if", {}), dict)
-        and isinstance(r.get("axes"), dict)
-        for r in rules
-    ):
-        raise ReproError(
-            "grid 'when' must be a list of {if: {field: value}, axes: {field: [values]}} rules"
-        )
-
-
-def expand(grid: dict) -> list[RunConfig]:
-    """All points of a grid, in a deterministic order."""
-    _check_grid(grid)
-    fixed, axes, rules = grid.get("fixed", {}), grid.get("axes", {}), grid.get("when", [])
-    for name, values in axes.items():
-        if not isinstance(values, list) or not values:
-            raise ReproError(f"axis {name!r} must be a non-empty list of values")
-    ruled = sorted({k for rule in rules for k in rule.get("axes", {})})
-    free = [k for k in axes if k not in ruled]
-    configs = []
-    for combo in itertools.product(*(axes[k] for k in free)):
-        point = dict(fixed) | dict(zip(free, combo))
-        values = {k: axes.get(k, [point.get(k)]) for k in ruled}
-        for rule in rules:
-            if all(point.get(k) == v for k, v in rule.get("if", {}).items()):
-                values |= rule["axes"]
-                break
-        for inner in itertools.product(*(values[k] for k in ruled)):
-            configs.append(make_run_config(point | dict(zip(ruled, inner))))
-    return configs
-
-
-def plan_grid(grid: dict, store: Path) -> list[PlannedRun]:
-    """The runs of a grid; with wsd_branches, shorter WSD runs become branches of the longest (a
-    family: runs equal but for epochs), all with the warmup of the longest in steps (warmup_steps,
-    or `warmup` of the longest run's steps)."""
-    configs = expand(grid)
-    for config in configs:  # the trainer's field checks, before anything is recorded
-        check_fields(config)
-    if not grid.get("wsd_branches"):
-        return [PlannedRun(c, run_id(c)) for c in configs]
-    families: dict[str, list[RunConfig]] = {}
-    for c in configs:
-        if c.schedule != "wsd":
-            raise ReproError("wsd_branches needs schedule: wsd in every run")
-        if c.batch_schedule:
-            raise ReproError(
-                "wsd_branches does not support batch_schedule "
-                "(a branch's steps would not match its trunk's)"
-            )
-        families.setdefault(run_id(replace(c, epochs=0)), []).append(c)
-    planned: list[PlannedRun] = []
-    for family in families.values():
-        family.sort(key=lambda c: c.epochs)
-        sequences = _sequences_per_epoch(family[-1])
-        if not family[-1].warmup_steps:  # the family's warmup: `warmup` of its longest run
-            warmup = math.ceil(family[-1].warmup * _total_steps(family[-1], sequences))
-            family = [replace(c, warmup_steps=warmup) for c in family]
-        longest = family[-1]
-        starts = {c.epochs: _decay_start(c, _total_steps(c, sequences)) for c in family[:-1]}
-        trunk = replace(longest, save_steps=tuple(sorted(set(starts.values()))))
-        trunk_id = run_id(trunk)
-        planned.append(PlannedRun(trunk, trunk_id))
-        for c in family[:-1]:
-            branch = replace(
-                c, init_from=str(RunDir(store / trunk_id).checkpoint(starts[c.epochs]))
-            )
-            planned.append(PlannedRun(branch, run_id(branch), after=trunk_id))
-    return planned
-
-
-def _sequences_per_epoch(config: RunConfig) -> int:
-    from repro.data.pool import load_pool
-
-    pool = load_pool(config.pool)
-    return packed_sequences(pool.train.n_tokens, pool.train.n_docs, config.seq_len)
-
-
-def _total_steps(config: RunConfig, sequences_per_epoch: int) -> int:
-    steps = epoch_steps(sequences_per_epoch, config.epochs, config.batch_size).total_steps
-    if not steps:
-        raise ReproError(
-            f"pool {config.pool} packs into {sequences_per_epoch} sequences of "
-            f"{config.seq_len + 1} tokens, less than one batch of {config.batch_size} in "
-            f"{config.epochs} epoch(s); use a larger pool or a smaller batch"
-        )
-    return steps
-
-
-def _decay_start(config: RunConfig, total_steps: int) -> int:
-    return decay_start_step(config.schedule_for(total_steps), total_steps)
 
 
 # --- the store ----------------------------------------------------------------------------------
@@ -246,7 +99,8 @@ def execute_distributed(
     store: str, job: list[tuple[str, dict]], retry_failed: bool = False
 ) -> dict[str, str]:
     """One task of a submitit job that trains one run on several processes (gpus > 1): every
-    task joins the process group (repro.launch); rank 0 claims the run and tells the others."""
+    task joins the process group (repro.store.launch); rank 0 claims the run and tells the
+    others."""
     import torch.distributed as dist
 
     from repro.runtime.train import train_stacked
@@ -314,36 +168,6 @@ def _train_claimed(
             else:
                 outcomes[rid] = run.state()
         return outcomes
-
-
-def estimated_cost(config: RunConfig) -> float:
-    """Relative cost of a run for ordering work and for the progress bar's ETA: sequences it trains
-    on plus one per forward/backward pass (a micro-batch; at the cpu scale a pass's fixed overhead
-    costs about one sequence); a WSD branch only its steps after its trunk's checkpoint. 0 for a
-    pool not built yet."""
-    train = (built_meta(config.pool) or {}).get("splits", {}).get("train")
-    if not train:
-        return 0.0
-    run_steps = epoch_steps(
-        packed_sequences(train["tokens"], train["docs"], config.seq_len),
-        config.epochs,
-        config.batch_size,
-        config.batch_schedule,
-    )
-    passes = sum(
-        phase.steps * math.ceil(phase.batch / (min(config.micro_batch, phase.batch) or phase.batch))
-        for phase in run_steps.phases
-    )
-    cost = run_steps.sequences_done(run_steps.total_steps) + passes
-    if not run_steps.total_steps:  # less than one batch: the trainer's checks say so
-        return cost
-    return cost * (1 - branch_start(config) / run_steps.total_steps)
-
-
-def branch_start(config: RunConfig) -> int:
-    """The step a WSD branch starts from (init_from is checkpoints/step-<N>.pt: steps 1..N are its
-    trunk's); 0 for a run trained from scratch."""
-    return step_of(config.init_from) if config.init_from else 0
 
 
 def longest_first(jobs: list[list[PlannedRun]]) -> list[list[PlannedRun]]:
@@ -461,137 +285,6 @@ def run_sweep(
     failed = [rid for rid, o in by_run.items() if o in ("failed", "skipped (failed)")]
     pools = {p.run_id: p.config.pool for p in planned}
     return SweepResult(outcomes, [p.run_id for p in planned], failed, pools)
-
-
-POLL_S = 2.0  # seconds between two reads of the runs in flight (WorkBar)
-POLLED = 64  # the first unfinished runs of the submitted jobs that WorkBar reads: those in flight
-LINE_EVERY_S = 30.0  # seconds between two lines of a bar written where redraws do not show
-
-
-class LineStream:
-    """A progress bar's stream where a carriage return does not redraw (a log file, a pipe that a
-    notebook saves): the bar's latest state as one line at most every LINE_EVERY_S seconds, and
-    its last state at `close`."""
-
-    def __init__(self, target: TextIO):
-        self.target, self._state, self._written, self._at = target, "", "", -math.inf
-
-    def write(self, text: str) -> None:
-        state = text.replace("\r", "\n").strip().rsplit("\n", 1)[-1]
-        if state:
-            self._state = state
-        if time.monotonic() - self._at >= LINE_EVERY_S:
-            self.close()
-
-    def flush(self) -> None:
-        self.target.flush()
-
-    def close(self) -> None:
-        """Write the latest state, unless it is the last line written."""
-        if self._state and self._state != self._written:
-            self.target.write(self._state + "\n")
-            self.target.flush()
-            self._written, self._at = self._state, time.monotonic()
-
-
-class WorkBar:
-    """A sweep's progress bar: filled by each finished run's estimated_cost and, between finishes,
-    by the trained part of the runs in flight (their status.json, read every POLL_S seconds), so
-    its ETA comes from the work done from the first evaluations on, with the runs done beside it.
-    Runs added later (`add`: a growth round's) lengthen it; the ETA covers the work known so far.
-    With `file` (a text stream) it prints plain text there instead of a notebook widget: a bar
-    redrawn in place on a terminal, else a line now and then (LineStream)."""
-
-    def __init__(self, progress: bool, file: TextIO | None = None):
-        self.work: dict[str, float] = {}
-        self.starts: dict[str, int] = {}  # a branch's first step (branch_start)
-        self.finished: set[str] = set()
-        self.queue: list[Path] = []  # the runs of the jobs submitted, in the order they start
-        self._lock = threading.Lock()
-        self._stopped = threading.Event()
-        self._poller: threading.Thread | None = None
-        self.lines = LineStream(file) if file and not file.isatty() else None
-        self.bar = (tqdm_text if file else tqdm)(
-            total=0,
-            desc="runs",
-            bar_format="{desc}: {percentage:3.0f}%|{bar}| {postfix} [{elapsed}<{remaining}]",
-            postfix="0/0",
-            disable=not progress,
-            file=self.lines or file,
-            mininterval=1.0 if file else 0.1,
-        )
-
-    def add(self, planned: list[PlannedRun]) -> None:
-        """Count the runs of `planned` not counted yet (a run in several sweeps once)."""
-        new = {p.run_id: estimated_cost(p.config) for p in planned if p.run_id not in self.work}
-        if new and not sum(new.values()):  # pools not built: count runs
-            new = dict.fromkeys(new, 1.0)
-        with self._lock:
-            self.work |= new
-            self.starts |= {p.run_id: branch_start(p.config) for p in planned}
-            self.bar.total = sum(self.work.values())
-            self._show()
-
-    def done(self, run_ids: list[str]) -> None:
-        with self._lock:
-            self.finished |= set(run_ids)
-            self._fill(0.0)
-
-    def submitted(self, runs: list[Path]) -> None:
-        """The run folders of the jobs just submitted, in the order they start; polled from now
-        on for the runs in flight."""
-        with self._lock:
-            self.queue = list(runs)
-        if self._poller is None and not self.bar.disable:
-            self._poller = threading.Thread(target=self._poll, daemon=True)
-            self._poller.start()
-
-    def _poll(self) -> None:
-        while not self._stopped.wait(POLL_S):
-            with self._lock:
-                unfinished = [run for run in self.queue if run.name not in self.finished]
-                flying = unfinished[:POLLED]
-            shares = {run.name: self._trained(run) for run in flying}
-            with self._lock:  # a run that finished meanwhile counts once, in full
-                trained = sum(
-                    self.work.get(name, 0.0) * share
-                    for name, share in shares.items()
-                    if name not in self.finished
-                )
-                self._fill(trained)
-
-    def _trained(self, run: Path) -> float:
-        """The share of a run in flight that its status.json says is trained (0 if unreadable)."""
-        start = self.starts.get(run.name, 0)
-        try:
-            status = RunDir(run).status()
-            step, total = int(status.get("step", 0)), int(status.get("total_steps", 0))
-        except (ReproError, OSError, TypeError, ValueError):
-            return 0.0
-        if status.get("status") != "running" or total <= start:
-            return 0.0
-        return min(1.0, max(0.0, (step - start) / (total - start)))
-
-    def _fill(self, in_flight: float) -> None:
-        """The bar at the finished runs' work plus `in_flight` (never back)."""
-        filled = sum(self.work[rid] for rid in self.finished) + in_flight
-        self.bar.update(max(0.0, filled - self.bar.n))
-        self._show()
-
-    def _show(self) -> None:
-        self.bar.set_postfix_str(f"{len(self.finished)}/{len(self.work)}", refresh=False)
-        self.bar.refresh()
-
-    def __enter__(self) -> WorkBar:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stopped.set()
-        if self._poller is not None:
-            self._poller.join()
-        self.bar.close()
-        if self.lines is not None:
-            self.lines.close()
 
 
 def _wait_for_holders(store: Path, run_ids: list[str], bar: tqdm) -> None:

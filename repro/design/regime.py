@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from repro.presets import Preset
+from repro.design.presets import Preset
 from repro.runtime.shapes import param_count_table
 
 ZHANG_LAW = (22.9, 0.47)
@@ -36,7 +36,7 @@ measures B_simple; the paper's is PAPER_NOISE_SCALE."""
 
 NOISE_GAP_LIMIT = 0.05
 """nats/token: how far from the tuned loss notebook 05's noise-scale evaluations may lie for their
-B_simple to count as the noise scale at that loss (cbs.noise_scale_regime's loss gap); beyond it
+B_simple to count as the noise scale at that loss (noise.noise_scale_regime's loss gap); beyond it
 the regime report says how far above the tuned loss B_simple was measured."""
 
 PAPER_REGIME = {
@@ -56,7 +56,7 @@ def describe_regime(regime: dict[str, tuple[float, float]], noise_gap: float = 0
     paper's, overlaps it (and on which part) or lies outside, at two significant digits (the
     precision of the paper's figures). Batch / noise scale says that notebook 05 measured it (NaN:
     not measured yet), at how many nats/token above the tuned loss where its evaluations lie
-    farther than NOISE_GAP_LIMIT from it (`noise_gap`: cbs.noise_scale_range's), and that the
+    farther than NOISE_GAP_LIMIT from it (`noise_gap`: noise.noise_scale_range's), and that the
     paper's is an estimate."""
     lines = []
     for name, (low, high) in regime.items():
