@@ -311,7 +311,8 @@ def signature(mine: pd.DataFrame, rest: pd.DataFrame, name: str) -> tuple[str, s
     difference where mine is better, else on the less clear of a worse val and a lower train loss
     (intervals.hinge)."""
     val = compare(mine, rest, PAIR_LEVEL)
-    train = train_difference(mine, rest, PAIR_LEVEL)
+    # the same arms: at the cap where the val difference's are (censoring is about val loss)
+    train = train_difference(mine, rest, PAIR_LEVEL)._replace(at_cap=val.at_cap)
     measured = (
         describe(f"val: {name}", val)
         + "; "
