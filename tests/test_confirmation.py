@@ -50,6 +50,17 @@ def _confirm(hand_made, asking: Confirmation, effects: dict, spread: float):
     return replace(asking, results=hand_made.results(), wanted=[])
 
 
+def test_a_replicate_is_a_pool_and_seed_for_the_pooled_choice(hand_made):
+    """With 3 pools x 2 seeds, a candidate that only seed 0 finished (on every pool) is not chosen
+    over one that every pool and seed finished."""
+    for pool in SELECTION:
+        for seed in (0, 1):
+            hand_made.add(3.1, pool=pool, seed=seed, lr=1e-3)
+        hand_made.add(3.0, pool=pool, seed=0, lr=3e-3)
+    chosen = pooled_choice(hand_made.results(), ("lr", "weight_decay", "epochs"))
+    assert chosen["lr"] == 1e-3
+
+
 def test_the_pooled_choice_has_the_lowest_mean_over_the_replicates(hand_made):
     """lr 1e-3 is best on average though not on every pool; a candidate that only some pools
     finished is not chosen over ones that all did."""

@@ -124,9 +124,10 @@ def pooled_choice(results: Results, tuned_fields: tuple[str, ...]) -> pd.Series 
     finals = results.evals.sort_values("step").groupby("run_id")["val_loss"].last()
     replicate = [f for f in REPLICATE_FIELDS if f in runs]
     scored = runs.assign(final=runs["run_id"].map(finals)).dropna(subset=["final"])
-    per = scored.groupby(list(tuned_fields), dropna=False)
-    counts = per[replicate].nunique().max(axis=1)
-    table = pd.DataFrame({"mean": per["final"].mean(), "count": counts})
+    by = list(tuned_fields)
+    counts = scored.drop_duplicates([*by, *replicate]).groupby(by, dropna=False).size()
+    means = scored.groupby(by, dropna=False)["final"].mean()
+    table = pd.DataFrame({"mean": means, "count": counts})
     best = table[table["count"] == table["count"].max()]["mean"].idxmin()
     best = best if isinstance(best, tuple) else (best,)
     match = np.ones(len(scored), bool)
