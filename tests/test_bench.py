@@ -6,6 +6,8 @@ import pytest
 
 from repro.bench import measure as bench
 
+pytestmark = pytest.mark.slow  # trains or analyses whole studies: CI runs it, `pytest` skips it
+
 
 def test_stacked_rows_compare_each_stack_size_with_sequential_runs():
     rows = bench.stacked_vs_sequential("tiny", 300, 16, [1], [2, 3], [1], rounds=1)

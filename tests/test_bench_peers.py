@@ -11,6 +11,8 @@ from repro.bench import peers as bench_peers
 from repro.runtime.model import Transformer
 from repro.runtime.shapes import model_config
 
+pytestmark = pytest.mark.slow  # real multi-process runs or lm-eval: CI runs it, `pytest` skips it
+
 VOCAB = 300
 
 

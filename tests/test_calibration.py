@@ -29,6 +29,8 @@ from repro.analysis.intervals import (
 from repro.analysis.results import MemoryDocuments, Results
 from repro.analysis.selection import compare
 
+pytestmark = pytest.mark.slow  # trains or analyses whole studies: CI runs it, `pytest` skips it
+
 BATCHES = (1, 2, 4, 8, 16)
 LRS = (1e-3, 3e-3, 1e-2)
 BUDGETS = (2, 4)

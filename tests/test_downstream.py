@@ -24,6 +24,8 @@ from repro.runtime.config import make_run_config  # noqa: E402
 from repro.runtime.train import train  # noqa: E402
 from repro.store.downstream import ReproLM, evaluate_run, write_continuation_task  # noqa: E402
 
+pytestmark = pytest.mark.slow  # real multi-process runs or lm-eval: CI runs it, `pytest` skips it
+
 QUESTIONS = [
     ("The king of the old city", [" walked home.", " the the the", " of of."], 0),
     ("A small dog", [" ran to the river.", " river the ran", " . . ."], 0),

@@ -4,7 +4,11 @@ notebook (its own module, so that pytest-xdist runs it beside the smoke reproduc
 import shutil
 from pathlib import Path
 
+import pytest
+
 from repro.cli import main
+
+pytestmark = pytest.mark.slow  # trains or analyses whole studies: CI runs it, `pytest` skips it
 
 
 def test_the_gpu_small_preset_dry_runs_every_notebook_on_a_cpu(tmp_path, monkeypatch, claim_tables):

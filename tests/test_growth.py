@@ -118,6 +118,7 @@ def growing_study(tmp_path):
     return Study(preset, tmp_path, tmp_path / "pools", tmp_path / "runs", 1, progress=False)
 
 
+@pytest.mark.slow
 def test_grown_grids_train_their_extensions_once_and_reuse_them(growing_study, monkeypatch):
     """Real runs: two grids grown together (Study.sweeps, as prefetch does), each past its chosen
     lr edge until the choice is bracketed or the rounds run out; the extensions are WSD trunks

@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 from jupyter_client.manager import start_new_kernel
 
+pytestmark = pytest.mark.slow  # trains or analyses whole studies: CI runs it, `pytest` skips it
+
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 TOKEN = "repro-test"
 

@@ -13,6 +13,8 @@ from repro.store.grid import plan_grid
 from repro.store.launch import job_resources
 from repro.store.sweep import run_sweep, stacks
 
+pytestmark = pytest.mark.slow  # real multi-process runs or lm-eval: CI runs it, `pytest` skips it
+
 FIELDS = {
     "model": "tiny",
     "seq_len": 32,

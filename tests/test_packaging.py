@@ -49,13 +49,14 @@ def _undeclared(paths: list[Path], declared: set[str]) -> list[str]:
     return missing
 
 
-EXTRA_MODULES = {"bench_peers.py": "bench", "downstream.py": "eval"}  # repro/<module>: its extra
+EXTRA_MODULES = {"bench/peers.py": "bench", "store/downstream.py": "eval"}  # repro/<module>: extra
 
 
 def test_package_and_notebooks_import_only_declared_dependencies():
     paths = [*ROOT.glob("repro/**/*.py"), *ROOT.glob("notebooks/*.py")]
-    core = [p for p in paths if p.name not in EXTRA_MODULES or p.parent.name != "repro"]
-    assert _undeclared(core, _declared()) == []
+    extras = {ROOT / "repro" / module for module in EXTRA_MODULES}
+    assert all(path.is_file() for path in extras)
+    assert _undeclared([p for p in paths if p not in extras], _declared()) == []
     for module, extra in EXTRA_MODULES.items():
         assert _undeclared([ROOT / "repro" / module], _declared((extra,))) == []
 

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from repro.cli import main
-from repro.design.dry_run import dry_run_preset
+from repro.design.dry_run import DRY_CONFIRMATION_POOLS, dry_run_preset
 from repro.design.grids import (
     batch_sweep_grid,
     beta2_ablation,
@@ -470,7 +470,10 @@ def test_a_dry_run_keeps_every_run_of_the_plan_at_cpu_size(name):
     preset, dry = PRESETS[name], get_preset(name, dry_run=True)
     speed = GpuSpeed(1e12, "test")
     runs = plan(dry, 300, speed)["runs"].tolist()
-    assert runs == plan(preset, 8192, speed)["runs"].tolist()
+    kept = preset.pools.confirmation_seeds[:DRY_CONFIRMATION_POOLS]  # the path, not the power
+    assert dry.pools.confirmation_seeds == kept and len(kept) == DRY_CONFIRMATION_POOLS
+    confirming = changed(preset, pools={"confirmation_seeds": kept})
+    assert runs == plan(confirming, 8192, speed)["runs"].tolist()
     sizes = [parameter_count(model_config(m, 300)) for m in dry.grid.models]
     ladder = [parameter_count(model_config(m, 300)) for m in preset.grid.models]
     assert sorted(range(len(sizes)), key=sizes.__getitem__) == sorted(

@@ -33,6 +33,8 @@ from repro.runtime.run_dir import RunDir
 from repro.store.grid import plan_grid
 from repro.study import TERMINAL_PROGRESS_ENV, Study, open_study
 
+pytestmark = pytest.mark.slow  # trains or analyses whole studies: CI runs it, `pytest` skips it
+
 
 def _project(root, *sources):
     """A project root whose one notebook, 01_only.ipynb, runs `sources` after its parameters

@@ -13,6 +13,8 @@ import pytest
 
 from repro.store.bundle import DOCUMENTS_READ
 
+pytestmark = pytest.mark.slow  # trains or analyses whole studies: CI runs it, `pytest` skips it
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -18,6 +18,8 @@ from repro.runtime.train import check_config, train, train_stacked
 from repro.store.grid import estimated_cost, plan_grid
 from repro.store.sweep import longest_first, run_sweep, stacks
 
+pytestmark = pytest.mark.slow  # trains or analyses whole studies: CI runs it, `pytest` skips it
+
 BASE = dict(
     model="tiny",
     seq_len=32,

@@ -92,6 +92,7 @@ def test_several_grids_run_as_one_sweep(synthetic_pool, tmp_path):
     assert run_sweep(second, tmp_path / "s", progress=False).outcomes == {}
 
 
+@pytest.mark.slow
 def test_interrupted_sweep_resumes_without_losing_or_repeating(synthetic_pool, tmp_path):
     grid = _grid(synthetic_pool, lr=[1e-3, 3e-3])
     grid["fixed"] |= {"epochs": 4, "eval_every": 0.25, "batch_size": 8}
@@ -121,6 +122,7 @@ def test_interrupted_sweep_resumes_without_losing_or_repeating(synthetic_pool, t
         assert killed == straight
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
 def test_a_stopped_sweep_exits_within_seconds_and_the_same_command_finishes_it(
     synthetic_pool, tmp_path, stop, popen_as_in_a_terminal

@@ -23,6 +23,8 @@ from repro.runtime.run_dir import RunDir
 from repro.store.grid import load_grid, plan_grid
 from repro.store.sweep import sweep_status
 
+pytestmark = pytest.mark.slow  # trains or analyses whole studies: CI runs it, `pytest` skips it
+
 TEXT = {"capture_output": True, "text": True, "check": True}
 
 GRID = {

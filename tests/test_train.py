@@ -104,6 +104,7 @@ def test_metrics_and_status(synthetic_pool, tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_bit_identically(synthetic_pool, tmp_path):
     fields = BASE | {"epochs": 6, "eval_every": 0.25}
     train(
@@ -461,6 +462,7 @@ def test_a_kill_while_keeping_a_trunk_step_writes_it_on_resume(
     assert _metrics(tmp_path / "killed") == _metrics(tmp_path / "straight")
 
 
+@pytest.mark.slow
 def test_a_gpu_presets_compile_and_bf16_fall_back_cleanly_on_a_cpu(synthetic_pool, tmp_path):
     """compile=True on a CPU compiles for the CPU, and bf16 autocast (CUDA only) stays off: the
     losses are the eager float32 ones."""

@@ -27,6 +27,8 @@ from repro.runtime.run_dir import LATEST, PREVIOUS
 from repro.runtime.shapes import model_config
 from repro.runtime.train import train, train_stacked
 
+pytestmark = pytest.mark.slow  # trains or analyses whole studies: CI runs it, `pytest` skips it
+
 # seeds whose kill plans include the windows that matter: a kill between keeping the previous
 # checkpoint and installing the new one, and between two stack members' checkpoints
 SEED, STACK_SEED = 20261131, 20261145
@@ -59,6 +61,7 @@ TRAIN_STACK = """
 import json
 from repro.runtime.config import make_run_config
 from repro.runtime.train import train_stacked
+
 configs, outs = json.loads(sys.argv[2]), json.loads(sys.argv[3])
 train_stacked([make_run_config(c) for c in configs], outs, progress=False)
 """
