@@ -22,6 +22,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pandas as pd
+from IPython.display import display
 
 from repro.analysis import frontier, noise, plots
 from repro.analysis.confirmation import Confirmation, with_past_cap
@@ -452,9 +453,12 @@ class Study:
 
     def save(self, fig: plt.Figure, name: str) -> None:
         """Write a figure as figures/<preset>/<name>.png and .pdf (self.figures), and the record
-        of what the study read (_record_documents)."""
+        of what the study read (_record_documents); then show it (in a notebook, under the cell
+        that made it: every figure saved is shown) and close it, so that it is drawn once."""
         plots.save(fig, self.preset.name, name, self.figures)
         self._record_documents(name)
+        display(fig)
+        plt.close(fig)
 
     def save_table(self, table: pd.DataFrame, name: str, shown: pd.DataFrame | None = None) -> Path:
         """Write a table as figures/<preset>/<name>.md (a Markdown table, for the README, of

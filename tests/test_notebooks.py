@@ -78,3 +78,20 @@ def test_papermill_reads_every_parameter(notebook):
     them in the parameters cell (a line it cannot parse is skipped with a warning)."""
     declared = set(papermill.inspect_notebook(str(notebook)))
     assert declared == {"preset", "workers", "train", "dry_run"}
+
+
+@pytest.mark.parametrize(
+    "notebook", sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")), ids=lambda p: p.stem
+)
+def test_every_figure_a_notebook_saves_is_shown_in_it(notebook):
+    """The committed notebooks carry the cpu-regime study's outputs: one image per figure that
+    their run saved in figures/cpu-regime/ (Study.save shows what it saves)."""
+    number = notebook.stem[:2]
+    saved = sorted((ROOT / "figures" / "cpu-regime").glob(f"{number}_*.png"))
+    shown = [
+        output
+        for cell in nbformat.read(notebook, as_version=4).cells
+        for output in cell.get("outputs", [])
+        if "image/png" in output.get("data", {})
+    ]
+    assert saved and len(shown) == len(saved)
