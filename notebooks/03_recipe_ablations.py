@@ -46,7 +46,7 @@ pools = study.pools()
 results02 = study.sweep(study.batch_sweep_grid())
 original = results02.subset(results02.runs["model"] == model)
 original_ends = analyses.batch_endpoints(original, cap=P.grid.cap)
-b_best = int(original_ends.groupby("batch_size")["val_loss"].mean().idxmin())
+b_best = analyses.best_batch(original_ends)
 analyses.pool_names(original_ends)[
     ["pool", "batch_size", "lr", "weight_decay", "epochs", "val_loss"]
 ]

@@ -24,7 +24,12 @@ import numpy as np
 import pandas as pd
 
 from repro.data.pool import built_meta
-from repro.design.grids import ORIGINAL_RECIPE, beta2_ablation_batches, noise_scale_grid
+from repro.design.grids import (
+    ORIGINAL_RECIPE,
+    beta2_ablation_batches,
+    ensemble_grid,
+    noise_scale_grid,
+)
 from repro.design.presets import Preset
 from repro.errors import ReproError
 from repro.runtime.config import run_id
@@ -214,6 +219,15 @@ class _Unbuilt(Study):
             for seed, main in zip(P.pools.seeds, self.pools())
         }
 
+    def fresh_pools(self) -> dict[float, list[Path]]:
+        P = self.preset
+        return {
+            m: [P.sized_pool_dir(self.data_dir, seed, t) for seed in P.pools.seeds]
+            if t != P.pools.recipe.tokens
+            else self.pools()
+            for m, t in P.fresh_pool_tokens().items()
+        }
+
 
 def notebook_grids(preset: Preset) -> dict[str, list[dict]]:
     """The grids each notebook sweeps, in the order the notebooks run: Study.notebook_grids and
@@ -233,7 +247,28 @@ def notebook_grids(preset: Preset) -> dict[str, list[dict]]:
     grids["05"][:0] = noise_scale_grid(preset, _noise_stand_ins(preset, study.pools()))
     for notebook, stand_ins in _confirmation_stand_ins(preset).items():
         grids[notebook] += stand_ins
-    return {notebook: grids.get(notebook, []) for notebook in ("02", "03", "04", "05")}
+    grids["06"] += _ensemble_stand_ins(preset)
+    return {notebook: grids.get(notebook, []) for notebook in ("02", "03", "04", "05", "06")}
+
+
+def _ensemble_stand_ins(preset: Preset) -> list[dict]:
+    """06's ensemble members as planned before 02 has chosen their configurations: at the
+    smallest, the largest and the middle batch (the best batch's stand-in), each at its middle
+    lr, the first weight decay and the study's epoch cap (an upper bound)."""
+    P = preset
+    if not P.repetition.ensemble_pools:
+        return []
+    seeds = P.pools.confirmation_seeds[: P.repetition.ensemble_pools]
+    pools = [P.confirmation_pool_dir(Path("data/pools"), seed) for seed in seeds]
+    batches = sorted(P.grid.batch_sizes)
+    grids = []
+    for batch in dict.fromkeys([batches[0], batches[-1], batches[len(batches) // 2]]):
+        lrs = P.grid.lrs[batch]
+        fields = P.run_fields(model=P.grid.models[0], batch_size=batch, **ORIGINAL_RECIPE)
+        fields |= {"lr": lrs[len(lrs) // 2], "weight_decay": P.grid.weight_decays[0]}
+        fields |= {"epochs": P.grid.cap} | P.beta2_fields(batch)
+        grids.append(ensemble_grid(fields, pools, P.repetition.ensemble_members))
+    return grids
 
 
 def _confirmation_stand_ins(preset: Preset) -> dict[str, list[dict]]:
@@ -328,7 +363,8 @@ def plan(preset: Preset, vocab: int, speed: GpuSpeed, cpu: bool = False) -> pd.D
             preset.pools.recipe.tokens
         )
     for seed in preset.pools.seeds:
-        for tokens in preset.critical_batch.pool_tokens:
+        sized = [*preset.critical_batch.pool_tokens, *preset.fresh_pool_tokens().values()]
+        for tokens in sized:
             pool_tokens[str(preset.sized_pool_dir(study.data_dir, seed, tokens))] = tokens
     seen: set[str] = set()
     runs = {}

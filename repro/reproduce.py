@@ -28,19 +28,14 @@ from jupyter_client.manager import AsyncKernelManager
 from traitlets import Dict
 from traitlets.config import Config
 
+from repro.design.parameters import check_parameters
 from repro.design.preset_files import get_preset
 from repro.errors import ReproError
 from repro.paths import project_root
 from repro.plan import from_scratch_stages, plan_text, preset_fingerprint, record_times
 from repro.runtime.files import process_alive
 from repro.store.sweep import reset_failed
-from repro.study import (
-    FIGURES_ENV,
-    TERMINAL_PROGRESS_ENV,
-    Study,
-    check_parameters,
-    open_study,
-)
+from repro.study import FIGURES_ENV, TERMINAL_PROGRESS_ENV, Study, open_study
 
 WIDGET = "application/vnd.jupyter.widget-view+json"  # a live widget's output (tqdm's bars)
 
@@ -226,7 +221,7 @@ without, and the line that declares it."""
 def series_parameters(
     selected: list[Path], preset: str, workers: int | None, dry_run: bool
 ) -> dict[Path, dict]:
-    """The papermill parameters of each notebook, checked before any work (study.check_parameters):
+    """The papermill parameters of each notebook, checked before any work (check_parameters):
     of the preset, train, workers and dry_run, those the notebook declares (a user's notebook
     without `train` or `workers` runs as it is); a notebook that lacks one of NEEDED is a
     ReproError saying what to add."""

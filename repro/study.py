@@ -11,24 +11,31 @@ notebooks need is trained once.
 
 from __future__ import annotations
 
-import ast
 import json
 import os
 import sys
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 from IPython.display import display
 
 from repro.analysis import frontier, noise, plots
-from repro.analysis.confirmation import Confirmation, with_past_cap
+from repro.analysis.confirmation import Confirmation, pooled_choice, recipe, with_past_cap
+from repro.analysis.ensembles import ensemble_batches
 from repro.analysis.growth import extension_grids
 from repro.analysis.intervals import MIN_REPLICATES, effective_documents, shown_claims
-from repro.analysis.results import Results, StoreDocuments, check_finished, open_results
+from repro.analysis.results import (
+    TUNED,
+    Results,
+    StoreDocuments,
+    check_finished,
+    open_results,
+)
 from repro.data.build import build_pool
 from repro.data.pool import built_meta, load_pool
 from repro.design.grids import (
@@ -36,11 +43,14 @@ from repro.design.grids import (
     batch_sweep_grid,
     beta2_ablation,
     beta2_ablation_batches,
+    ensemble_grid,
+    fresh_grids,
     noise_scale_grid,
     scaling_grids,
     schedule_grid,
     usual_batch_source,
 )
+from repro.design.parameters import PARAMETERS, check_parameters, injected_names
 from repro.design.preset_files import get_preset
 from repro.design.presets import Preset
 from repro.design.regime import describe_regime, deviations, preset_regime
@@ -217,6 +227,46 @@ class Study:
             ] + [main]
         return sized
 
+    def fresh_pools(self) -> dict[float, list[Path]]:
+        """repetition.fresh_multiples -> one pool per pool seed with that multiple of the pool's
+        training tokens (1: the pools), sharing its seed's tokenizer and the validation documents."""
+        P, mains = self.preset, self.pools()
+        fresh = {}
+        for multiple, tokens in P.fresh_pool_tokens().items():
+            fresh[multiple] = [
+                build_pool(
+                    replace(P.seeded_pool_spec(seed, str(main / "tokenizer.json")), tokens=tokens),
+                    P.sized_pool_dir(self.data_dir, seed, tokens),
+                    progress=self.progress,
+                )
+                if tokens != P.pools.recipe.tokens
+                else main
+                for seed, main in zip(P.pools.seeds, mains)
+            ]
+        return fresh
+
+    def fresh_grids(self) -> list[dict]:
+        """06's fresh-data runs (grids.fresh_grids), original recipe."""
+        return fresh_grids(self.preset, self.fresh_pools(), **ORIGINAL_RECIPE)
+
+    def ensemble_grids(self, sweep: Results) -> dict[str, dict]:
+        """06's ensemble members per role (ensembles.ensemble_batches of `sweep`, 02's, at the
+        first model): each batch's pooled_choice on the first ensemble_pools confirmation pools
+        with ensemble_members seeds (grids.ensemble_grid)."""
+        P = self.preset
+        first = sweep.subset(sweep.runs["model"] == P.grid.models[0])
+        pools = self.confirmation_pools()[: P.repetition.ensemble_pools]
+        grids = {}
+        for role, batch in ensemble_batches(first).items():
+            chosen = pooled_choice(first.subset(first.runs["batch_size"] == batch), TUNED)
+            grids[role] = ensemble_grid(recipe(chosen), pools, P.repetition.ensemble_members)
+        return grids
+
+    def token_losses(self, run_id: str) -> np.ndarray:
+        """Each validation token's loss at the final evaluation of run `run_id` (nats; a run with
+        token_losses, such as an ensemble member: RunDir.token_losses)."""
+        return RunDir(self.store / run_id).token_losses()
+
     def batch_sweep_grid(self) -> dict:
         """02's sweep: every batch size x lr x weight decay on every pool, Kim et al.'s one-pass
         recipe."""
@@ -309,6 +359,7 @@ class Study:
             "02": [self.batch_sweep_grid(), self.beta2_ablation_grid()],
             "03": [self.loader_grid(), *tying, self.combined_grid()],
             "05": self.scaling_grids() if P.critical_batch.pool_tokens else [],
+            "06": self.fresh_grids() if P.repetition.fresh_multiples else [],
         }
 
     def preset_grids(self) -> list[dict]:
@@ -521,46 +572,6 @@ def open_study(
         figures_dir=Path(os.environ[FIGURES_ENV]) if os.environ.get(FIGURES_ENV) else None,
         train=train,
     )
-
-
-PARAMETERS: dict[str, tuple[Callable[[object], bool], str]] = {
-    "preset": (lambda v: isinstance(v, str), "a preset name or file (-p preset smoke)"),
-    "workers": (
-        lambda v: v is None or (type(v) is int and v >= 1),
-        "a whole number of parallel runs, 1 or more (-p workers 4), or None for the preset's",
-    ),
-    "train": (lambda v: isinstance(v, bool), "True or False (-p train True)"),
-    "dry_run": (lambda v: isinstance(v, bool), "True or False (-p dry_run True)"),
-}
-"""The notebooks' parameters (their cell tagged `parameters`): a value's test, what it takes."""
-
-INJECTED_PREFIX = "# Parameters\n"
-"""How the cell that papermill injects after the parameters cell begins."""
-
-
-def check_parameters(values: Mapping[str, object], declared: Collection[str] = PARAMETERS) -> None:
-    """Refuse a name that `declared` (a notebook's parameters) lacks, where papermill would only
-    warn and run without it, and a value of the wrong type (PARAMETERS): a one-line ReproError.
-    The paths that papermill's --inject-paths adds (PAPERMILL_*) pass."""
-    for name, value in values.items():
-        if name not in declared and not name.startswith("PAPERMILL_"):
-            raise ReproError(
-                f"unknown notebook parameter {name!r}; the notebook takes {', '.join(declared)}: "
-                "check the name's spelling"
-            )
-        valid, takes = PARAMETERS.get(name, (lambda v: True, ""))
-        if not valid(value):
-            raise ReproError(f"notebook parameter {name} takes {takes}; got {value!r}")
-
-
-def injected_names(sources: list[str]) -> list[str]:
-    """The names that papermill's injected cell assigns, of the cells a kernel ran (`sources`);
-    none where papermill injected nothing."""
-    injected = [source for source in sources if source.startswith(INJECTED_PREFIX)]
-    if not injected:
-        return []
-    assigned = [n for n in ast.parse(injected[-1]).body if isinstance(n, ast.Assign)]
-    return [t.id for n in assigned for t in n.targets if isinstance(t, ast.Name)]
 
 
 def _one_line(shell, etype: type, value: BaseException, tb, tb_offset=None) -> list[str]:

@@ -8,8 +8,8 @@ import nbformat
 import papermill
 import pytest
 
+from repro.design.parameters import INJECTED_PREFIX, check_parameters, injected_names
 from repro.errors import ReproError
-from repro.study import INJECTED_PREFIX, check_parameters, injected_names
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "01_data_pool.ipynb"
 GOOD = {"preset": "smoke", "workers": None, "train": False, "dry_run": False}

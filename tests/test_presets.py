@@ -147,6 +147,10 @@ def test_yaml_preset_overrides_a_base_and_types_its_fields(tmp_path):
         ("pools: {recipe: {tokens: 0}}", "tokens must be positive, got 0"),
         ("critical_batch: {pool_tokens: [-5]}", "critical_batch.pool_tokens must be >= 1, got -5"),
         ("name: cpu-dry-run", "name 'cpu-dry-run' is a built-in preset's"),
+        ("repetition: {fresh_multiples: [1, 2]}", "needs 3 or more distinct positive multiples"),
+        ("repetition: {fresh_multiples: [0, 1, 2]}", "needs 3 or more distinct positive multiples"),
+        ("repetition: {ensemble_pools: 3}", "ensemble_pools (3) is more than the 2 pools."),
+        ("repetition: {ensemble_members: 1}", "ensemble_members must be >= 2"),
         (
             "grid: {run_fields: {device: [cpu]}}",
             "grid.run_fields: device must be one value, not a list or mapping",

@@ -81,6 +81,11 @@ def _replicate_mean_interval(rows: pd.DataFrame) -> tuple[float, float]:
     return loss.low, loss.high
 
 
+def best_batch(endpoints: pd.DataFrame) -> int:
+    """The batch size (sequences) with the lowest mean tuned loss over replicates."""
+    return int(endpoints.groupby("batch_size")["val_loss"].mean().idxmin())
+
+
 def pool_names(endpoints: pd.DataFrame) -> pd.DataFrame:
     """`endpoints` with each pool path replaced by its folder name (for display)."""
     return endpoints.assign(pool=endpoints["pool"].map(lambda path: Path(path).name))

@@ -24,7 +24,8 @@ def dry_run_preset(preset: Preset) -> Preset:
     the CPU sizes of the same rank by parameters, batches (grid.beta2_half_life_batch too) and epoch
     budgets their ranks (1, 2, ...; micro-batches of 1 where the preset has micro-batches),
     sequences 16 tokens, pools of exactly two largest batches (the smallest pool-size pool at least
-    one, so it trains every batch size), the first DRY_CONFIRMATION_POOLS confirmation pools, an
+    one, so it trains every batch size), the first DRY_CONFIRMATION_POOLS confirmation pools (and
+    ensemble pools), an
     evaluation per epoch, a Llama-3-sized vocab's uint32 token storage kept, float32 on the CPU
     without torch.compile, one process per run."""
     grid, recipe = preset.grid, preset.pools.recipe
@@ -66,6 +67,10 @@ def dry_run_preset(preset: Preset) -> Preset:
         schedules=Schedules(
             {name: tuple((at, batch[b]) for at, b in phases) for name, phases in ramps.items()},
             batch[preset.schedules.batch],
+        ),
+        repetition=replace(
+            preset.repetition,
+            ensemble_pools=min(preset.repetition.ensemble_pools, DRY_CONFIRMATION_POOLS),
         ),
         critical_batch=CriticalBatch(
             tuple(tokens * t // recipe.tokens for t in preset.critical_batch.pool_tokens),

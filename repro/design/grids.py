@@ -158,3 +158,36 @@ def schedule_grid(
             "lr": list(preset.grid.lrs[preset.schedules.batch]),
         },
     }
+
+
+def fresh_grids(preset: Preset, pools: dict[float, list[str | Path]], **recipe) -> list[dict]:
+    """Notebook 06's fresh-data runs: one epoch on each pool of `pools` (fresh multiple of the
+    pool -> those pools, one per pool seed), every batch that the pool holds, the lr grid, the first
+    model and weight decay. With wsd_branches, a fresh run of m >= 1 pools warms up over the tokens
+    that the trunks of the repeated runs warm up over, and a smaller one over the fraction of its
+    epoch that the trunks' one-epoch branch does, so that the fresh and the repeated curves meet
+    at one epoch of the pool."""
+    cap = max(preset.grid.epochs)
+    warmup = preset.run_fields().get("warmup", RunConfig.warmup)
+    grids = []
+    for multiple, paths in sorted(pools.items()):
+        tokens = preset.fresh_pool_tokens()[multiple]
+        batches = list(preset.scaling_batch_sizes(tokens))
+        grid = batch_sweep_grid(preset, paths, batches, models=preset.grid.models[:1], **recipe)
+        grid.pop("wsd_branches", None)
+        grid["axes"] |= {"weight_decay": [preset.grid.weight_decays[0]], "epochs": [1]}
+        if preset.grid.wsd_branches:
+            grid["fixed"]["warmup"] = warmup * cap / max(multiple, 1.0)
+        grids.append(grid)
+    return grids
+
+
+def ensemble_grid(fields: dict, pools: list[str | Path], members: int) -> dict:
+    """Notebook 06's ensemble members: the run `fields` (a tuned configuration,
+    confirmation.recipe) with `members` seeds from its own, on every pool of `pools`, each keeping
+    its validation tokens' losses (run field token_losses)."""
+    seeds = [fields.get("seed", RunConfig.seed) + k for k in range(members)]
+    return {
+        "fixed": fields | {"token_losses": True},
+        "axes": {"pool": [str(p) for p in pools], "seed": seeds},
+    }

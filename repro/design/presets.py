@@ -24,6 +24,7 @@ from repro.design.sections import (
     Grid,
     Growth,
     Pools,
+    Repetition,
     Schedules,
 )
 from repro.errors import ReproError
@@ -47,6 +48,7 @@ class Preset:
     frontier: Frontier = Frontier()
     schedules: Schedules = Schedules()
     critical_batch: CriticalBatch = CriticalBatch()
+    repetition: Repetition = Repetition()
 
     def __post_init__(self) -> None:
         """One-line errors for a preset that could not run, before anything is built or trained."""
@@ -85,6 +87,11 @@ class Preset:
         too_large = [t for t in self.critical_batch.pool_tokens if t >= self.pools.recipe.tokens]
         if too_large:
             raise ReproError(f"critical_batch: pool of {too_large[0]} tokens is not smaller")
+        if self.repetition.ensemble_pools > len(self.pools.confirmation_seeds):
+            raise ReproError(
+                f"repetition.ensemble_pools ({self.repetition.ensemble_pools}) is more than the "
+                f"{len(self.pools.confirmation_seeds)} pools.confirmation_seeds"
+            )
         smallest = min(self.critical_batch.pool_tokens, default=0)
         if smallest and len(self.scaling_batch_sizes(smallest)) < 2:
             raise ReproError(
@@ -153,6 +160,10 @@ class Preset:
     def sized_pool_dir(self, data_dir: str | Path, seed: int, tokens: int) -> Path:
         """Pool `seed` cut to `tokens` training tokens (notebook 05's CBS vs data size)."""
         return Path(str(self.pool_dir(data_dir, seed)) + f"-{tokens}tok")
+
+    def fresh_pool_tokens(self) -> dict[float, int]:
+        """repetition.fresh_multiples -> the training tokens of those fresh pools."""
+        return {m: round(m * self.pools.recipe.tokens) for m in self.repetition.fresh_multiples}
 
     def run_fields(self, **changes) -> dict:
         """The fields every run of this preset shares, with `changes`; a run of a model in

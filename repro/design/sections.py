@@ -244,3 +244,28 @@ class CriticalBatch:
     def __post_init__(self) -> None:
         _at_least("critical_batch", 1, pool_tokens=self.pool_tokens)
         _at_least("critical_batch", 1, noise_scale_batches=self.noise_scale_batches)
+
+
+@dataclass(frozen=True)
+class Repetition:
+    """Notebook 06, the value of a repeated token. The fresh-data curve: one-epoch runs on pools of
+    `fresh_multiples` x pools.recipe.tokens training tokens (one per pool seed; 1 is the pool
+    itself), at the first model and weight decay, lr tuned, every batch that a pool holds. The
+    ensembles: `ensemble_members` seeds (initialisation and data order) of each tuned
+    configuration at the smallest, the largest and the best batch, on the first `ensemble_pools`
+    confirmation pools (0: no ensembles)."""
+
+    fresh_multiples: tuple[float, ...] = ()
+    ensemble_members: int = 0
+    ensemble_pools: int = 0
+
+    def __post_init__(self) -> None:
+        multiples = self.fresh_multiples
+        if multiples and (len(set(multiples)) < 3 or min(multiples) <= 0):
+            raise ReproError(
+                "repetition.fresh_multiples needs 3 or more distinct positive multiples of the "
+                f"pool (the fresh-data law has 3 parameters), got {list(multiples)}"
+            )
+        _at_least("repetition", 0, ensemble_pools=self.ensemble_pools)
+        if self.ensemble_pools and self.ensemble_members < 2:
+            raise ReproError("repetition.ensemble_members must be >= 2 where ensemble_pools is set")

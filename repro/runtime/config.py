@@ -128,6 +128,9 @@ class RunConfig:
     noise_scale: bool = _field(
         False, "log the gradient noise scale (needs >= 2 micro-batches or processes per step)"
     )
+    token_losses: bool = _field(
+        False, "keep each validation token's loss at the final evaluation (ensembles)"
+    )
 
     def schedule_for(self, total_steps: int) -> Schedule:
         warmup = self.warmup_steps / total_steps if self.warmup_steps else self.warmup

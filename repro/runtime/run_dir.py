@@ -11,6 +11,10 @@
                            from a results bundle (repro.store.bundle) that leaves some step-N.npy
                            out, halves.json: {N: mean loss on each half of the documents} for every
                            N
+    RUN/val_docs/token-losses.npy
+                           with run field token_losses: each scored validation token's loss
+                           (nats, float32) at the final evaluation, in the order of the
+                           validation sequences' targets (ensembles: repro.analysis.ensembles)
     RUN/checkpoint.pt      the resume point (checkpoint.prev.pt: the one before, while training)
     RUN/checkpoints/       step-N.pt, the steps a WSD trunk keeps for its branches
     RUN/downstream.json    repro eval's accuracies per task
@@ -83,7 +87,7 @@ def half_losses(losses: np.ndarray, tokens: np.ndarray) -> list[float]:
 
 ANALYSED_FILE = re.compile(
     r"config\.json|status\.json|metrics\.jsonl|downstream\.json"
-    r"|val_docs/(tokens|step-\d+)\.npy|val_docs/halves\.json"
+    r"|val_docs/(tokens|token-losses|step-\d+)\.npy|val_docs/halves\.json"
 )
 """The files the analyses read, by name inside the run folder (what a results bundle holds)."""
 LOSSES_FILE = re.compile(r"val_docs/(step-\d+\.npy|halves\.json)")
@@ -178,6 +182,11 @@ class RunDir:
     def document_tokens_file(self) -> Path:
         """RUN/val_docs/tokens.npy: scored tokens per validation document."""
         return self.docs_dir / "tokens.npy"
+
+    @property
+    def token_losses_file(self) -> Path:
+        """RUN/val_docs/token-losses.npy: each validation token's loss at the final evaluation."""
+        return self.docs_dir / "token-losses.npy"
 
     @property
     def retrain(self) -> str:
@@ -308,6 +317,22 @@ class RunDir:
             raise ReproError(f"{losses} does not match {tokens}: {self.retrain}")
         return pair
 
+    def token_losses(self) -> np.ndarray:
+        """Each scored validation token's loss at the final evaluation (nats, float32; run field
+        token_losses); a missing or damaged file is a one-line error naming it."""
+        path = self.token_losses_file
+        if not path.is_file():
+            raise ReproError(
+                f"{path} is missing (a run without token_losses: true keeps none): {self.retrain}"
+            )
+        try:
+            losses = np.load(path)
+        except (ValueError, OSError, EOFError):
+            raise ReproError(f"{path} is damaged (not a numeric array): {self.retrain}") from None
+        if losses.ndim != 1 or not np.issubdtype(losses.dtype, np.floating):
+            raise ReproError(f"{path} is damaged (not one float per token): {self.retrain}")
+        return losses
+
     def document_steps(self) -> list[int]:
         """The evaluation steps whose per-document losses the run holds (val_docs/step-N.npy), or,
         in a run from a bundle, whose half losses it holds (val_docs/halves.json)."""
@@ -419,13 +444,19 @@ class RunDir:
         with atomic_write(self.document_losses_file(step), "wb") as f:
             np.save(f, losses)
 
+    def write_token_losses(self, losses: np.ndarray) -> None:
+        """val_docs/token-losses.npy: each scored validation token's loss (nats, float32)."""
+        self.docs_dir.mkdir(exist_ok=True)
+        with atomic_write(self.token_losses_file, "wb") as f:
+            np.save(f, losses.astype(np.float32))
+
     def keep_document_losses(self, trunk: RunDir, step: int) -> None:
         """A WSD branch keeps its trunk's per-document losses up to the branch point, as it keeps
         their metric lines (a branch whose cool-down has no steps evaluates nothing itself)."""
         if not trunk.docs_dir.is_dir():
             return
         self.docs_dir.mkdir(exist_ok=True)
-        for file in trunk.docs_dir.glob("*.npy"):
+        for file in [trunk.document_tokens_file, *trunk.docs_dir.glob("step-*.npy")]:
             if file.name == "tokens.npy" or step_of(file) <= step:
                 with atomic_write(self.docs_dir / file.name, "wb") as f:
                     f.write(file.read_bytes())

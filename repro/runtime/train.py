@@ -105,10 +105,12 @@ def evaluate(
     rank: int = 0,
     world_size: int = 1,
     documents: np.ndarray | None = None,
+    per_token: torch.Tensor | None = None,
 ) -> tuple[float, np.ndarray | None]:
     """Mean validation loss (nats/token) over all sequences, and with `documents` (the document of
     each target token, validation_documents) the summed loss per document (nats, float64); ranks
-    split the sequences."""
+    split the sequences. `per_token` (sequences x targets, zeros; run field token_losses) receives
+    each target token's loss, every rank's rows filled on every rank."""
     model.eval()
     total = torch.zeros(2, dtype=torch.float64, device=device)
     mine = sequences[rank::world_size]
@@ -116,6 +118,7 @@ def evaluate(
     per_doc = torch.zeros(
         int(documents.max()) + 1 if documents is not None else 0, dtype=torch.float64, device=device
     )
+    my_rows = torch.arange(len(sequences), device=device)[rank::world_size]
     for start in range(0, len(mine), micro_batch):
         batch = torch.from_numpy(mine[start : start + micro_batch]).to(device)
         with autocast:
@@ -130,11 +133,16 @@ def evaluate(
         if my_docs is not None:  # a second reduction, so that the mean keeps its bits
             ids = torch.from_numpy(my_docs[start : start + micro_batch].reshape(-1)).to(device)
             per_doc.index_add_(0, ids, F.nll_loss(log_probs, targets, reduction="none").double())
+        if per_token is not None:
+            losses = F.nll_loss(log_probs, targets, reduction="none").float()
+            per_token[my_rows[start : start + micro_batch]] = losses.view(len(batch), -1)
         del logits, flat, log_probs  # vocab-wide: freed before the next forward
     if world_size > 1:
         dist.all_reduce(total)
         if my_docs is not None:
             dist.all_reduce(per_doc)
+        if per_token is not None:  # zeros where another rank scored: the sum is every row
+            dist.all_reduce(per_token)
     model.train()
     return (total[0] / total[1]).item(), (per_doc.cpu().numpy() if my_docs is not None else None)
 
@@ -269,11 +277,18 @@ def _evaluate_member(member: Member, record: dict, engine: Engine) -> bool:
     """Validation loss into `record` and the member's best; returns whether it diverged."""
     e, model, step, timeline = engine, member.model, member.step, member.timeline
     val = timeline.val_sequences, timeline.eval_batch
+    final = member.config.token_losses and step == timeline.steps.total_steps
+    sequences = timeline.val_sequences
+    per_token = (
+        torch.zeros(sequences.shape[0], sequences.shape[1] - 1, device=e.device) if final else None
+    )
     val_loss, per_doc = evaluate(
-        model, *val, e.device, e.autocast, e.rank, e.world_size, timeline.val_documents
+        model, *val, e.device, e.autocast, e.rank, e.world_size, timeline.val_documents, per_token
     )
     if e.rank == 0:
         save_document_losses(member.run, step, per_doc, timeline)
+        if per_token is not None:
+            member.run.write_token_losses(per_token.cpu().numpy().reshape(-1))
     record |= {"wall_s": member.wall_s(), "val_loss": val_loss}
     if not math.isfinite(val_loss):
         record["val_loss"] = None

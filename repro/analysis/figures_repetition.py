@@ -1,0 +1,138 @@
+"""The figures of notebook 06 (the value of a repeated token): the tuned loss per epoch budget with
+the fitted data-constrained law, R_D* per batch size and recipe arm, and the ensemble curves. One
+function per figure, taking the tables the notebook computed (repro.analysis.repetition,
+repro.analysis.ensembles) and returning a matplotlib Figure. Style and helpers:
+repro.analysis.plots.
+
+Units: losses in nats/token; epochs are passes over the pool (U tokens); R_D* in repetitions
+(epochs after the first); batch sizes in sequences.
+"""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from repro.analysis import plots
+from repro.analysis.intervals import t_interval
+from repro.analysis.repetition import MUENNIGHOFF_R_STAR, FreshFit, effective_data
+
+
+def _mean_interval(values: pd.Series) -> tuple[float, float, float]:
+    """(mean, low, high) of the LEVEL t interval over replicates (low = high = mean for one)."""
+    d = t_interval(values.tolist())
+    return (d.value, d.low, d.high) if np.isfinite(d.low) else (d.value, d.value, d.value)
+
+
+@plots.styled
+def loss_vs_epochs(curves: pd.DataFrame, fits: pd.DataFrame, finding: str) -> plt.Figure:
+    """The tuned loss at each epoch budget (the best over budgets up to it; mean over replicates,
+    90% t interval over them) per batch size, the data-constrained law fitted to it (solid: the
+    mean over replicates of each one's fit) and what fresh data would give, the same law at
+    D' = D (dotted). `curves`: rows of pool, batch_size, epochs, val_loss (best_so_far); `fits`:
+    repetition.r_star_table by batch_size."""
+    fig, ax = plt.subplots(figsize=(8.5, 4.6))
+    batches = sorted(curves["batch_size"].unique())
+    colors = plots.batch_colors(batches)
+    grid = np.geomspace(1, curves["epochs"].max(), 100)
+    for b in batches:
+        mine = curves[curves["batch_size"] == b]
+        stats = mine.groupby("epochs")["val_loss"].apply(_mean_interval)
+        mean, low, high = (stats.map(lambda s, i=i: s[i]) for i in range(3))
+        ax.errorbar(
+            stats.index,
+            mean,
+            yerr=plots.interval(mean, low, high),
+            color=colors[b],
+            marker="o",
+            linestyle="none",
+            capsize=3,
+            label=f"batch {b}, measured",
+        )
+        rows = plots.settled(fits[fits["batch_size"] == b])
+        if rows.empty:
+            continue
+        laws = [FreshFit(r.E, r.B, r.beta, 0.0) for r in rows.itertuples()]
+        repeated = np.mean(
+            [law.loss(effective_data(grid, r)) for law, r in zip(laws, rows["r_star"])], 0
+        )
+        fresh = np.mean([law.loss(grid) for law in laws], 0)
+        ax.plot(grid, repeated, color=colors[b], label=f"batch {b}, fitted law")
+        ax.plot(grid, fresh, color=colors[b], linestyle=":", label=f"batch {b}, fresh data")
+    plots.log_axis(ax, "x", grid[0], grid[-1])
+    ax.set_xlabel("epoch budget (passes over the pool)")
+    ax.set_ylabel(plots.LOSS)
+    ax.set_title(finding)
+    plots.legend_outside(ax, ncols=1)
+    fig.tight_layout()
+    return fig
+
+
+@plots.styled
+def r_star_vs_group(summary: pd.DataFrame, group: str, label: str, finding: str) -> plt.Figure:
+    """R_D* per value of `group` (geometric mean over replicates, 90% interval of log10 R_D*
+    over replicates; repetition.r_star_summary), on a log axis, with Muennighoff et al.'s 15.4.
+    Hollow markers: some replicate at a bound of the R_D* grid."""
+    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    summary = plots.settled(summary)
+    x = np.arange(len(summary))
+    ax.errorbar(
+        x,
+        summary["R_D*"],
+        yerr=plots.interval(summary["R_D*"], summary["low"], summary["high"]),
+        marker="o",
+        linestyle="none",
+        capsize=4,
+        color=plots.PALETTE[0],
+        label="R_D* here (90% interval over replicates)",
+    )
+    bounded = summary["at a bound"] > 0
+    if bounded.any():
+        ax.plot(
+            x[bounded],
+            summary.loc[bounded, "R_D*"],
+            marker="o",
+            markersize=11,
+            markerfacecolor="none",
+            linestyle="none",
+            color=plots.PALETTE[3],
+            label="a replicate at the grid's bound",
+        )
+    ax.axhline(MUENNIGHOFF_R_STAR, color="0.4", linestyle="--", label="Muennighoff et al.: 15.4")
+    values = [*summary["low"], *summary["high"], MUENNIGHOFF_R_STAR]
+    plots.log_axis(ax, "y", min(values) / 1.5, max(values) * 1.5)
+    ax.set_xticks(x, [str(v) for v in summary[group]])
+    ax.set_xlabel(label)
+    ax.set_ylabel("R_D* (repetitions: epochs after the first)")
+    ax.set_title(finding)
+    plots.legend_outside(ax)
+    fig.tight_layout()
+    return fig
+
+
+@plots.styled
+def ensemble_curves(summary: pd.DataFrame, finding: str) -> plt.Figure:
+    """The ensemble's validation loss against its members K (the mean over every K-member subset;
+    mean over pools, 90% t interval over them; ensembles.ensemble_summary), one line per role."""
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    roles = list(dict.fromkeys(summary["role"]))
+    for i, role in enumerate(roles):
+        mine = summary[summary["role"] == role]
+        batch = int(mine["batch_size"].iloc[0])
+        ax.errorbar(
+            mine["K"] + 0.08 * (i - (len(roles) - 1) / 2),
+            mine["loss"],
+            yerr=plots.interval(mine["loss"], mine["low"], mine["high"]),
+            marker=plots.POOL_MARKERS[i],
+            capsize=3,
+            color=plots.PALETTE[i],
+            label=f"{role} ({batch})",
+        )
+    ax.set_xticks(sorted(summary["K"].unique()))
+    ax.set_xlabel("ensemble members K (seeds of one tuned configuration)")
+    ax.set_ylabel("validation loss of the ensemble (nats/token)")
+    ax.set_title(finding)
+    plots.legend_outside(ax, title="batch (sequences)")
+    fig.tight_layout()
+    return fig
