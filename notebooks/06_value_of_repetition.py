@@ -74,7 +74,13 @@ fresh.pivot_table("val_loss", ["batch_size", "multiple"], "pool").rename(
 # Per pool and batch: the fresh curve, and R_D* fitted to the best tuned loss up to each epoch
 # budget of notebook 02's sweep ("bound": inside the grid, or at its top: no decay measured, a
 # lower bound; or its bottom). E, B and β are the fresh curve's (nats/token; D in units of U);
-# "fresh_rms" and "rms" are the two fits' root-mean-square misses (nats/token).
+# "fresh_rms" and "rms" are the two fits' root-mean-square misses (nats/token). Two columns say
+# how far to trust a value: "D'/U at the largest budget", the fresh tokens the fit credits to the
+# whole budget, is "extrapolated" where it lies beyond the largest fresh pool measured; and "steps
+# at the largest budget": a batch that takes few optimizer steps in all is limited by its steps,
+# not its data, so its repeated tokens keep their value for that reason, whatever the batch does
+# to over-fitting (at cpu, batch 32 takes 128 steps in 32 epochs, and only batch 1 lies inside the
+# paper's batch / pool range: README, the regime).
 
 # %%
 sweep = study.sweep(study.batch_sweep_grid())
@@ -95,7 +101,10 @@ study.save(
 )
 study.save(
     figures_repetition.r_star_vs_group(
-        by_batch, "batch_size", "batch size (sequences)", f"R_D* per batch: {r_claim.verdict}"
+        by_batch,
+        "batch_size",
+        "batch size (sequences)",
+        repetition.spread_title(by_batch, "batch_size", "batch"),
     ),
     "06_r_star_vs_batch",
 )
@@ -121,7 +130,9 @@ arm_fits = repetition.r_star_table(fresh, arm_budgets, "arm")
 by_arm = repetition.r_star_summary(arm_fits, "arm")
 study.save_table(by_arm.round(4), "06_r_star_by_arm")
 study.save(
-    figures_repetition.r_star_vs_group(by_arm, "arm", "recipe arm", "R_D* per recipe arm"),
+    figures_repetition.r_star_vs_group(
+        by_arm, "arm", "recipe arm", repetition.spread_title(by_arm, "arm", "arm")
+    ),
     "06_r_star_vs_arm",
 )
 by_arm.round(3)
@@ -138,7 +149,7 @@ by_arm.round(3)
 ensemble_claims = []
 if P.repetition.ensemble_pools:
     member_grids = study.ensemble_grids(sweep)
-    member_runs = study.sweeps(list(member_grids.values()))
+    member_runs = study.trained(list(member_grids.values()), "ensemble members")
     members = ensembles.member_rows(dict(zip(member_grids, member_runs)))
     table = ensembles.ensemble_table(members, study.token_losses)
     summary = ensembles.ensemble_summary(table)
@@ -147,7 +158,7 @@ if P.repetition.ensemble_pools:
     ensemble_claims = ensembles.ensemble_claims(table, gaps)
     title = f"{ensemble_claims[0].claim}: {ensemble_claims[0].verdict}"
     study.save(figures_repetition.ensemble_curves(summary, title), "06_ensembles")
-    print({role: round(gap, 4) for role, gap in gaps.items()}, "(val - train, nats/token)")
+    display(gaps.rename(columns=lambda p: p.rsplit("-", 2)[-2]).round(4))  # val - train
     display(summary.round(4))
 else:
     print(f"preset {P.name} trains no ensembles (repetition.ensemble_pools is 0)")

@@ -208,25 +208,11 @@ class _Unbuilt(Study):
     def pools(self) -> list[Path]:
         return [self.preset.pool_dir(self.data_dir, seed) for seed in self.preset.pools.seeds]
 
-    def sized_pools(self) -> dict[int, list[Path]]:
+    def _pools_of(self, tokens: int) -> list[Path]:
         P = self.preset
-        return {
-            seed: [
-                P.sized_pool_dir(self.data_dir, seed, t)
-                for t in sorted(P.critical_batch.pool_tokens)
-            ]
-            + [main]
-            for seed, main in zip(P.pools.seeds, self.pools())
-        }
-
-    def fresh_pools(self) -> dict[float, list[Path]]:
-        P = self.preset
-        return {
-            m: [P.sized_pool_dir(self.data_dir, seed, t) for seed in P.pools.seeds]
-            if t != P.pools.recipe.tokens
-            else self.pools()
-            for m, t in P.fresh_pool_tokens().items()
-        }
+        if tokens == P.pools.recipe.tokens:
+            return self.pools()
+        return [P.sized_pool_dir(self.data_dir, seed, tokens) for seed in P.pools.seeds]
 
 
 def notebook_grids(preset: Preset) -> dict[str, list[dict]]:

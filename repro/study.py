@@ -201,11 +201,8 @@ class Study:
         asking = Confirmation(pools, cap=self.preset.grid.cap)
         analysis(*(replace(r, confirmation=asking) for r in results))
         grids = asking.grids()
-        with self._work_bar() as bar:
-            bar.bar.set_description("confirmation runs", refresh=False)
-            self._run(grids, bar)
+        self.trained(grids, "confirmation runs")
         confirmed = replace(asking, results=self._results(grids), wanted=[])
-        check_finished(confirmed.results)
         claims = analysis(*(replace(r, confirmation=confirmed) for r in results))
         past = replace(confirmed, past_cap=True)
         beyond = analysis(*(replace(r, confirmation=past) for r in results))
@@ -213,37 +210,30 @@ class Study:
 
     def sized_pools(self) -> dict[int, list[Path]]:
         """Per pool seed: pools cut to critical_batch.pool_tokens (smallest first), then the seed's
-        main pool; each shares its main pool's tokenizer and the preset's validation documents."""
-        sized = {}
-        for seed, main in zip(self.preset.pools.seeds, self.pools()):
-            spec = self.preset.seeded_pool_spec(seed, str(main / "tokenizer.json"))
-            sized[seed] = [
-                build_pool(
-                    replace(spec, tokens=tokens),
-                    self.preset.sized_pool_dir(self.data_dir, seed, tokens),
-                    progress=self.progress,
-                )
-                for tokens in sorted(self.preset.critical_batch.pool_tokens)
-            ] + [main]
-        return sized
+        main pool (05's pool-size sweeps)."""
+        sizes = sorted(self.preset.critical_batch.pool_tokens)
+        cut = [self._pools_of(tokens) for tokens in sizes] + [self.pools()]
+        return {seed: [pools[i] for pools in cut] for i, seed in enumerate(self.preset.pools.seeds)}
 
     def fresh_pools(self) -> dict[float, list[Path]]:
         """repetition.fresh_multiples -> one pool per pool seed with that multiple of the pool's
-        training tokens (1: the pools), sharing its seed's tokenizer and the validation documents."""
+        training tokens (06's fresh-data curve)."""
+        return {m: self._pools_of(t) for m, t in self.preset.fresh_pool_tokens().items()}
+
+    def _pools_of(self, tokens: int) -> list[Path]:
+        """Per pool seed, its pool of `tokens` training tokens, sharing its tokenizer and the
+        validation documents (the pool itself at its size)."""
         P, mains = self.preset, self.pools()
-        fresh = {}
-        for multiple, tokens in P.fresh_pool_tokens().items():
-            fresh[multiple] = [
-                build_pool(
-                    replace(P.seeded_pool_spec(seed, str(main / "tokenizer.json")), tokens=tokens),
-                    P.sized_pool_dir(self.data_dir, seed, tokens),
-                    progress=self.progress,
-                )
-                if tokens != P.pools.recipe.tokens
-                else main
-                for seed, main in zip(P.pools.seeds, mains)
-            ]
-        return fresh
+        return [
+            build_pool(
+                replace(P.seeded_pool_spec(seed, str(main / "tokenizer.json")), tokens=tokens),
+                P.sized_pool_dir(self.data_dir, seed, tokens),
+                progress=self.progress,
+            )
+            if tokens != P.pools.recipe.tokens
+            else main
+            for seed, main in zip(P.pools.seeds, mains)
+        ]
 
     def fresh_grids(self) -> list[dict]:
         """06's fresh-data runs (grids.fresh_grids), original recipe."""
@@ -263,8 +253,7 @@ class Study:
         return grids
 
     def token_losses(self, run_id: str) -> np.ndarray:
-        """Each validation token's loss at the final evaluation of run `run_id` (nats; a run with
-        token_losses, such as an ensemble member: RunDir.token_losses)."""
+        """Run `run_id`'s final loss on each validation token (nats; RunDir.token_losses)."""
         return RunDir(self.store / run_id).token_losses()
 
     def batch_sweep_grid(self) -> dict:
@@ -386,6 +375,17 @@ class Study:
         """Several grids that separate analyses read, trained as one sweep per round (no worker
         idles between them); each grid's Results, in order."""
         results = [self._results(grown) for grown in self._grow(grids)]
+        for each in results:
+            check_finished(each)
+        return results
+
+    def trained(self, grids: list[dict], what: str = "runs") -> list[Results]:
+        """Runs whose configuration is already chosen (confirmation runs, ensemble members): the
+        grids trained as one sweep, not grown; each grid's Results (check_finished)."""
+        with self._work_bar() as bar:
+            bar.bar.set_description(what, refresh=False)
+            self._run(grids, bar)
+        results = [self._results([grid]) for grid in grids]
         for each in results:
             check_finished(each)
         return results

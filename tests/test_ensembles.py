@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from repro.analysis.ensembles import (
+    ensemble_batches,
     ensemble_claims,
     ensemble_curve,
     ensemble_loss,
@@ -54,7 +55,10 @@ def _table(gains: dict[str, list[float]]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-GAPS = pd.Series({"smallest batch": 0.2, "largest batch": 0.05, "best batch": 0.2})
+GAPS = pd.DataFrame(  # val - train per role and pool: the smallest batch over-fits more
+    {pool: [0.2 + 0.01 * i, 0.05, 0.2] for i, pool in enumerate(POOLS)},
+    index=["smallest batch", "largest batch", "best batch"],
+)
 
 
 @pytest.mark.parametrize(
@@ -71,6 +75,30 @@ def test_the_gain_vs_overfitting_claim_decides_in_all_three_directions(small, la
     assert larger.verdict == verdict
     assert larger.difference.per_replicate == pytest.approx(np.subtract(small, large))
     assert "smallest batch" in larger.measured.split(" - ")[0]  # the batch that over-fits more
+
+
+def test_the_gain_vs_overfitting_claim_needs_the_overfitting_order_decided():
+    small, large = [0.05, 0.06, 0.05, 0.07], [0.01, 0.02, 0.01, 0.02]
+    table = _table({"smallest batch": small, "largest batch": large, "best batch": small})
+    close = GAPS.copy()
+    close.loc["largest batch"] = [0.25, 0.15, 0.22, 0.19]  # gap differences -0.05 ... +0.05
+    larger = ensemble_claims(table, close)[1]
+    assert larger.verdict == "undetermined"
+    assert "which batch over-fits more is not decided" in larger.measured
+
+
+def test_roles_that_share_a_batch_are_one_ensemble(hand_made):
+    """The best batch of a sweep can be its smallest: both roles then name one set of members."""
+    for pool in ("p0", "p1", "p2"):
+        for batch, loss in ((1, 3.0), (4, 3.1), (16, 3.2)):
+            hand_made.add(loss, pool=pool, batch_size=batch)
+    roles = ensemble_batches(hand_made.results())
+    assert roles == {"smallest and best batch": 1, "largest batch": 16}
+    for pool in ("p0", "p1", "p2"):
+        for batch, loss in ((1, 3.2), (4, 3.0), (16, 3.1)):
+            hand_made.add(loss, pool=pool, batch_size=batch)
+    roles = ensemble_batches(hand_made.results())
+    assert roles == {"smallest batch": 1, "largest batch": 16, "best batch": 4}
 
 
 @pytest.mark.parametrize(

@@ -74,6 +74,7 @@ def _study(r_stars: dict[int, list[float]], noise: float = 0.0, seed: int = 0):
             losses = LAW.loss(effective_data(EPOCHS, r_star)) + noise * rng.standard_normal(6)
             for e, loss in zip(EPOCHS, losses):
                 row = {"pool": pool, "batch_size": batch, "epochs": e, "val_loss": loss}
+                row["steps_per_epoch"] = 100 / batch
                 budgets.append(row)
     return pd.DataFrame(fresh), pd.DataFrame(budgets)
 
@@ -82,6 +83,9 @@ def test_the_table_fits_each_pool_and_batch_and_summarises_over_pools():
     fresh, budgets = _study({1: [8.0, 10.0, 12.0], 32: [1.0, 1.5, 2.0]})
     fits = r_star_table(fresh, budgets, "batch_size")
     assert len(fits) == 6 and (fits["bound"] == "inside").all()
+    assert fits["steps at the largest budget"].tolist() == pytest.approx([3200] * 3 + [100] * 3)
+    reach = 1 + fits["r_star"] * (1 - np.exp(-31 / fits["r_star"]))  # D'/U at 32 epochs
+    assert (fits["extrapolated"] == (reach > MULTIPLES.max())).all()
     assert fits["r_star"].tolist() == pytest.approx([8, 10, 12, 1, 1.5, 2], rel=0.01)
     summary = r_star_summary(fits, "batch_size").set_index("batch_size")
     geometric = np.exp(np.log([8.0, 10.0, 12.0]).mean())
@@ -133,7 +137,7 @@ def test_the_r_star_claim_is_calibrated_over_simulated_studies():
                 measured = LAW.loss(effective_data(EPOCHS, r_star)) + 0.002 * rng.standard_normal(6)
                 r = fit_r_star(LAW, EPOCHS, measured)
                 budgets.append({"batch_size": batch, "pool": pool, "r_star": r.r_star})
-        fits = pd.DataFrame(budgets).assign(bound="inside")
+        fits = pd.DataFrame(budgets).assign(bound="inside", extrapolated=False)
         claim = r_star_claim(fits)
         if effect == 0.0:
             definite += claim.verdict != "undetermined"

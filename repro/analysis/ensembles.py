@@ -23,6 +23,7 @@ from repro.analysis.intervals import Claim, describe, lower_verdict, t_interval
 from repro.analysis.results import TUNED, Results
 
 ROLES = ("smallest batch", "largest batch", "best batch")
+"""The batches whose tuned configurations are ensembled (ensemble_batches)."""
 
 
 def ensemble_loss(token_losses: np.ndarray) -> float:
@@ -46,12 +47,21 @@ def ensemble_curve(token_losses: np.ndarray) -> np.ndarray:
 
 
 def ensemble_batches(results: Results) -> dict[str, int]:
-    """The batch of each of ROLES in `results` (02's sweep at one model): the smallest and the
-    largest batch size, and the one whose configuration has the lowest mean final loss over the
-    selection replicates (confirmation.pooled_choice with the batch tuned)."""
+    """The batch of each of ROLES in `results` (02's sweep at one model), roles that share a batch
+    under one name ("smallest and best batch"): the smallest and the largest batch size, and the
+    one whose configuration has the lowest mean final loss over the selection replicates
+    (confirmation.pooled_choice with the batch tuned)."""
     batches = sorted(results.runs["batch_size"].unique())
-    best = pooled_choice(results, (*TUNED, "batch_size"))
-    return dict(zip(ROLES, [int(batches[0]), int(batches[-1]), int(best["batch_size"])]))
+    best = pooled_choice(results, (*TUNED, "batch_size"))["batch_size"]
+    roles: dict[int, list[str]] = {}
+    for role, batch in zip(ROLES, [batches[0], batches[-1], best]):
+        roles.setdefault(int(batch), []).append(role.removesuffix(" batch"))
+    return {" and ".join(names) + " batch": batch for batch, names in roles.items()}
+
+
+def _role(table: pd.DataFrame, word: str) -> str:
+    """The role (ensemble_batches' name) of `table` that holds `word` ("best", "smallest")."""
+    return next(role for role in dict.fromkeys(table["role"]) if word in role.split())
 
 
 def member_rows(members: dict[str, Results]) -> pd.DataFrame:
@@ -66,10 +76,11 @@ def member_rows(members: dict[str, Results]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)[columns]
 
 
-def overfitting_gaps(members: pd.DataFrame) -> pd.Series:
-    """Per role: the members' mean final validation minus training loss (nats/token), how much
-    that batch over-fits."""
-    return (members["val_loss"] - members["train_loss"]).groupby(members["role"]).mean()
+def overfitting_gaps(members: pd.DataFrame) -> pd.DataFrame:
+    """Per role (rows) and pool (columns): the members' mean final validation minus training loss
+    (nats/token), how much that batch over-fits on that pool."""
+    gap = members.assign(gap=members["val_loss"] - members["train_loss"])
+    return gap.pivot_table("gap", "role", "pool", aggfunc="mean")
 
 
 def ensemble_table(members: pd.DataFrame, token_losses) -> pd.DataFrame:
@@ -108,15 +119,14 @@ def _gains(table: pd.DataFrame, role: str) -> pd.Series:
     return by_k[by_k.columns.min()] - by_k[by_k.columns.max()]
 
 
-def ensemble_claims(table: pd.DataFrame, gaps: pd.Series) -> list[Claim]:
+def ensemble_claims(table: pd.DataFrame, gaps: pd.DataFrame) -> list[Claim]:
     """Kim et al.'s "an ensemble beats the single model" (at the best batch: the largest ensemble
     minus the single model, over pools) and "the ensemble's gain is larger at the batch that
-    overfits more": of the smallest and the largest batch, the one with the larger generalisation
-    gap `gaps` (role -> mean final val minus train loss of its members, nats/token), its gain
-    minus the other's, paired by pool."""
+    overfits more": of the smallest and the largest batch, the one whose members over-fit more
+    (`gaps`: overfitting_gaps; its mean over pools larger), its gain minus the other's, paired by
+    pool; undetermined unless that batch's gap is larger by an interval above 0 as well."""
     n = int(table["K"].max())
-    best = _gains(table, "best batch")
-    beats = t_interval((-best).tolist())
+    beats = t_interval((-_gains(table, _role(table, "best"))).tolist())
     first = Claim(
         "ensemble-beats-single",
         f"an ensemble of {n} seeds beats the single model (best batch)",
@@ -125,17 +135,22 @@ def ensemble_claims(table: pd.DataFrame, gaps: pd.Series) -> list[Claim]:
         lower_verdict([beats]),
         beats,
     )
-    ends = [r for r in ROLES[:2] if r in set(table["role"])]
-    overfits, other = sorted(ends, key=lambda role: -gaps[role])
-    gain = _gains(table, overfits) - _gains(table, other)
-    larger = t_interval(gain.dropna().tolist())  # positive: the claim's direction
-    gap_text = f"val - train gaps {gaps[overfits]:+.3f}, {gaps[other]:+.3f}"
+    ends = [_role(table, "smallest"), _role(table, "largest")]
+    overfits, other = sorted(ends, key=lambda role: -gaps.loc[role].mean())
+    gap = t_interval((gaps.loc[overfits] - gaps.loc[other]).tolist())
+    gain = t_interval((_gains(table, overfits) - _gains(table, other)).dropna().tolist())
+    verdict = lower_verdict([gain.negated()]) if gap.low > 0 else "undetermined"
+    measured = (
+        describe(f"gain at the {overfits} - at the {other}:", gain)
+        + "; "
+        + describe("its val - train gap minus the other's", gap)
+    )
     second = Claim(
         "ensemble-gain-vs-overfitting",
         "the ensemble's gain is larger at the batch that overfits more",
         "Kim et al. 2025 (ensembles regularise); the seed paper: the smallest batch overfits",
-        describe(f"gain at the {overfits} - at the {other} ({gap_text}):", larger),
-        lower_verdict([larger.negated()]),
-        larger,
+        measured + ("" if gap.low > 0 else " (which batch over-fits more is not decided)"),
+        verdict,
+        gain,
     )
     return [first, second]

@@ -13,6 +13,8 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 
 from repro.analysis import plots
 from repro.analysis.intervals import t_interval
@@ -31,7 +33,8 @@ def loss_vs_epochs(curves: pd.DataFrame, fits: pd.DataFrame, finding: str) -> pl
     90% t interval over them) per batch size, the data-constrained law fitted to it (solid: the
     mean over replicates of each one's fit) and what fresh data would give, the same law at
     D' = D (dotted). `curves`: rows of pool, batch_size, epochs, val_loss (best_so_far); `fits`:
-    repetition.r_star_table by batch_size."""
+    repetition.r_star_table by batch_size. The legend names the batches by colour and the three
+    kinds of mark once each."""
     fig, ax = plt.subplots(figsize=(8.5, 4.6))
     batches = sorted(curves["batch_size"].unique())
     colors = plots.batch_colors(batches)
@@ -40,31 +43,26 @@ def loss_vs_epochs(curves: pd.DataFrame, fits: pd.DataFrame, finding: str) -> pl
         mine = curves[curves["batch_size"] == b]
         stats = mine.groupby("epochs")["val_loss"].apply(_mean_interval)
         mean, low, high = (stats.map(lambda s, i=i: s[i]) for i in range(3))
-        ax.errorbar(
-            stats.index,
-            mean,
-            yerr=plots.interval(mean, low, high),
-            color=colors[b],
-            marker="o",
-            linestyle="none",
-            capsize=3,
-            label=f"batch {b}, measured",
-        )
+        yerr = plots.interval(mean, low, high)
+        ax.errorbar(stats.index, mean, yerr=yerr, color=colors[b], fmt="o", capsize=3)
         rows = plots.settled(fits[fits["batch_size"] == b])
         if rows.empty:
             continue
         laws = [FreshFit(r.E, r.B, r.beta, 0.0) for r in rows.itertuples()]
-        repeated = np.mean(
-            [law.loss(effective_data(grid, r)) for law, r in zip(laws, rows["r_star"])], 0
-        )
-        fresh = np.mean([law.loss(grid) for law in laws], 0)
-        ax.plot(grid, repeated, color=colors[b], label=f"batch {b}, fitted law")
-        ax.plot(grid, fresh, color=colors[b], linestyle=":", label=f"batch {b}, fresh data")
+        repeated = [law.loss(effective_data(grid, r)) for law, r in zip(laws, rows["r_star"])]
+        ax.plot(grid, np.mean(repeated, 0), color=colors[b])
+        ax.plot(grid, np.mean([law.loss(grid) for law in laws], 0), color=colors[b], ls=":")
+    handles = [Patch(color=colors[b], label=f"batch {b}") for b in batches]
+    handles += [
+        Line2D([], [], color="0.3", marker="o", ls="none", label="measured (90% interval)"),
+        Line2D([], [], color="0.3", label="fitted law, D' of repeated tokens"),
+        Line2D([], [], color="0.3", ls=":", label="the law with fresh tokens, D' = D"),
+    ]
     plots.log_axis(ax, "x", grid[0], grid[-1])
     ax.set_xlabel("epoch budget (passes over the pool)")
     ax.set_ylabel(plots.LOSS)
     ax.set_title(finding)
-    plots.legend_outside(ax, ncols=1)
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
     fig.tight_layout()
     return fig
 
@@ -102,7 +100,7 @@ def r_star_vs_group(summary: pd.DataFrame, group: str, label: str, finding: str)
     ax.axhline(MUENNIGHOFF_R_STAR, color="0.4", linestyle="--", label="Muennighoff et al.: 15.4")
     values = [*summary["low"], *summary["high"], MUENNIGHOFF_R_STAR]
     plots.log_axis(ax, "y", min(values) / 1.5, max(values) * 1.5)
-    ax.set_xticks(x, [str(v) for v in summary[group]])
+    ax.set_xticks(x, [str(v) for v in summary[group]], rotation=25, ha="right")
     ax.set_xlabel(label)
     ax.set_ylabel("R_D* (repetitions: epochs after the first)")
     ax.set_title(finding)

@@ -137,16 +137,27 @@ def budget_points(
     results: Results, cap: float | None, arm_fields: tuple[str, ...] = ()
 ) -> pd.DataFrame:
     """The tuned loss at each epoch budget (lr and weight decay tuned within it, held out:
-    analyses.batch_endpoints; study's `cap`, epochs): rows of pool, batch_size, epochs, val_loss,
-    and with `arm_fields` an `arm` column naming each recipe arm by them ("loader=repack")."""
+    analyses.batch_endpoints; study's `cap`, epochs): rows of pool, batch_size, epochs, val_loss
+    and steps_per_epoch (optimizer steps), and with `arm_fields` (of ARM_WORDS) an `arm` column
+    naming each recipe arm by them ("repack", "tied, emb. wd 1")."""
     ends = batch_endpoints(results, ["epochs", *arm_fields], cap=cap)
     if arm_fields:
-        names = ends[list(arm_fields)].astype(str)
-        ends = ends.assign(
-            arm=names.apply(lambda row: ", ".join(f"{k}={v}" for k, v in row.items()), axis=1)
+        words = ends[list(arm_fields)].apply(
+            lambda row: ", ".join(ARM_WORDS[k](v) for k, v in row.items()), axis=1
         )
+        ends = ends.assign(arm=words)
+    steps = results.runs.set_index("run_id")["steps_per_epoch"]
+    ends = ends.assign(steps_per_epoch=ends["run_id"].map(steps))
     keep = ["pool", "batch_size", *(["arm"] if arm_fields else []), "epochs", "val_loss"]
-    return ends[keep].dropna(subset=["val_loss"])
+    return ends[[*keep, "steps_per_epoch"]].dropna(subset=["val_loss"])
+
+
+ARM_WORDS = {
+    "loader": str,
+    "tie_embeddings": lambda tied: "tied" if tied else "untied",
+    "embedding_weight_decay": lambda decay: f"emb. wd {decay:g}",
+}
+"""How a recipe arm's run fields read in its name (budget_points)."""
 
 
 def best_so_far(budgets: pd.DataFrame, by: list[str]) -> pd.DataFrame:
@@ -160,9 +171,12 @@ def best_so_far(budgets: pd.DataFrame, by: list[str]) -> pd.DataFrame:
 def r_star_table(fresh: pd.DataFrame, budgets: pd.DataFrame, group: str) -> pd.DataFrame:
     """One row per `group` value x replicate (pool): the fresh curve fitted to `fresh` (rows of
     pool, batch_size, multiple, val_loss) at the group's batch and R_D* to `budgets` (rows of
-    pool, batch_size, `group`, epochs, val_loss: tuned loss per budget; best_so_far is applied):
-    E, B, beta, fresh_rms, r_star, bound, rms, n_fresh, n_budgets. A group without 3 fresh
-    points or a budget above 1 is left out."""
+    pool, batch_size, `group`, epochs, val_loss, steps_per_epoch: tuned loss per budget;
+    best_so_far is applied): E, B, beta, fresh_rms, r_star, bound, rms, n_fresh, n_budgets, the
+    fresh tokens D'/U that the fit credits at the largest budget, whether that lies beyond the
+    largest fresh pool measured (`extrapolated`: the fresh curve is extrapolated there) and the
+    optimizer steps of the largest budget (a batch of few steps may be limited by its steps, not
+    its data). A group without 3 fresh points or a budget above 1 is left out."""
     rows = []
     curves = best_so_far(budgets, [group, "pool"])
     for (value, pool), points in curves.groupby([group, "pool"], sort=True):
@@ -172,21 +186,27 @@ def r_star_table(fresh: pd.DataFrame, budgets: pd.DataFrame, group: str) -> pd.D
             continue
         curve = fit_fresh(mine["multiple"].to_numpy(), mine["val_loss"].to_numpy())
         r = fit_r_star(curve, points["epochs"].to_numpy(), points["val_loss"].to_numpy())
+        largest = points["epochs"].max()
+        reach = float(effective_data(largest, r.r_star))
         rows.append(
             {group: value, "pool": pool, "batch_size": batch}
             | {"E": curve.E, "B": curve.B, "beta": curve.beta, "fresh_rms": curve.rms}
             | {"r_star": r.r_star, "bound": r.bound, "rms": r.rms}
             | {"n_fresh": len(mine), "n_budgets": len(points)}
+            | {"D'/U at the largest budget": reach, "extrapolated": reach > mine["multiple"].max()}
+            | {"steps at the largest budget": largest * points["steps_per_epoch"].mean()}
         )
     columns = [group, "pool", "batch_size", "E", "B", "beta", "fresh_rms", "r_star", "bound"]
-    columns += ["rms", "n_fresh", "n_budgets"]
+    columns += ["rms", "n_fresh", "n_budgets", "D'/U at the largest budget", "extrapolated"]
+    columns += ["steps at the largest budget"]
     return pd.DataFrame(rows, columns=list(dict.fromkeys(columns)))
 
 
 def r_star_summary(table: pd.DataFrame, group: str) -> pd.DataFrame:
     """Per `group` value: R_D* as the geometric mean over replicates with the LEVEL t interval of
-    log10 R_D* turned back into repetitions (`low`, `high`), the replicates' values, and how many
-    sit at a bound of R_GRID."""
+    log10 R_D* turned back into repetitions (`low`, `high`), the replicates' values, how many sit
+    at a bound of R_GRID and how many rest on the fresh curve extrapolated (r_star_table), and the
+    optimizer steps of the largest budget."""
     rows = []
     for value, fits in table.groupby(group, sort=True):
         logs = t_interval(np.log10(fits["r_star"]).tolist())
@@ -198,10 +218,21 @@ def r_star_summary(table: pd.DataFrame, group: str) -> pd.DataFrame:
                 "high": 10**logs.high,
                 "replicates": ", ".join(f"{r:.3g}" for r in fits["r_star"]),
                 "at a bound": int((fits["bound"] != "inside").sum()),
+                "extrapolated": int(fits["extrapolated"].sum()),
+                "steps at the largest budget": round(fits["steps at the largest budget"].mean()),
                 "n": len(fits),
             }
         )
     return pd.DataFrame(rows)
+
+
+def spread_title(summary: pd.DataFrame, group: str, noun: str) -> str:
+    """A figure title stating where R_D* (r_star_summary) is lowest and highest over `group`."""
+    low, high = summary.loc[summary["R_D*"].idxmin()], summary.loc[summary["R_D*"].idxmax()]
+    return (
+        f"R_D* from {low['R_D*']:.3g} ({noun} {low[group]}) to {high['R_D*']:.3g} "
+        f"({noun} {high[group]}); Muennighoff et al.: {MUENNIGHOFF_R_STAR}"
+    )
 
 
 def log_ratio(table: pd.DataFrame, group: str, first, second) -> tuple[Difference, tuple]:
@@ -252,6 +283,11 @@ def r_star_claim(table: pd.DataFrame) -> Claim:
         for b, s in zip((small, large), bounds)
         if s
     ]
+    for b in (small, large):
+        mine = table[table["batch_size"] == b]
+        if mine["extrapolated"].any():
+            steps = mine["steps at the largest budget"].mean()
+            notes.append(f"batch {b}: fresh curve extrapolated, {steps:,.0f} steps in all")
     measured = describe(f"log10 R_D*, batch {small} - batch {large}:", diff, "+.2f") + (
         f" ({'; '.join(notes)})" if notes else ""
     )
