@@ -94,9 +94,8 @@ by_batch.round(3)
 
 # %%
 r_claim = repetition.r_star_claim(fits)
-curves = repetition.best_so_far(budgets, ["batch_size", "pool"])
 study.save(
-    figures_repetition.loss_vs_epochs(curves, fits, f"{r_claim.claim}: {r_claim.verdict}"),
+    figures_repetition.loss_vs_epochs(budgets, fits, f"{r_claim.claim}: {r_claim.verdict}"),
     "06_loss_vs_epochs",
 )
 study.save(
@@ -154,11 +153,11 @@ if P.repetition.ensemble_pools:
     table = ensembles.ensemble_table(members, study.token_losses)
     summary = ensembles.ensemble_summary(table)
     study.save_table(summary.round(4), "06_ensembles")
-    gaps = ensembles.overfitting_gaps(members)
-    ensemble_claims = ensembles.ensemble_claims(table, gaps)
+    order = ensembles.overfitting_order(ends, ensembles.ensemble_batches(sweep))
+    ensemble_claims = ensembles.ensemble_claims(table, members, order)
     title = f"{ensemble_claims[0].claim}: {ensemble_claims[0].verdict}"
     study.save(figures_repetition.ensemble_curves(summary, title), "06_ensembles")
-    display(gaps.rename(columns=lambda p: p.rsplit("-", 2)[-2]).round(4))  # val - train
+    print(f"over-fits more (selection pools): {order[0]}; gap difference {order[2].value:+.3f}")
     display(summary.round(4))
 else:
     print(f"preset {P.name} trains no ensembles (repetition.ensemble_pools is 0)")
@@ -166,15 +165,19 @@ else:
 # %% [markdown]
 # ## Claims vs measurement
 #
-# - R_D* vs batch: log10 R_D* at the smallest batch minus at the largest, paired by pool, 90% t
-#   interval over the pools; agrees when it lies above 0, disagrees when below; a pool whose R_D*
-#   sits at a bound of the grid blocks the verdict that the bound could reverse
-#   (`repetition.r_star_verdict`).
-# - Ensemble beats the single model: the largest ensemble minus the single model at the best
-#   batch, over the confirmation pools; agrees when the interval lies below 0.
-# - Gain vs over-fitting: of the smallest and the largest batch, the one whose members' final
-#   validation minus training loss is larger; its ensemble gain minus the other's, paired by
-#   pool; agrees when the interval lies above 0, disagrees when below.
+# - R_D* vs batch: log10 R_D* at the smallest minus at the largest batch whose R_D* is measured
+#   (none of its pools at a bound of the grid or resting on the fresh curve extrapolated:
+#   `repetition.identified`; the others are named), paired by pool, 90% t interval over the pools
+#   widened for their held-out choices; agrees when it lies above 0, disagrees when below.
+# - Ensemble beats the single model: the largest ensemble minus the best of its members on each
+#   confirmation pool (that member picked on the pool's own documents, the single model at its
+#   most favoured: against the mean member an ensemble wins by Jensen's inequality alone), at the
+#   best batch; agrees when the interval lies below 0, disagrees when above.
+# - Gain vs over-fitting: which of the smallest and the largest batch over-fits more (validation
+#   minus training loss) is decided on the selection pools, from notebook 02's held-out endpoints
+#   (`ensembles.overfitting_order`), not on the ensembles' pools; its ensemble gain minus the
+#   other's, paired by confirmation pool; agrees when the interval lies above 0, disagrees when
+#   below, undetermined when the order itself is not decided.
 
 # %%
 claims = claim_table([r_claim, *ensemble_claims])

@@ -241,8 +241,8 @@ class Study:
 
     def ensemble_grids(self, sweep: Results) -> dict[str, dict]:
         """06's ensemble members per role (ensembles.ensemble_batches of `sweep`, 02's, at the
-        first model): each batch's pooled_choice on the first ensemble_pools confirmation pools
-        with ensemble_members seeds (grids.ensemble_grid)."""
+        first model): each batch's pooled_choice on the selection pools, trained on the first
+        ensemble_pools confirmation pools with ensemble_members seeds (grids.ensemble_grid)."""
         P = self.preset
         first = sweep.subset(sweep.runs["model"] == P.grid.models[0])
         pools = self.confirmation_pools()[: P.repetition.ensemble_pools]

@@ -1,6 +1,6 @@
 """The data-constrained law fitted from a study's runs (repro.analysis.repetition): hand-made loss
-curves of known R_D* recovered, the R_D*-vs-batch claim in all three directions (and with a
-replicate at a bound of the grid), and its calibration over simulated studies."""
+curves of known R_D* recovered, the R_D*-vs-batch claim in all three directions (a batch whose
+R_D* is not measured left out of it), and its calibration over simulated studies."""
 
 import numpy as np
 import pandas as pd
@@ -9,17 +9,15 @@ import pytest
 from repro.analysis.repetition import (
     R_GRID,
     FreshFit,
-    best_so_far,
     effective_data,
     fit_fresh,
     fit_r_star,
     r_star_claim,
     r_star_summary,
     r_star_table,
-    r_star_verdict,
 )
 
-MULTIPLES = np.array([0.25, 0.5, 1.0, 2.0, 4.0])
+MULTIPLES = np.array([0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0])  # D' never beyond: measured
 EPOCHS = np.array([1, 2, 4, 8, 16, 32])
 LAW = FreshFit(E=2.0, B=1.5, beta=0.4, rms=0.0)
 POOLS = ["pool-a", "pool-b", "pool-c"]
@@ -52,14 +50,6 @@ def test_an_r_star_beyond_the_grid_is_a_bound():
     assert fit_r_star(LAW, EPOCHS, fresh_pace).bound == "above"
     flat = np.full(len(EPOCHS), LAW.loss(1.0))  # the second epoch added nothing
     assert fit_r_star(LAW, EPOCHS, flat).bound == "below"
-
-
-def test_best_so_far_keeps_the_lowest_loss_up_to_each_budget():
-    budgets = pd.DataFrame(
-        {"pool": "p", "batch_size": 1, "epochs": [4, 1, 2, 8], "val_loss": [2.5, 3.0, 2.6, 2.7]}
-    )
-    curve = best_so_far(budgets, ["batch_size", "pool"])
-    assert curve["val_loss"].tolist() == [3.0, 2.6, 2.5, 2.5]
 
 
 def _study(r_stars: dict[int, list[float]], noise: float = 0.0, seed: int = 0):
@@ -110,13 +100,19 @@ def test_the_r_star_claim_decides_in_all_three_directions(small, large, verdict)
     )
 
 
-def test_a_replicate_at_a_bound_blocks_only_the_verdict_it_could_reverse():
-    fits = r_star_table(*_study({1: [8.0, 10.0, 12.0], 32: [1.0, 1.5, 2.0]}), "batch_size")
-    diff = r_star_claim(fits).difference
-    assert r_star_verdict(diff, ({"above"}, set())) == "agrees"  # R*(small) may be larger still
-    assert r_star_verdict(diff, ({"below"}, set())) == "undetermined"
-    assert r_star_verdict(diff.negated(), ({"above"}, set())) == "undetermined"
-    assert r_star_verdict(diff.negated(), (set(), {"above"})) == "disagrees"
+def test_a_batch_whose_r_star_is_not_measured_is_left_out_of_the_claim():
+    """Batch 64 keeps the fresh pace (R_D* at the grid's top): the claim compares batch 1 with
+    batch 32, the largest measured; with batch 32 also out, it is undetermined."""
+    fresh, budgets = _study({1: [8.0, 10.0, 12.0], 32: [1.0, 1.5, 2.0], 64: [1e6] * 3})
+    fits = r_star_table(fresh, budgets, "batch_size")
+    assert (fits[fits["batch_size"] == 64]["bound"] == "above").all()
+    claim = r_star_claim(fits)
+    assert claim.verdict == "agrees" and "batch 1 - batch 32" in claim.measured
+    assert "left out: batch 64, 3 of 3 at the grid's bound" in claim.measured
+    alone = r_star_claim(fits[fits["batch_size"] != 32])
+    assert alone.verdict == "undetermined" and alone.difference is None
+    short = r_star_table(fresh[fresh["multiple"] <= 4], budgets, "batch_size")
+    assert short[short["batch_size"] == 1]["extrapolated"].all()  # D' at 32 epochs above 4 x U
 
 
 def test_the_r_star_claim_is_calibrated_over_simulated_studies():

@@ -17,7 +17,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from repro.analysis import plots
-from repro.analysis.intervals import t_interval
+from repro.analysis.intervals import LEVEL, t_interval
 from repro.analysis.repetition import MUENNIGHOFF_R_STAR, FreshFit, effective_data
 
 
@@ -29,10 +29,10 @@ def _mean_interval(values: pd.Series) -> tuple[float, float, float]:
 
 @plots.styled
 def loss_vs_epochs(curves: pd.DataFrame, fits: pd.DataFrame, finding: str) -> plt.Figure:
-    """The tuned loss at each epoch budget (the best over budgets up to it; mean over replicates,
+    """The tuned loss at each epoch budget (tuned over the budgets up to it; mean over replicates,
     90% t interval over them) per batch size, the data-constrained law fitted to it (solid: the
     mean over replicates of each one's fit) and what fresh data would give, the same law at
-    D' = D (dotted). `curves`: rows of pool, batch_size, epochs, val_loss (best_so_far); `fits`:
+    D' = D (dotted). `curves`: rows of pool, batch_size, epochs, val_loss (budget_points); `fits`:
     repetition.r_star_table by batch_size. The legend names the batches by colour and the three
     kinds of mark once each."""
     fig, ax = plt.subplots(figsize=(8.5, 4.6))
@@ -48,7 +48,7 @@ def loss_vs_epochs(curves: pd.DataFrame, fits: pd.DataFrame, finding: str) -> pl
         rows = plots.settled(fits[fits["batch_size"] == b])
         if rows.empty:
             continue
-        laws = [FreshFit(r.E, r.B, r.beta, 0.0) for r in rows.itertuples()]
+        laws = [FreshFit(r.E, r.B, r.beta, r.fresh_rms) for r in rows.itertuples()]
         repeated = [law.loss(effective_data(grid, r)) for law, r in zip(laws, rows["r_star"])]
         ax.plot(grid, np.mean(repeated, 0), color=colors[b])
         ax.plot(grid, np.mean([law.loss(grid) for law in laws], 0), color=colors[b], ls=":")
@@ -83,7 +83,7 @@ def r_star_vs_group(summary: pd.DataFrame, group: str, label: str, finding: str)
         linestyle="none",
         capsize=4,
         color=plots.PALETTE[0],
-        label="R_D* here (90% interval over replicates)",
+        label=f"R_D* here ({LEVEL:.0%} interval over replicates)",
     )
     bounded = summary["at a bound"] > 0
     if bounded.any():
@@ -97,7 +97,8 @@ def r_star_vs_group(summary: pd.DataFrame, group: str, label: str, finding: str)
             color=plots.PALETTE[3],
             label="a replicate at the grid's bound",
         )
-    ax.axhline(MUENNIGHOFF_R_STAR, color="0.4", linestyle="--", label="Muennighoff et al.: 15.4")
+    reference = f"Muennighoff et al.: {MUENNIGHOFF_R_STAR}"
+    ax.axhline(MUENNIGHOFF_R_STAR, color="0.4", linestyle="--", label=reference)
     values = [*summary["low"], *summary["high"], MUENNIGHOFF_R_STAR]
     plots.log_axis(ax, "y", min(values) / 1.5, max(values) * 1.5)
     ax.set_xticks(x, [str(v) for v in summary[group]], rotation=25, ha="right")

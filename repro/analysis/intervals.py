@@ -200,17 +200,21 @@ def mean_interval(losses: np.ndarray, tokens: np.ndarray) -> Difference:
     return replicate_difference(losses, tokens)
 
 
-def t_interval(values: list[float], level: float = LEVEL) -> Difference:
+def t_interval(values: list[float], level: float = LEVEL, held_out: bool = False) -> Difference:
     """The mean of per-replicate `values` (e.g. final training losses, which have no documents)
-    with its `level` t interval over replicates; (-inf, inf) with fewer than two."""
+    with its `level` t interval over replicates; (-inf, inf) with fewer than two. `held_out`:
+    each value was chosen on the other replicates, which makes them covary: the variance is
+    inflated by Nadeau and Bengio's factor, as _variance does."""
     values = np.asarray(values, float)
     replicates = tuple(float(v) for v in values)
     if len(values) == 0:
         return NOT_MEASURED
-    mean, df = float(values.mean()), len(values) - 1
-    if len(values) < 2:
+    n = len(values)
+    mean, df = float(values.mean()), n - 1
+    if n < 2:
         return Difference(mean, -np.inf, np.inf, replicates, level=level)
-    half = float(stats.t.ppf(0.5 + level / 2, df) * values.std(ddof=1) / np.sqrt(len(values)))
+    inflation = np.sqrt(1 + n / (n - 1)) if held_out else 1.0
+    half = float(stats.t.ppf(0.5 + level / 2, df) * inflation * values.std(ddof=1) / np.sqrt(n))
     return Difference(mean, mean - half, mean + half, replicates, df=float(df), level=level)
 
 

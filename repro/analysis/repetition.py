@@ -14,18 +14,20 @@ per replicate (a selection pool):
 1. the fresh-data curve L(D) = E + B (D / U)^-beta, least squares on the tuned one-epoch losses of
    pools of D fresh tokens (repetition.fresh_multiples of the pool, D in units of U: `fit_fresh`);
 2. R_D*, least squares over a log grid (`R_GRID`, repetitions) of the tuned loss at each epoch
-   budget e (lr and weight decay tuned within the budget, held out as every endpoint is; then the
-   best over the budgets up to e, as a study that may stop earlier has it), predicted as
-   L(D'(R_D = e - 1)) (`fit_r_star`).
+   budget e (lr, weight decay and the budget chosen among those up to e, held out as every
+   endpoint is: `budget_points`), predicted as L(D'(R_D = e - 1)) (`fit_r_star`).
 
-R_D* at the top of the grid: the repeated loss kept the fresh curve's pace (no decay measured, a
-lower bound); at the bottom, the second epoch added nothing (an upper bound). A difference of log10
-R_D* between groups is a t interval over the replicates; a bound only counts where it cannot
-reverse the verdict (`r_star_verdict`).
+R_D* at the top of the grid: the repeated loss kept the fresh curve's pace (no decay measured); at
+the bottom, the second epoch added nothing; where D' at the largest budget lies beyond the largest
+fresh pool, R_D* rests on the fresh curve extrapolated. None of these is a measurement
+(`identified`), and the claim compares only batches whose R_D* is measured. A difference of
+log10 R_D* between batches is a t interval over the replicates, widened for their held-out
+choices (intervals.t_interval).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
@@ -33,8 +35,9 @@ import pandas as pd
 from scipy import optimize
 
 from repro.analysis.analyses import batch_endpoints
-from repro.analysis.intervals import Claim, Difference, describe, t_interval
+from repro.analysis.intervals import Claim, Difference, describe, lower_verdict, t_interval
 from repro.analysis.results import Results
+from repro.errors import ReproError
 
 R_GRID = np.geomspace(0.01, 1000.0, 2001)
 """The R_D* values tried (repetitions, i.e. epochs after the first)."""
@@ -76,7 +79,9 @@ def fit_fresh(multiples: np.ndarray, losses: np.ndarray) -> FreshFit:
             if best is None or fit.cost < best.cost:
                 best = fit
     E, log_b, beta = best.x
-    return FreshFit(float(E), float(np.exp(log_b)), float(beta), _rms(best.fun))
+    return FreshFit(
+        float(E), float(np.exp(log_b)), float(beta), float(np.sqrt(2 * best.cost / len(y)))
+    )
 
 
 def effective_data(epochs: np.ndarray, r_star: np.ndarray) -> np.ndarray:
@@ -110,12 +115,8 @@ def fit_r_star(fresh: FreshFit, epochs: np.ndarray, losses: np.ndarray) -> RStar
     return RStarFit(float(R_GRID[i]), bound, float(np.sqrt(errors[i])))
 
 
-def _rms(residuals: np.ndarray) -> float:
-    return float(np.sqrt(np.mean(np.square(residuals))))
-
-
 def fresh_points(
-    fresh: dict[float, Results], fresh_pools: dict[float, list], pools: list
+    fresh: dict[float, Results], fresh_pools: dict[float, list[Path]], pools: list[Path]
 ) -> pd.DataFrame:
     """The tuned one-epoch loss (held out: analyses.batch_endpoints) per pool seed, batch size and
     fresh multiple: rows of pool (the seed's pool of `pools`, whose replicate it is), batch_size,
@@ -125,31 +126,15 @@ def fresh_points(
     for multiple, results in sorted(fresh.items()):
         replicate = {str(f): str(p) for f, p in zip(fresh_pools[multiple], pools)}
         ends = batch_endpoints(results)
+        unknown = sorted(set(ends["pool"]) - set(replicate))
+        if unknown:
+            raise ReproError(f"fresh run on {unknown[0]}, not one of the fresh pools given")
         frames.append(
             ends.assign(pool=ends["pool"].map(replicate), multiple=multiple)[
                 ["pool", "batch_size", "multiple", "val_loss"]
             ]
         )
     return pd.concat(frames, ignore_index=True).dropna(subset=["val_loss"])
-
-
-def budget_points(
-    results: Results, cap: float | None, arm_fields: tuple[str, ...] = ()
-) -> pd.DataFrame:
-    """The tuned loss at each epoch budget (lr and weight decay tuned within it, held out:
-    analyses.batch_endpoints; study's `cap`, epochs): rows of pool, batch_size, epochs, val_loss
-    and steps_per_epoch (optimizer steps), and with `arm_fields` (of ARM_WORDS) an `arm` column
-    naming each recipe arm by them ("repack", "tied, emb. wd 1")."""
-    ends = batch_endpoints(results, ["epochs", *arm_fields], cap=cap)
-    if arm_fields:
-        words = ends[list(arm_fields)].apply(
-            lambda row: ", ".join(ARM_WORDS[k](v) for k, v in row.items()), axis=1
-        )
-        ends = ends.assign(arm=words)
-    steps = results.runs.set_index("run_id")["steps_per_epoch"]
-    ends = ends.assign(steps_per_epoch=ends["run_id"].map(steps))
-    keep = ["pool", "batch_size", *(["arm"] if arm_fields else []), "epochs", "val_loss"]
-    return ends[[*keep, "steps_per_epoch"]].dropna(subset=["val_loss"])
 
 
 ARM_WORDS = {
@@ -160,70 +145,108 @@ ARM_WORDS = {
 """How a recipe arm's run fields read in its name (budget_points)."""
 
 
-def best_so_far(budgets: pd.DataFrame, by: list[str]) -> pd.DataFrame:
-    """`budgets` (rows of by + epochs + val_loss: the tuned loss at each budget) with val_loss
-    replaced by the lowest at that budget or a smaller one, within each group of `by`."""
-    ordered = budgets.sort_values([*by, "epochs"])
-    best = ordered.groupby(by, sort=False)["val_loss"].cummin()
-    return ordered.assign(val_loss=best)
+def budget_points(
+    results: Results, cap: float | None, arm_fields: tuple[str, ...] = ()
+) -> pd.DataFrame:
+    """At each epoch budget e, the tuned loss over the budgets up to e: lr, weight decay and the
+    budget itself chosen held out (analyses.batch_endpoints over the runs of at most e epochs,
+    the study's `cap`), so that no minimum over noisy budgets is taken on the documents it
+    reports. Rows of pool, batch_size, epochs (e), val_loss (nats/token), steps_per_epoch
+    (optimizer steps), and with `arm_fields` (of ARM_WORDS) an `arm` column naming each recipe arm
+    by them and its batch ("repack, batch 2")."""
+    steps = results.runs.set_index("run_id")["steps_per_epoch"]
+    frames = []
+    for budget in sorted(results.runs["epochs"].unique()):
+        upto = results.subset(results.runs["epochs"] <= budget)
+        ends = batch_endpoints(upto, list(arm_fields), cap=cap).drop(columns="epochs")
+        frames.append(ends.assign(epochs=budget, steps_per_epoch=ends["run_id"].map(steps)))
+    ends = pd.concat(frames, ignore_index=True)
+    if arm_fields:
+        words = ends[[*arm_fields, "batch_size"]].apply(
+            lambda row: (
+                ", ".join(ARM_WORDS[k](row[k]) for k in arm_fields) + f", batch {row['batch_size']}"
+            ),
+            axis=1,
+        )
+        ends = ends.assign(arm=words)
+    keep = ["pool", "batch_size", *(["arm"] if arm_fields else []), "epochs", "val_loss"]
+    return ends[[*keep, "steps_per_epoch"]].dropna(subset=["val_loss"])
 
 
 def r_star_table(fresh: pd.DataFrame, budgets: pd.DataFrame, group: str) -> pd.DataFrame:
     """One row per `group` value x replicate (pool): the fresh curve fitted to `fresh` (rows of
-    pool, batch_size, multiple, val_loss) at the group's batch and R_D* to `budgets` (rows of
-    pool, batch_size, `group`, epochs, val_loss, steps_per_epoch: tuned loss per budget;
-    best_so_far is applied): E, B, beta, fresh_rms, r_star, bound, rms, n_fresh, n_budgets, the
-    fresh tokens D'/U that the fit credits at the largest budget, whether that lies beyond the
-    largest fresh pool measured (`extrapolated`: the fresh curve is extrapolated there) and the
-    optimizer steps of the largest budget (a batch of few steps may be limited by its steps, not
-    its data). A group without 3 fresh points or a budget above 1 is left out."""
+    pool, batch_size, multiple, val_loss) at the group's batch and R_D* to `budgets`
+    (budget_points: pool, batch_size, `group`, epochs, val_loss, steps_per_epoch; a pool's seeds
+    averaged): E, B, beta, fresh_rms, r_star, bound, rms, `offset at 1 epoch` (the repeated
+    curve's one-epoch loss minus the fresh curve's at D = U, nats/token: a level the law does not
+    fit), n_fresh, n_budgets, the fresh tokens D'/U that the fit credits at the largest budget,
+    whether that lies beyond the largest fresh pool (`extrapolated`) and the optimizer steps of
+    the largest budget (a batch of few steps may be limited by its steps, not its data). A group
+    without 3 fresh pool sizes or a budget above 1 epoch is left out."""
+    keys = list(dict.fromkeys([group, "pool", "batch_size", "epochs"]))
+    budgets = budgets.groupby(keys, as_index=False)[["val_loss", "steps_per_epoch"]].mean()
+    fresh = fresh.groupby(["pool", "batch_size", "multiple"], as_index=False)["val_loss"].mean()
     rows = []
-    curves = best_so_far(budgets, [group, "pool"])
-    for (value, pool), points in curves.groupby([group, "pool"], sort=True):
+    for (value, pool), points in budgets.groupby([group, "pool"], sort=True):
         batch = points["batch_size"].iloc[0]
-        mine = fresh[(fresh["pool"] == pool) & (fresh["batch_size"] == batch)]
-        if mine["multiple"].nunique() < 3 or not (points["epochs"] > 1).any():
+        own = fresh[(fresh["pool"] == pool) & (fresh["batch_size"] == batch)]
+        if own["multiple"].nunique() < 3 or not (points["epochs"] > 1).any():
             continue
-        curve = fit_fresh(mine["multiple"].to_numpy(), mine["val_loss"].to_numpy())
+        curve = fit_fresh(own["multiple"].to_numpy(), own["val_loss"].to_numpy())
         r = fit_r_star(curve, points["epochs"].to_numpy(), points["val_loss"].to_numpy())
         largest = points["epochs"].max()
         reach = float(effective_data(largest, r.r_star))
+        one_epoch = points.loc[points["epochs"] == 1, "val_loss"]
         rows.append(
             {group: value, "pool": pool, "batch_size": batch}
             | {"E": curve.E, "B": curve.B, "beta": curve.beta, "fresh_rms": curve.rms}
             | {"r_star": r.r_star, "bound": r.bound, "rms": r.rms}
-            | {"n_fresh": len(mine), "n_budgets": len(points)}
-            | {"D'/U at the largest budget": reach, "extrapolated": reach > mine["multiple"].max()}
+            | {"offset at 1 epoch": float(one_epoch.mean() - curve.loss(1.0))}
+            | {"n_fresh": len(own), "n_budgets": len(points)}
+            | {"D'/U at the largest budget": reach, "extrapolated": reach > own["multiple"].max()}
             | {"steps at the largest budget": largest * points["steps_per_epoch"].mean()}
         )
     columns = [group, "pool", "batch_size", "E", "B", "beta", "fresh_rms", "r_star", "bound"]
-    columns += ["rms", "n_fresh", "n_budgets", "D'/U at the largest budget", "extrapolated"]
-    columns += ["steps at the largest budget"]
+    columns += ["rms", "offset at 1 epoch", "n_fresh", "n_budgets"]
+    columns += ["D'/U at the largest budget", "extrapolated", "steps at the largest budget"]
     return pd.DataFrame(rows, columns=list(dict.fromkeys(columns)))
+
+
+def identified(fits: pd.DataFrame) -> bool:
+    """Whether the R_D* of these replicates (rows of r_star_table) is measured: every one inside
+    R_GRID and none resting on the fresh curve extrapolated."""
+    return bool((fits["bound"] == "inside").all() and not fits["extrapolated"].any())
 
 
 def r_star_summary(table: pd.DataFrame, group: str) -> pd.DataFrame:
     """Per `group` value: R_D* as the geometric mean over replicates with the LEVEL t interval of
-    log10 R_D* turned back into repetitions (`low`, `high`), the replicates' values, how many sit
-    at a bound of R_GRID and how many rest on the fresh curve extrapolated (r_star_table), and the
-    optimizer steps of the largest budget."""
+    log10 R_D* (held out: each replicate's budgets were chosen on the others) turned back into
+    repetitions (`low`, `high`), the replicates' values, how many sit at a bound of R_GRID
+    (R_GRID's top reads as "> 1000"), how many rest on the fresh curve extrapolated, whether the
+    value is measured (identified) and the optimizer steps of the largest budget."""
     rows = []
     for value, fits in table.groupby(group, sort=True):
-        logs = t_interval(np.log10(fits["r_star"]).tolist())
+        logs = t_interval(np.log10(fits["r_star"]).tolist(), held_out=True)
         rows.append(
             {
                 group: value,
                 "R_D*": 10**logs.value,
                 "low": 10**logs.low,
                 "high": 10**logs.high,
-                "replicates": ", ".join(f"{r:.3g}" for r in fits["r_star"]),
+                "replicates": ", ".join(map(_r_star_text, fits["r_star"], fits["bound"])),
                 "at a bound": int((fits["bound"] != "inside").sum()),
                 "extrapolated": int(fits["extrapolated"].sum()),
+                "measured": identified(fits),
                 "steps at the largest budget": round(fits["steps at the largest budget"].mean()),
                 "n": len(fits),
             }
         )
     return pd.DataFrame(rows)
+
+
+def _r_star_text(r_star: float, bound: str) -> str:
+    """An R_D* value as a table shows it: a bound of R_GRID as "> 1000" or "< 0.01"."""
+    return {"above": f"> {R_GRID[-1]:g}", "below": f"< {R_GRID[0]:g}"}.get(bound, f"{r_star:.3g}")
 
 
 def spread_title(summary: pd.DataFrame, group: str, noun: str) -> str:
@@ -235,60 +258,50 @@ def spread_title(summary: pd.DataFrame, group: str, noun: str) -> str:
     )
 
 
-def log_ratio(table: pd.DataFrame, group: str, first, second) -> tuple[Difference, tuple]:
-    """log10 R_D*(first) - log10 R_D*(second), paired by replicate (pool), with its t interval,
-    and each arm's bounds (the set of R_GRID bounds its replicates hit)."""
-    one = table[table[group] == first].set_index("pool")
-    two = table[table[group] == second].set_index("pool")
+def log_ratio(table: pd.DataFrame, first: int, second: int) -> Difference:
+    """log10 R_D*(batch `first`) - log10 R_D*(batch `second`), paired by replicate (pool), with
+    its held-out t interval (each replicate's budgets were chosen on the others)."""
+    one = table[table["batch_size"] == first].set_index("pool")["r_star"]
+    two = table[table["batch_size"] == second].set_index("pool")["r_star"]
     pools = sorted(set(one.index) & set(two.index))
-    diffs = np.log10(one.loc[pools, "r_star"]) - np.log10(two.loc[pools, "r_star"])
-    bounds = (set(one.loc[pools, "bound"]) - {"inside"}, set(two.loc[pools, "bound"]) - {"inside"})
-    return t_interval(diffs.tolist()), bounds
-
-
-def r_star_verdict(diff: Difference, bounds: tuple[set, set]) -> str:
-    """For a claim that `diff` (log10 R*(first) - log10 R*(second)) is positive: "agrees" when its
-    interval lies above 0, "disagrees" when below, else "undetermined", and fewer than
-    MIN_REPLICATES replicates are undetermined. A replicate at a bound reports a bound, not a value:
-    it blocks only the verdicts it could reverse (first above or second below: the true
-    difference may be larger, which blocks "disagrees"; first below or second above blocks
-    "agrees")."""
-    if not diff.decisive:
-        return "undetermined"
-    first, second = bounds
-    may_be_larger = "above" in first or "below" in second
-    may_be_smaller = "below" in first or "above" in second
-    if diff.low > 0 and not may_be_smaller:
-        return "agrees"
-    if diff.high < 0 and not may_be_larger:
-        return "disagrees"
-    return "undetermined"
+    return t_interval((np.log10(one[pools]) - np.log10(two[pools])).tolist(), held_out=True)
 
 
 def r_star_claim(table: pd.DataFrame) -> Claim:
-    """ "Smaller batches keep repeated tokens valuable for longer (larger R_D*)": log10 R_D* at
-    the smallest batch minus at the largest (a table of r_star_table by batch_size)."""
-    batches = sorted(table["batch_size"].unique())
+    """ "Smaller batches keep repeated tokens valuable for longer (larger R_D*)": log10 R_D* at the
+    smallest minus at the largest batch whose R_D* is measured (identified: a value at a bound of
+    the grid, or resting on the fresh curve extrapolated, is no measurement), in a table of
+    r_star_table by batch_size; agrees when the interval lies above 0, disagrees when below."""
     text = "smaller batches keep repeated tokens valuable for longer (larger R_D*)"
     paper = (
         "the seed paper: small batches regularise multi-epoch training; Muennighoff et al.: "
         f"R_D* = {MUENNIGHOFF_R_STAR} at one batch"
     )
-    if len(batches) < 2:
-        return Claim("r-star-vs-batch", text, paper, "needs two batch sizes", "undetermined")
-    small, large = batches[0], batches[-1]
-    diff, bounds = log_ratio(table, "batch_size", small, large)
-    notes = [
-        f"batch {b} at the grid's {'top' if 'above' in s else 'bottom'}"
-        for b, s in zip((small, large), bounds)
-        if s
-    ]
-    for b in (small, large):
-        mine = table[table["batch_size"] == b]
-        if mine["extrapolated"].any():
-            steps = mine["steps at the largest budget"].mean()
-            notes.append(f"batch {b}: fresh curve extrapolated, {steps:,.0f} steps in all")
-    measured = describe(f"log10 R_D*, batch {small} - batch {large}:", diff, "+.2f") + (
-        f" ({'; '.join(notes)})" if notes else ""
+    batches = sorted(table["batch_size"].unique())
+    measured = [b for b in batches if identified(table[table["batch_size"] == b])]
+    left_out = [_why_not(table[table["batch_size"] == b], b) for b in batches if b not in measured]
+    note = f" (left out: {'; '.join(left_out)})" if left_out else ""
+    if len(measured) < 2:
+        return Claim(
+            "r-star-vs-batch",
+            text,
+            paper,
+            f"R_D* measured at fewer than two batches{note}",
+            "undetermined",
+        )
+    small, large = measured[0], measured[-1]
+    diff = log_ratio(table, small, large)
+    described = describe(f"log10 R_D*, batch {small} - batch {large}:", diff, "+.2f")
+    return Claim(
+        "r-star-vs-batch", text, paper, described + note, lower_verdict([diff.negated()]), diff
     )
-    return Claim("r-star-vs-batch", text, paper, measured, r_star_verdict(diff, bounds), diff)
+
+
+def _why_not(fits: pd.DataFrame, batch: int) -> str:
+    """Why batch `batch`'s R_D* is not measured (identified), with its steps in all."""
+    steps = fits["steps at the largest budget"].mean()
+    bounds = int((fits["bound"] != "inside").sum())
+    extrapolated = int(fits["extrapolated"].sum())
+    reasons = [f"{bounds} of {len(fits)} at the grid's bound"] if bounds else []
+    reasons += [f"{extrapolated} of {len(fits)} extrapolated"] if extrapolated else []
+    return f"batch {batch}, {', '.join(reasons)}, {steps:,.0f} steps in all"
