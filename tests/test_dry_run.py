@@ -25,4 +25,4 @@ def test_the_gpu_small_preset_dry_runs_every_notebook_on_a_cpu(tmp_path, monkeyp
     assert (figures / "02_accuracy_vs_batch.png").is_file()  # downstream: the pool task
     for table in ("02_claims.md", "03_claims.md"):
         assert "downstream accuracy follows validation loss" in (figures / table).read_text()
-    assert len(list((tmp_path / "runs" / "gpu-small-dry-run" / "notebooks").glob("*.ipynb"))) == 5
+    assert len(list((tmp_path / "runs" / "gpu-small-dry-run" / "notebooks").glob("*.ipynb"))) == 6

@@ -37,7 +37,9 @@ from repro.runtime.shapes import flops_per_token, model_config
 from repro.store.grid import expand
 
 ROOT = Path(__file__).resolve().parents[1]
-SMOKE = changed(PRESETS["smoke"], pools={"confirmation_seeds": ()})  # the selection grids alone
+SMOKE = changed(  # the selection grids alone
+    PRESETS["smoke"], pools={"confirmation_seeds": ()}, repetition={"ensemble_pools": 0}
+)
 SPEED = GpuSpeed(1e12, "test")
 
 
@@ -133,6 +135,7 @@ def test_02_prices_and_prefetches_the_beta2_ablation_without_training_the_sweeps
     cpu = changed(
         PRESETS["cpu"],
         pools={"confirmation_seeds": ()},
+        repetition={"ensemble_pools": 0},
         grid={"beta2_half_life_batch": 0},
         batch_sweep={"beta2_ablation_batch_sizes": ()},
     )

@@ -23,11 +23,10 @@ def dry_run_preset(preset: Preset) -> Preset:
     ablations, schedules, noise-scale and pool-size runs) but shrunk to CPU-seconds: models become
     the CPU sizes of the same rank by parameters, batches (grid.beta2_half_life_batch too) and epoch
     budgets their ranks (1, 2, ...; micro-batches of 1 where the preset has micro-batches),
-    sequences 16 tokens, pools of exactly two largest batches (the smallest pool-size pool at least
-    one, so it trains every batch size), the first DRY_CONFIRMATION_POOLS confirmation pools (and
-    ensemble pools), an
-    evaluation per epoch, a Llama-3-sized vocab's uint32 token storage kept, float32 on the CPU
-    without torch.compile, one process per run."""
+    sequences 16 tokens, pools of exactly two largest batches (the smallest pool-size or fresh pool
+    at least one, so it trains every batch size), the first DRY_CONFIRMATION_POOLS confirmation
+    pools (and ensemble pools), an evaluation per epoch, a Llama-3-sized vocab's uint32 token
+    storage kept, float32 on the CPU without torch.compile, one process per run."""
     grid, recipe = preset.grid, preset.pools.recipe
     if len(grid.models) > len(CPU_SIZES):
         raise ReproError(f"preset {preset.name}: a dry run maps at most {len(CPU_SIZES)} models")
@@ -36,7 +35,8 @@ def dry_run_preset(preset: Preset) -> Preset:
     scheduled = [b for phases in ramps.values() for _, b in phases]
     batch = _ranks([*grid.lrs, preset.schedules.batch, *scheduled, *half_life])
     largest = max(batch.values()) * 17  # tokens of one batch of 16-token sequences (+1 target)
-    share = min(preset.critical_batch.pool_tokens, default=recipe.tokens) / recipe.tokens
+    smallest = min(preset.critical_batch.pool_tokens, default=recipe.tokens) / recipe.tokens
+    share = min(smallest, *preset.repetition.fresh_multiples, 1.0)  # of the pool's tokens
     tokens = max(2 * largest, math.ceil(largest / share))  # every pool holds a largest batch
     large_vocab = recipe.tokenizer is not None or recipe.vocab_size > 65_535
     dtype = "uint32" if large_vocab else "auto"
