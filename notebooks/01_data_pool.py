@@ -1,6 +1,10 @@
 # %% [markdown]
 # # 01 — The data pool
 #
+# **What this run found** (each claim's verdict, effect and interval, the paper's claim beside
+# it) is the table under the first code cell, filled in from this run's claim tables when the
+# notebook reaches them; below, the question states what the papers claim.
+#
 # **Question.** Multi-epoch pretraining starts from a *finite pool of unique documents*: the same
 # documents are seen again every epoch, while other documents are held out for validation. The study
 # uses a fixed ~200M-token DCLM-Baseline pool split by document. What does our pool look like, and
@@ -24,6 +28,7 @@ dry_run = False  # the built-in preset shrunk to CPU size (`repro reproduce --dr
 from IPython.display import Markdown
 
 from repro.analysis import figures_pool
+from repro.analysis.findings import Findings
 from repro.analysis.intervals import claim_count, claim_summary
 from repro.analysis.pools import (
     bayes_floor,
@@ -35,6 +40,7 @@ from repro.analysis.pools import (
 from repro.study import notebook_study
 
 study = notebook_study(globals())  # checks the parameters above, prints what the study trains
+findings = Findings(study.preset.name)  # this run's verdicts, filled in at the end
 P = study.preset
 
 # %% [markdown]
@@ -107,4 +113,5 @@ Markdown(table.read_text())  # the claims in full, as committed in figures/<pres
 # Generated from this notebook's claim tables (`intervals.claim_summary`): a sentence per claim.
 
 # %%
+findings.report([claims])  # fills in the table under the first code cell
 Markdown(claim_summary(P.name, [claims]))

@@ -1,6 +1,10 @@
 # %% [markdown]
 # # 02 — Batch size with per-batch tuned learning rate, weight decay and epoch count
 #
+# **What this run found** (each claim's verdict, effect and interval, the paper's claim beside
+# it) is the table under the first code cell, filled in from this run's claim tables when the
+# notebook reaches them; below, the question states what the papers claim.
+#
 # **Question.** When the data are repeated for many epochs, which batch size gives the lowest
 # validation loss? The study finds a U-shape: smaller batches than usual win (gradient noise
 # regularises), but the smallest batch overfits (lower training loss, worse validation loss).
@@ -35,6 +39,7 @@ dry_run = False  # the built-in preset shrunk to CPU size (`repro reproduce --dr
 from IPython.display import Markdown
 
 from repro.analysis import accuracy, analyses, figures_batch, optimizer_claims
+from repro.analysis.findings import Findings
 from repro.analysis.intervals import claim_count, claim_summary
 from repro.analysis.pools import bayes_floor, pool_vocab_size
 from repro.design.grids import usual_batch_source
@@ -42,6 +47,7 @@ from repro.runtime.shapes import by_size
 from repro.study import notebook_study
 
 study = notebook_study(globals())  # checks the parameters above, prints what the study trains
+findings = Findings(study.preset.name)  # this run's verdicts, filled in at the end
 P = study.preset
 
 # %%
@@ -271,4 +277,5 @@ Markdown(table.read_text())  # the claims in full, as committed in figures/<pres
 # Generated from this notebook's claim tables (`intervals.claim_summary`): a sentence per claim.
 
 # %%
+findings.report([beta2_claims, claims])  # fills in the table under the first code cell
 Markdown(claim_summary(P.name, [beta2_claims, claims]))

@@ -1,6 +1,10 @@
 # %% [markdown]
 # # 03 — Recipe ablations for repeated data
 #
+# **What this run found** (each claim's verdict, effect and interval, the paper's claim beside
+# it) is the table under the first code cell, filled in from this run's claim tables when the
+# notebook reaches them; below, the question states what the papers claim.
+#
 # **Question.** Recipes tuned for one pass should change when data repeat. The study finds: REPACK
 # (shuffle documents and pack new sequences every epoch) beats SHUFFLE (re-batch the same sequences)
 # beats REPEAT (same sequences, same batches); positive weight decay on the embeddings helps, tying
@@ -30,10 +34,12 @@ dry_run = False  # the built-in preset shrunk to CPU size (`repro reproduce --dr
 from IPython.display import Markdown
 
 from repro.analysis import accuracy, analyses, figures_recipe
+from repro.analysis.findings import Findings
 from repro.analysis.intervals import claim_count, claim_summary
 from repro.study import notebook_study
 
 study = notebook_study(globals())  # checks the parameters above, prints what the study trains
+findings = Findings(study.preset.name)  # this run's verdicts, filled in at the end
 P = study.preset
 model = P.grid.models[0]
 print(f"ablations at model {model}")
@@ -118,7 +124,7 @@ ablations = {"loader": loader_ends, "embedding": embedding_ends, "recipe": combi
 scored = {name: study.downstream(ends) for name, ends in ablations.items()} if tasks else {}
 arms = {"loader": ["loader"], "embedding": embedding_fields, "recipe": ["batch_size"]}
 print(f"downstream tasks: {', '.join(tasks) or 'none in this preset'}")
-accuracy.ablation_accuracy(scored, arms, tasks).round(3)
+accuracy.ablation_accuracy(scored, arms, tasks).round(3) if tasks else None
 
 # %% [markdown]
 # ## Claims vs measurement
@@ -162,4 +168,5 @@ Markdown(table.read_text())  # the claims in full, as committed in figures/<pres
 # Generated from this notebook's claim tables (`intervals.claim_summary`): a sentence per claim.
 
 # %%
+findings.report([claims])  # fills in the table under the first code cell
 Markdown(claim_summary(P.name, [claims]))

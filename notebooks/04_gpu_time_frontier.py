@@ -1,6 +1,10 @@
 # %% [markdown]
 # # 04 — The GPU-time frontier: GPUs and wall-clock time as separate resources
 #
+# **What this run found** (each claim's verdict, effect and interval, the paper's claim beside
+# it) is the table under the first code cell, filled in from this run's claim tables when the
+# notebook reaches them; below, the question states what the papers claim.
+#
 # **Question.** Notebook 02 treated compute as free. But a small batch needs many *sequential*
 # steps, and more GPUs cannot shorten that chain. With G GPUs and a deadline T, which batch size
 # reaches the lowest validation loss? The study finds that tight deadlines favour larger batches,
@@ -29,10 +33,12 @@ dry_run = False  # the built-in preset shrunk to CPU size (`repro reproduce --dr
 from IPython.display import Markdown
 
 from repro.analysis import figures_frontier
+from repro.analysis.findings import Findings
 from repro.analysis.intervals import claim_count, claim_summary
 from repro.study import notebook_study
 
 study = notebook_study(globals())  # checks the parameters above, prints what the study trains
+findings = Findings(study.preset.name)  # this run's verdicts, filled in at the end
 P = study.preset
 
 # %%
@@ -183,4 +189,5 @@ Markdown(table.read_text())  # the claims in full, as committed in figures/<pres
 # Generated from this notebook's claim tables (`intervals.claim_summary`): a sentence per claim.
 
 # %%
+findings.report([claims])  # fills in the table under the first code cell
 Markdown(claim_summary(P.name, [claims]))

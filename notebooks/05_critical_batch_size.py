@@ -1,6 +1,10 @@
 # %% [markdown]
 # # 05 — Critical batch size: where does "small batch" end?
 #
+# **What this run found** (each claim's verdict, effect and interval, the paper's claim beside
+# it) is the table under the first code cell, filled in from this run's claim tables when the
+# notebook reaches them; below, the question states what the papers claim.
+#
 # **Question.** Notebook 02 found the best batch size for a fixed pool. The literature gives three
 # ways to locate the batch size beyond which more data per step stops paying: McCandlish et al. 2018
 # (gradient noise scale B_simple = tr(Σ)/|G|², and the steps/examples hyperbola (S/S_min −
@@ -53,11 +57,13 @@ from pathlib import Path
 from IPython.display import Markdown, display
 
 from repro.analysis import analyses, figures_cbs
+from repro.analysis.findings import Findings
 from repro.analysis.intervals import claim_count, claim_summary, describe
 from repro.analysis.pools import pool_vocab_size, train_tokens
 from repro.study import notebook_study
 
 study = notebook_study(globals())  # checks the parameters above, prints what the study trains
+findings = Findings(study.preset.name)  # this run's verdicts, filled in at the end
 P = study.preset
 
 # %%
@@ -239,4 +245,5 @@ Markdown(table.read_text())  # the claims in full, as committed in figures/<pres
 # Generated from this notebook's claim tables (`intervals.claim_summary`): a sentence per claim.
 
 # %%
+findings.report([claims])  # fills in the table under the first code cell
 Markdown(claim_summary(P.name, [claims]))

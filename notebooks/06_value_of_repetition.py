@@ -1,6 +1,10 @@
 # %% [markdown]
 # # 06 — The value of a repeated token, by batch size and recipe
 #
+# **What this run found** (each claim's verdict, effect and interval, the paper's claim beside
+# it) is the table under the first code cell, filled in from this run's claim tables when the
+# notebook reaches them; below, the question states what the papers claim.
+#
 # **Question.** How fast does a repeated token lose its value, and does the batch size (or the
 # recipe) change it? Muennighoff et al. 2023 ("Scaling Data-Constrained Language Models") count D
 # tokens drawn from U unique ones as D' = U + U·R_D*·(1 − exp(−R_D/R_D*)) fresh tokens, R_D =
@@ -44,10 +48,12 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from repro.analysis import analyses, ensembles, figures_repetition, repetition
+from repro.analysis.findings import Findings
 from repro.analysis.intervals import claim_count, claim_summary, claim_table
 from repro.study import notebook_study
 
 study = notebook_study(globals())  # checks the parameters above, prints what the study trains
+findings = Findings(study.preset.name)  # this run's verdicts, filled in at the end
 P = study.preset
 
 # %% [markdown]
@@ -191,4 +197,5 @@ Markdown(saved.read_text())  # the claims in full, as committed in figures/<pres
 # Generated from this notebook's claim table (`intervals.claim_summary`): a sentence per claim.
 
 # %%
+findings.report([claims])  # fills in the table under the first code cell
 Markdown(claim_summary(P.name, [claims]))

@@ -185,17 +185,20 @@ def _eval(args: argparse.Namespace) -> None:
 
 
 def _results_export(args: argparse.Namespace) -> None:
-    from repro.store.bundle import documents_read, export_bundle
+    from repro.store.bundle import bundle_manifest, documents_read, export_bundle, volumes
 
     read = documents_read(args.read) if args.read else None
-    count = export_bundle(args.store, args.out, read)
-    print(f"{args.out}: {count} runs, {Path(args.out).stat().st_size / 2**20:.1f} MiB")
+    export_bundle(args.store, args.out, read)
+    for volume in volumes(args.out):
+        runs = bundle_manifest(volume)["runs"]
+        print(f"{volume}: {runs} runs, {volume.stat().st_size / 2**20:.1f} MiB")
 
 
 def _results_import(args: argparse.Namespace) -> None:
-    from repro.store.bundle import import_bundle
+    from repro.store.bundle import import_bundle, volumes
 
-    added, present = import_bundle(args.bundle, args.into)
+    counts = [import_bundle(volume, args.into) for volume in volumes(args.bundle)]
+    added, present = (sum(column) for column in zip(*counts))
     print(f"{args.into}: {added} runs added, {present} already there")
 
 
@@ -508,7 +511,9 @@ def _add_results_commands(commands) -> None:
     load = _add_command(
         results, "import", "unpack a bundle into a store (never replaces what the store holds)"
     )
-    load.add_argument("bundle", help="a bundle that repro results export wrote")
+    load.add_argument(
+        "bundle", help="a bundle that repro results export wrote (its first volume: all are read)"
+    )
     load.add_argument("--into", required=True, help="the run store (created if missing)")
     load.set_defaults(func=_results_import)
 

@@ -57,7 +57,7 @@ from repro.design.regime import describe_regime, deviations, preset_regime
 from repro.errors import ReproError
 from repro.paths import project_root
 from repro.runtime.run_dir import RunDir
-from repro.store.bundle import DOCUMENTS_READ, import_bundle
+from repro.store.bundle import DOCUMENTS_READ, import_bundle, volumes
 from repro.store.grid import plan_grid
 from repro.store.progress import WorkBar
 from repro.store.sweep import SweepResult, run_sweep
@@ -88,8 +88,7 @@ class Study:
 
     @property
     def shipped(self) -> Path:
-        """Where the notebooks look for the preset's results bundle (repro.store.bundle;
-        committed for smoke)."""
+        """The preset's results bundle, its first volume (repro.store.bundle; committed)."""
         return self.root / "results" / f"{self.preset.name}.tar.xz"
 
     @cached_property
@@ -449,7 +448,8 @@ class Study:
         planned = [p.run_id for grid in grids for p in plan_grid(grid, self.store)]
         missing = [rid for rid in planned if not RunDir(self.store / rid).is_finished()]
         if missing and self.shipped.is_file():
-            import_bundle(self.shipped, self.store)
+            for volume in volumes(self.shipped):
+                import_bundle(volume, self.store)
             missing = [rid for rid in missing if not RunDir(self.store / rid).is_finished()]
         if missing:
             shipped = f" nor in {self.shipped}" if self.shipped.is_file() else ""

@@ -18,7 +18,15 @@ from repro.design.presets import changed
 from repro.errors import ReproError
 from repro.runtime.config import NUMERICS
 from repro.runtime.run_dir import RunDir
-from repro.store.bundle import FORMAT, bundle_manifest, documents_read, export_bundle, import_bundle
+from repro.store import bundle as bundle_module
+from repro.store.bundle import (
+    FORMAT,
+    bundle_manifest,
+    documents_read,
+    export_bundle,
+    import_bundle,
+    volumes,
+)
 from repro.store.grid import plan_grid
 from repro.store.sweep import run_sweep
 from repro.study import Study
@@ -226,11 +234,15 @@ def test_the_records_of_what_the_notebooks_read(tmp_path):
 
 
 def test_the_shipped_bundles_are_of_these_numerics_and_built_in_presets():
-    """A NUMERICS change makes every shipped run stale: ship the bundles again with it."""
+    """A NUMERICS change makes every shipped run stale: ship the bundles again with it. Each
+    volume fits the repository's limit on a tracked file."""
     shipped = sorted((ROOT / "results").glob("*.tar.xz"))
-    assert {p.name.removesuffix(".tar.xz") for p in shipped} <= set(PRESETS)
+    firsts = [p for p in shipped if ".part" not in p.name]
+    assert {p.name.removesuffix(".tar.xz") for p in firsts} <= set(PRESETS)
+    assert sorted(v for p in firsts for v in volumes(p)) == shipped
     for bundle in shipped:
         assert bundle_manifest(bundle)["numerics"] == NUMERICS, bundle
+        assert bundle.stat().st_size <= bundle_module.MAX_VOLUME_BYTES, bundle
 
 
 def test_the_same_store_exports_the_same_bytes(store, bundle, tmp_path):
@@ -416,3 +428,20 @@ def test_export_refuses_a_torn_run(store, tmp_path):
     with pytest.raises(ReproError, match=f"^{metrics} line \\d+ is torn"):
         export_bundle(copy, tmp_path / "b.tar.xz")
     assert not list(tmp_path.glob("b.tar.xz*"))
+
+
+def test_a_large_store_is_exported_in_volumes_that_import_whole(store, tmp_path, monkeypatch):
+    """Past VOLUME_BYTES a bundle continues in NAME.part2.tar.xz, ...: each volume a bundle of its
+    own, a trunk's branches in its volume; importing the first reads them all."""
+    monkeypatch.setattr(bundle_module, "VOLUME_BYTES", 1)  # every family its own volume
+    out = tmp_path / "b.tar.xz"
+    assert export_bundle(store, out) == 2
+    assert volumes(out) == [out, tmp_path / "b.part2.tar.xz"]
+    assert [bundle_manifest(v)["runs"] for v in volumes(out)] == [1, 1]
+    main(["results", "import", str(out), "--into", str(tmp_path / "s")])
+    assert sorted(p.name for p in (tmp_path / "s").iterdir()) == sorted(
+        p.name for p in store.iterdir() if RunDir(p).is_finished()
+    )
+    with pytest.raises(ReproError, match=r"b\.part2\.tar\.xz exists"):  # no stale volume mixed in
+        (tmp_path / "b.tar.xz").unlink()
+        export_bundle(store, out)

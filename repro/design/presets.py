@@ -212,3 +212,21 @@ def changed(preset: Preset, **sections: dict) -> Preset:
     """`preset` with fields of its sections changed, as a preset file changes its base
     (`changed(preset, growth={"rounds": 2})`; repro.typed_fields)."""
     return load_dataclass(Preset, sections, "", preset)
+
+
+POOL_NAME = re.compile(r"-seed(?P<seed>\d+)(?:-(?P<tokens>\d+)tok|(?P<confirmation>-confirmation))?$")
+"""The end of a pool folder's name as Preset.pool_dir, sized_pool_dir and confirmation_pool_dir
+write it."""
+
+
+def pool_label(pool: str | Path) -> str:
+    """A pool as tables and figures name it: "pool 0", "pool 0 (4,000 tokens)", "confirmation pool
+    100" from the folder names the Preset gives; any other folder by its name."""
+    name = Path(pool).name
+    match = POOL_NAME.search(name)
+    if match is None:
+        return name
+    if match["confirmation"]:
+        return f"confirmation pool {match['seed']}"
+    sized = f" ({int(match['tokens']):,} tokens)" if match["tokens"] else ""
+    return f"pool {match['seed']}{sized}"

@@ -1,6 +1,7 @@
 """Results bundles: a store's finished runs in one file, without checkpoints, to ship or share.
 
-A bundle (FILE.tar.xz) holds, for every finished (done or diverged) run of a store, what the
+A bundle (FILE.tar.xz, and FILE.part2.tar.xz ... where it passes VOLUME_BYTES: volumes, each a
+bundle of its own) holds, for every finished (done or diverged) run of a store, what the
 analyses read: config.json, status.json, metrics.jsonl, downstream.json where there is one, and
 val_docs/ (per-document losses at each evaluation and the documents' token counts); plus
 bundle.json (format, config.NUMERICS, run count). Exported with `read` (the analyses' record of
@@ -27,9 +28,11 @@ it, each whole. Exporting refuses a run that check_results refuses (a torn metri
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import io
 import json
+import math
 import os
 import re
 import shutil
@@ -188,16 +191,45 @@ def _add(archive: tarfile.TarFile, name: str, data: bytes, stored: dict[str, str
     archive.addfile(info, io.BytesIO(data))
 
 
+VOLUME_BYTES = 4 * 2**20
+"""Compressed bytes after which an export starts its next volume (volumes): a volume ends after
+the run family that passes it, so each stays under MAX_VOLUME_BYTES."""
+MAX_VOLUME_BYTES = 5 * 2**20
+"""The most one volume file may hold (the repository's limit on a tracked file)."""
+
+
+def volumes(first: str | Path) -> list[Path]:
+    """The volumes of the bundle whose first volume is `first` (NAME.tar.xz): it, then
+    NAME.part2.tar.xz, NAME.part3.tar.xz, ... while they exist."""
+    first = Path(first)
+    found, part = [first], 2
+    while (following := volume_path(first, part)).is_file():
+        found.append(following)
+        part += 1
+    return found
+
+
+def volume_path(first: Path, part: int) -> Path:
+    """Volume `part` (from 1) of the bundle whose first volume is `first`."""
+    if part == 1:
+        return first
+    stem = first.name.removesuffix(".tar.xz")
+    return first.with_name(f"{stem}.part{part}.tar.xz")
+
+
 def export_bundle(store: str | Path, out: str | Path, read: Steps | None = None) -> int:
     """Write the finished runs of `store` to the bundle `out` (.tar.xz), with per-document losses
     at every evaluation, or, given `read` (documents_read), at those read and each run's last
-    (module docstring); returns the number of runs. A store with no finished run, or an `out`
-    that exists, is a one-line error."""
+    (module docstring); returns the number of runs. It writes `out`, then NAME.part2.tar.xz, ...
+    (volumes): a volume ends once it passes VOLUME_BYTES, a WSD trunk and its branches in one. A
+    store with no finished run, or an `out` or a volume of it that exists, is a one-line error."""
     store, out = Path(store), Path(out)
     if not store.is_dir():
         raise ReproError(f"{store} is not a directory of runs")
-    if out.exists():
-        raise ReproError(f"{out} exists; choose another --out, or remove it yourself")
+    stem = out.name.removesuffix(".tar.xz")
+    for taken in [out, *sorted(out.parent.glob(f"{glob.escape(stem)}.part*.tar.xz"))]:
+        if taken.exists():
+            raise ReproError(f"{taken} exists; choose another --out, or remove it yourself")
     runs = [
         run
         for run in sorted(store.iterdir())
@@ -210,16 +242,57 @@ def export_bundle(store: str | Path, out: str | Path, read: Steps | None = None)
         RunDir(run).check_results()
     partial = read is not None or any(RunDir(run).halves_file.is_file() for run in runs)
     documents = "the last and those the analyses read" if partial else "every evaluation"
-    manifest = {"format": FORMAT, "numerics": NUMERICS, "runs": len(runs), "documents": documents}
+    families = _families(runs)
+    header = {"format": FORMAT, "numerics": NUMERICS, "documents": documents}
+    part = 1
+    while families:
+        families = _write_volume(volume_path(out, part), header, families, read)
+        part += 1
+    return len(runs)
+
+
+def _families(runs: list[Path]) -> list[list[Path]]:
+    """`runs` grouped by WSD trunk (a branch with the trunk it starts from, whose files it shares),
+    in run-id order of each family's first run."""
+    families: dict[str, list[Path]] = {}
+    for run in runs:
+        start = RunDir(run).config().get("init_from") or ""
+        trunk = Path(start).parts[-3] if start else run.name
+        families.setdefault(trunk, []).append(run)
+    return sorted(families.values(), key=lambda family: family[0].name)
+
+
+def _write_volume(
+    path: Path, header: dict, families: list[list[Path]], read: Steps | None
+) -> list[list[Path]]:
+    """Write to the volume `path` the first families of runs that fill it to VOLUME_BYTES (at
+    least one; its manifest counts their runs); returns the families left for the next one."""
+    taken = _archive(io.BytesIO(), header, families, read, stop_at=VOLUME_BYTES)
+    with atomic_write(path, "wb") as file:
+        _archive(file, header, families[:taken], read)
+    if path.stat().st_size > MAX_VOLUME_BYTES:
+        raise ReproError(f"{path} passed {MAX_VOLUME_BYTES / 2**20:.0f} MiB; lower VOLUME_BYTES")
+    return families[taken:]
+
+
+def _archive(
+    file, header: dict, families: list[list[Path]], read: Steps | None, stop_at: float = math.inf
+) -> int:
+    """Write `families` of runs as one .tar.xz to `file`, stopping after the family at which the
+    compressed bytes pass `stop_at`; returns how many families it wrote."""
     stored: dict[str, str] = {}
-    with atomic_write(out, "wb") as file:
-        with tarfile.open(fileobj=file, mode="w:xz", format=tarfile.PAX_FORMAT) as archive:
-            _add(archive, MANIFEST, json.dumps(manifest, sort_keys=True).encode(), stored)
-            for run in runs:
+    runs = sum(len(family) for family in families)
+    with tarfile.open(fileobj=file, mode="w:xz", format=tarfile.PAX_FORMAT) as archive:
+        manifest = json.dumps(header | {"runs": runs}, sort_keys=True).encode()
+        _add(archive, MANIFEST, manifest, stored)
+        for written, family in enumerate(families, start=1):
+            for run in family:
                 keep = None if read is None else read.get(run.name, set())
                 for name, data in sorted(_run_entries(run, keep).items()):
                     _add(archive, f"{run.name}/{name}", data, stored)
-    return len(runs)
+            if file.tell() > stop_at:
+                return written
+    return len(families)
 
 
 def import_bundle(bundle: str | Path, store: str | Path) -> tuple[int, int]:
