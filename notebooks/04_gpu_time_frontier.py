@@ -64,9 +64,14 @@ print(f"{len(table)} (GPUs, deadline) cells, {int(table['best_val_loss'].notna()
 
 # %% [markdown]
 # ## Best loss vs deadline, per GPU count
+#
+# The frontier of each pool (its best loss by each deadline, over every run of that pool), then the
+# mean over pools with its interval, at the deadlines every pool reaches
+# (`frontier.pool_frontiers`).
 
 # %%
-study.save(figures_frontier.loss_vs_deadline(table), "04_loss_vs_deadline")
+frontiers = frontier.pool_frontiers(model_results, P.frontier.gpu_counts, deadlines, step)
+study.save(figures_frontier.loss_vs_deadline(frontiers), "04_loss_vs_deadline")
 
 # %% [markdown]
 # ## Optimal batch size over (GPUs, deadline)
@@ -147,20 +152,20 @@ frontier.step_time_table(P.grid.batch_sizes, P.frontier.gpu_counts, step_model.s
 # its current batch; here on one GPU and on the most GPUs, against the best fixed batch under the
 # same deadline (`frontier.schedule_policies`). The schedules train, on each pool, at the epoch
 # budget and weight decay of the best fixed batch chosen on the other pools
-# (`batch_schedules.schedule_slices`); this figure shows pool 0's.
+# (`batch_schedules.schedule_slices`); the figure shows the mean over pools with its interval.
 
 # %%
 from repro.analysis import batch_schedules
 
 ramps = list(P.schedules.ramps.values())
 scheduled = study.sweep(study.schedule_grid(batch_schedules.schedule_slices(model_results, ramps)))
-scheduled0 = scheduled.subset(scheduled.runs["pool"] == str(pools[0]))
 policy_gpus = [1, g_max]
 policy_frontiers, policies = frontier.schedule_policies(
-    table, scheduled0, P.schedules.texts(), policy_gpus, deadlines, step
+    frontiers, scheduled, P.schedules.texts(), policy_gpus, deadlines, step
 )
 study.save(
-    figures_frontier.schedule_policies(table, policy_frontiers, policy_gpus), "04_schedule_policies"
+    figures_frontier.schedule_policies(frontiers, policy_frontiers, policy_gpus),
+    "04_schedule_policies",
 )
 policies
 

@@ -101,7 +101,7 @@ by_batch.round(3)
 # %%
 r_claim = repetition.r_star_claim(fits)
 study.save(
-    figures_repetition.loss_vs_epochs(budgets, fits, f"{r_claim.claim}: {r_claim.verdict}"),
+    figures_repetition.loss_vs_epochs(budgets, fits, r_claim.headline),
     "06_loss_vs_epochs",
 )
 study.save(
@@ -161,8 +161,9 @@ if P.repetition.ensemble_pools:
     study.save_table(summary.round(4), "06_ensembles")
     order = ensembles.overfitting_order(ends, ensembles.ensemble_batches(sweep))
     ensemble_claims = ensembles.ensemble_claims(table, members, order)
-    title = f"{ensemble_claims[0].claim}: {ensemble_claims[0].verdict}"
-    study.save(figures_repetition.ensemble_curves(summary, title), "06_ensembles")
+    study.save(
+        figures_repetition.ensemble_curves(summary, ensemble_claims[0].headline), "06_ensembles"
+    )
     print(f"over-fits more (selection pools): {order[0]}; gap difference {order[2].value:+.3f}")
     display(summary.round(4))
 else:

@@ -5,6 +5,7 @@ pool contradicting the other two, and with 2 pools (the noise-scale claim:
 tests/test_noise_scale.py)."""
 
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -12,6 +13,7 @@ import pytest
 
 from repro.analysis.batch_schedules import ScheduleComparison, schedule_slices, schedules_vs_fixed
 from repro.analysis.cbs import (
+    FAILED,
     b_simple_near,
     fit_intervals,
     fit_mccandlish,
@@ -268,6 +270,16 @@ def test_the_presets_noise_scale_is_b_simple_nearest_the_best_tuned_loss_on_each
     assert noise_scale_gap(table) == pytest.approx(0.05)
     unmeasured = table.assign(**{"B_simple (tokens)": [np.nan, -5.0]})
     assert noise_scale_range(unmeasured) is None and math.isnan(noise_scale_gap(unmeasured))
+    assert table[FAILED].tolist() == ["", ""]
+    # pool b's B_simple negative: a failed fit (NaN, named), not a number; pool a's unchanged
+    negative = trajectory.assign(
+        b_simple=trajectory["b_simple"].where(trajectory["pool"] == "runs/a", -12.0)
+    )
+    failed = noise_scale_regime(negative, endpoints, [1, 2, 4, 8, 16, 32], seq_len=16)
+    assert failed[FAILED].tolist() == ["", "B_simple < 0"]
+    assert failed["B_simple (sequences)"].iloc[0] == pytest.approx(6.0)
+    assert failed[["B_simple (sequences)", "largest batch / B_simple"]].iloc[1].isna().all()
+    assert noise_scale_range(failed) == pytest.approx((96.0, 96.0))
 
 
 def _summary_study(tmp_path, figures_dir=None) -> Study:
@@ -586,36 +598,77 @@ def _falling_tokens(slope: float) -> np.ndarray:
 
 
 def _cheap_batch_1(share: float = 0.95) -> np.ndarray:
-    """_u_tokens, but batch 1 needs `share` of batch 2's tokens: no B_min on this pool."""
+    """_u_tokens, but batch 1 needs `share` of batch 2's tokens: below 1, tokens still fall at
+    batch 1 and this pool's B_min fit fails (negative); above 1, a small positive B_min."""
     tokens = _u_tokens(0.0)
     return np.append(share * tokens[1], tokens[1:])
 
 
 def _wsd_fits(tokens_per_pool: list[np.ndarray]) -> pd.DataFrame:
+    """fit_targets of each pool's tokens to target per DENSE batch, the pools named as
+    Preset.pool_dir names them (pool_label: "pool 0", "pool 1", ...)."""
     parts = [
-        _reach(DENSE, tokens / DENSE, pool=f"p{i}") for i, tokens in enumerate(tokens_per_pool)
+        _reach(DENSE, tokens / DENSE, pool=f"/pools/tiny-synthetic-seed{i}")
+        for i, tokens in enumerate(tokens_per_pool)
     ]
     return fit_targets(pd.concat(parts), EMPTY_TRAJECTORY)[0]
 
 
 WSD = "wsd-batches"
+STILL_FALL = " (tokens to target still fall down to the smallest batch)"
 
 
 @pytest.mark.parametrize(
-    "tokens,verdict,why",
+    "tokens,verdict,why,failed_on",
     [
-        ([_u_tokens(s) for s in (-0.1, 0.0, 0.1)], "agrees", ""),
-        ([_falling_tokens(s) for s in (90, 100, 110)], "disagrees", "still fall"),
-        ([_u_tokens(-0.1), _u_tokens(0.1), _cheap_batch_1()], "undetermined", "not located"),
-        ([_cheap_batch_1(0.6)] * 2 + [_u_tokens(0.0)], "undetermined", "not located"),  # mean < 0
-        ([_u_tokens(s) for s in (-2, 0, 2)], "undetermined", "not located"),  # B_opt 2 to 32
-        ([_u_tokens(s) for s in (-0.1, 0.1)], "undetermined", "on fewer than 3 pools"),
+        ([_u_tokens(s) for s in (-0.1, 0.0, 0.1)], "agrees", "", ""),
+        # tokens fall down to batch 1 on every pool: a negative B_min is a failed fit, no verdict
+        (
+            [_falling_tokens(s) for s in (90, 100, 110)],
+            "undetermined",
+            "still fall",
+            "pool 0, pool 1, pool 2",
+        ),
+        (
+            [_u_tokens(-0.1), _u_tokens(0.1), _cheap_batch_1()],
+            "undetermined",
+            "fit failed: B_min < 0",
+            "pool 2",
+        ),
+        (
+            [_cheap_batch_1(0.6)] * 2 + [_u_tokens(0.0)],
+            "undetermined",
+            "fit failed: B_min < 0",
+            "pool 0, pool 1",
+        ),
+        ([_u_tokens(s) for s in (-2, 0, 2)], "undetermined", "not located", ""),  # B_opt 2 to 32
+        # every B_min positive, but pool 0's barely (batch 1 needs 1.05 x batch 2's tokens): the
+        # interval over pools reaches below 0
+        (
+            [_cheap_batch_1(1.05), _u_tokens(0.0), _u_tokens(0.1)],
+            "undetermined",
+            "not located",
+            "",
+        ),
+        ([_u_tokens(s) for s in (-0.1, 0.1)], "undetermined", "on fewer than 3 pools", ""),
     ],
 )
-def test_zhou_claim_on_wsd_runs_reads_intervals_over_pools(tokens, verdict, why):
-    row = _claims(_wsd_fits(tokens), lr_schedule="wsd").loc[WSD]
-    assert row["agrees?"] == verdict and why in row["measured here"]
-    assert "B_opt" in row["measured here"] and "(replicates " in row["measured here"]
+def test_zhou_claim_on_wsd_runs_reads_intervals_over_pools(tokens, verdict, why, failed_on):
+    """A pool whose B_min fit failed (negative) makes the claim undetermined and is named, B_min
+    never given as a number; with every B_min positive the intervals over pools decide."""
+    fits = _wsd_fits(tokens)
+    row = _claims(fits, lr_schedule="wsd").loc[WSD]
+    measured = row["measured here"]
+    assert row["agrees?"] == verdict and why in measured
+    assert measured.startswith("model tiny, target 2.0: B_opt ")
+    if failed_on:
+        assert f", B_min: fit failed: B_min < 0 on {failed_on} (90% intervals" in measured
+        assert measured.endswith(STILL_FALL)
+        assert measured.count("(replicates ") == 1  # B_opt's only: B_min has no number
+    else:
+        assert (fits["B_min"] > 0).all() and "fit failed" not in measured
+        assert re.search(r", B_min \d[\d.]* \[-?[\d.]+, [\d.]+\] \(replicates ", measured)
+        assert measured.count("(replicates ") == 2  # B_opt's and B_min's
 
 
 def test_zhou_claim_is_undetermined_on_cosine_runs():
@@ -651,7 +704,7 @@ def _add_run(documents: dict, rid: str, mean: float, seed: int, steps=(10, 20)) 
     ]
 
 
-POOLS = ("/pools/p0", "/pools/p1", "/pools/p2")
+POOLS = tuple(f"/pools/tiny-synthetic-seed{i}" for i in range(3))  # "pool 0" ... (pool_label)
 FIXED = [(2, 1e-3, 3.2), (2, 3e-3, 3.1), (8, 1e-3, 3.05), (8, 3e-3, 3.0), (2, 9e-3, 3.15)]
 FIXED += [(8, 9e-3, 3.1)]
 
@@ -692,31 +745,32 @@ SCHEDULES = {"ramp-up": "0:2,0.5:8", "ramp-down": "0:8,0.5:2"}
 def test_schedules_vs_fixed_compares_held_out_arms_at_each_pools_slice():
     result = schedules_vs_fixed(*_schedule_study([-0.05] * 3), SCHEDULES)
     assert result.table["policy"].tolist() == 3 * ["fixed batch 2", "fixed batch 8"] + 3 * [
-        "ramp-up (0:2,0.5:8)",
-        "ramp-down (0:8,0.5:2)",
+        "ramp-up (batch 2 -> 8 at 50% of epochs)",
+        "ramp-down (batch 8 -> 2 at 50% of epochs)",
     ] + 3 * ["best fixed batch (chose 8)"] + 3 * ["best schedule (chose ramp-up)"]
+    assert result.table["pool"].unique().tolist() == ["pool 0", "pool 1", "pool 2"]
     loss = result.table.groupby("policy")["val loss (cross-fitted)"].mean()
     assert loss["fixed batch 8"] == pytest.approx(3.0, abs=0.01)  # not the 1-epoch run's 2.5
     assert loss["best schedule (chose ramp-up)"] == pytest.approx(2.95, abs=0.01)
     assert result.difference.value == pytest.approx(-0.05, abs=0.01)
     assert len(result.difference.per_replicate) == 3
     assert result.label.startswith("best schedule (ramp-up) - best fixed batch (8) at each pool's")
-    assert "p1: 2 epochs, weight decay 0.1" in result.label
+    assert "pool 1: 2 epochs, weight decay 0.1" in result.label
     assert result.curves.groupby(["policy", "pool"]).ngroups == 3 * 3
-    ramp_up = result.curves[result.curves["policy"] == "ramp-up (0:2,0.5:8)"]
-    assert sorted(ramp_up["pool"].unique()) == ["p0", "p1", "p2"]
+    ramp_up = result.curves[result.curves["policy"] == "ramp-up (batch 2 -> 8 at 50% of epochs)"]
+    assert sorted(ramp_up["pool"].unique()) == ["pool 0", "pool 1", "pool 2"]
 
 
 def test_each_pool_meets_the_schedules_at_its_own_slice():
-    """Pool p2's schedules and fixed batches sit at weight decay 1 (its held-out slice): matched
+    """Pool 2's schedules and fixed batches sit at weight decay 1 (its held-out slice): matched
     there, the comparison is the one at a common slice."""
     common = schedules_vs_fixed(*_schedule_study([-0.05] * 3), SCHEDULES)
     fixed, scheduled = _schedule_study([-0.05] * 3, decays=(0.1, 0.1, 1.0))
     own = schedules_vs_fixed(fixed, scheduled, SCHEDULES)
-    assert "p2: 2 epochs, weight decay 1" in own.label
+    assert "pool 2: 2 epochs, weight decay 1" in own.label
     assert own.difference.value == pytest.approx(common.difference.value)
-    stray = fixed.runs.assign(weight_decay=0.1)  # p2 has no fixed run at its slice
-    with pytest.raises(ReproError, match="no fixed-batch run on p2 at its schedules' 2 epochs"):
+    stray = fixed.runs.assign(weight_decay=0.1)  # pool 2 has no fixed run at its slice
+    with pytest.raises(ReproError, match="no fixed-batch run on pool 2 at its schedules' 2 epochs"):
         schedules_vs_fixed(Results(stray, fixed.evals, fixed.documents), scheduled, SCHEDULES)
     mixed = scheduled.runs.assign(epochs=[1] + [2] * (len(scheduled.runs) - 1))
     with pytest.raises(ReproError, match="share one epoch budget"):

@@ -2,6 +2,7 @@
 axes labelled, legends outside the data, PDFs byte-identical when saved twice; and the style
 helpers."""
 
+import re
 import subprocess
 import sys
 
@@ -9,6 +10,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import pytest
@@ -79,6 +81,12 @@ def _frontier():
     return runs, evals, step, deadlines, table
 
 
+def _pool_frontiers(runs, evals, step, deadlines) -> pd.DataFrame:
+    """Each pool's frontier (frontier.pool_frontiers) of _curves' runs on pools p0 and p1: the
+    replicates whose interval the 04 figures draw."""
+    return frontier.pool_frontiers(_results(runs, evals), [1, 2, 4, 8], deadlines, step)
+
+
 def _differences() -> pd.DataFrame:
     """analyses.batch_differences' columns by hand: two model sizes, one gap of 1.5 nats."""
     gaps = [0.12, 0.03, 0.0, 0.01, 0.2, 1.5]
@@ -116,7 +124,7 @@ def _all_figures():
     f_runs, f_evals, step, deadlines, table = _frontier()
     judged = _judged_crossovers()
     reach = steps_to_target(_results(f_runs, f_evals), [2.5, 2.7, 1.8], by=("pool", "batch_size"))
-    fits = {("p0", 2.5): {"S_min": 40.0, "E_min": 640.0}}
+    fits = {("p0", 2.5): {"S_min": 40.0, "E_min": 640.0, "B_crit": 16.0}}
     scaling = pd.DataFrame(
         {
             "seed": [0, 0, 0, 1, 1, 1],
@@ -145,9 +153,18 @@ def _all_figures():
             for w in (0.0, 0.1, 1.0)
         ]
     )
-    schedule_runs = f_runs.assign(batch_schedule="0:2,0.5:8")
+    frontiers = _pool_frontiers(runs, evals, step, deadlines)
+    # the ramp-up: the fixed batches' curves, priced alike, 0.2 nats lower on both pools (beyond
+    # the 90% interval over the two pools, whose losses differ by 0.02)
+    schedule_runs = runs.assign(batch_schedule="0:2,0.5:8")
+    ramped = evals.assign(val_loss=evals["val_loss"] - 0.2)
     policy, _ = frontier.schedule_policies(
-        table, _results(schedule_runs, f_evals), {"ramp-up": "0:2,0.5:8"}, [1, 8], deadlines, step
+        frontiers,
+        _results(schedule_runs, ramped),
+        {"ramp-up": "0:2,0.5:8"},
+        [1, 8],
+        deadlines,
+        step,
     )
     picks = ends[ends["pool"] == "p0"].iloc[[0, 3, 5]]
     noise = f_evals.assign(b_simple=f_evals["step"] / 10)
@@ -178,12 +195,12 @@ def _all_figures():
         "03_combined": figures_recipe.combined_vs_original(
             {"original": ends, "combined": ends}, BATCHES
         ),
-        "04_loss_vs_deadline": figures_frontier.loss_vs_deadline(table),
+        "04_loss_vs_deadline": figures_frontier.loss_vs_deadline(frontiers),
         "04_heatmap": figures_frontier.optimal_batch_heatmap(table, BATCHES),
         "04_fewer_gpus": figures_frontier.fewer_gpus_smaller_batch(judged, BATCHES),
         "02_differences": figures_batch.batch_differences(_differences(), BATCHES),
         "04_latency": figures_frontier.latency_projection(table, {"x2 (projection)": table}, 8),
-        "04_schedules": figures_frontier.schedule_policies(table, policy, [1, 8]),
+        "04_schedules": figures_frontier.schedule_policies(frontiers, policy, [1, 8]),
         "05_noise": figures_cbs.noise_scale(_results(f_runs.assign(micro_batch=2, lr=1e-3), noise)),
         "05_steps": figures_cbs.steps_tokens_to_target(reach, fits, BATCHES),
         "05_cbs": figures_cbs.cbs_vs_pool_size(scaling, law, limit=320),
@@ -258,6 +275,119 @@ def test_legibility_finds_small_text_missing_labels_and_nans(changes, says, tmp_
     matplotlib.pyplot.close(fig)
 
 
+def _panel(ax, xlabel="batch size (sequences)", ylabel="val loss (nats/token)"):
+    ax.plot([1, 2, 4], [3.0, 2.5, 2.7], "o-", label="model tiny")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+
+
+def _tick_labels(bad: bool):
+    """Long pool names as x tick labels: side by side they run together, rotated they do not;
+    an empty and an invisible text at the same place count for nothing."""
+    fig, ax = plt.subplots(figsize=(4, 3))
+    _panel(ax)
+    names = [f"cpu-synthetic_max_sentences_20-seed{i}" for i in range(3)]
+    ax.set_xticks([1, 2, 4], names, **({} if bad else {"rotation": 30, "ha": "right"}))
+    ax.text(2, 2.7, "")
+    ax.text(2, 2.7, "hidden", visible=False)
+    return fig
+
+
+def _label_over_panel(bad: bool):
+    """Two panels without room between them: the right one's y label and tick labels lie over
+    the left one and its tick labels."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(7, 3))
+    for ax in (left, right):
+        _panel(ax)
+    fig.subplots_adjust(wspace=0.02) if bad else fig.tight_layout()
+    return fig
+
+
+def _legend_mark(bad: bool):
+    """A legend entry for a floor drawn as nothing, or as the dotted line it is."""
+    fig, ax = plt.subplots()
+    _panel(ax)
+    style = {"linestyle": "none"} if bad else {"color": "k", "linestyle": ":"}
+    ax.plot([], [], label="Bayes floor 1.2 (below the axis)", **style)
+    plots.legend_outside(ax)
+    return fig
+
+
+def _floor_below_axis(bad: bool):
+    """A Bayes floor below the y range and a fit beyond the x range, or both inside them."""
+    fig, ax = plt.subplots()
+    _panel(ax)
+    ax.axhline(1.2, color="k", linestyle=":", label="Bayes floor")
+    ax.plot([100, 200] if bad else [1, 4], [2.6, 2.8], "--", label="fit B ~ D^0.12")
+    ax.set_xlim(0.5, 5)
+    ax.set_ylim(2.2 if bad else 1.0, 3.2)
+    plots.legend_outside(ax)
+    return fig
+
+
+def _levels(defect: str):
+    """Error bars at one level and a title at another ('stated'), none ('silent'), or bars at no
+    recorded level ('unrecorded'); 'none': drawn and stated at 90%."""
+    fig, ax = plt.subplots()
+    _panel(ax)
+    x, y = np.array([1, 2, 4]), np.array([3.0, 2.5, 2.7])
+    if defect == "unrecorded":
+        ax.errorbar(x, y, yerr=0.1, linestyle="none")
+    else:
+        plots.errorbars(ax, x, y, y - 0.1, y + 0.1, 0.95 if defect == "stated" else 0.9)
+    ax.set_title("" if defect == "silent" else f"Val loss ({plots.interval_label(0.9)})")
+    return fig
+
+
+def _replicated(defect: str):
+    """Means over 3 replicates, declared ('declared') or in the title ('titled'), without an
+    interval; 'none': declared with their band (a t interval), 'one': a single replicate."""
+    fig, ax = plt.subplots()
+    _panel(ax)
+    plots.replicated(ax, 1 if defect == "one" else pd.Series([3, 3, 2]))
+    if defect == "titled":
+        ax.set_title(f"Val loss ({plots.replicates(pd.Series([3]))})")
+    if defect == "none":
+        plots.band(ax, [1, 2, 4], [2.9, 2.4, 2.6], [3.1, 2.6, 2.8], 0.9, alpha=0.3)
+        ax.set_title(f"Val loss ({plots.replicates(pd.Series([3]))}, 90% t interval)")
+    return fig
+
+
+@pytest.mark.parametrize(
+    ("draw", "bad", "says"),
+    [
+        (_tick_labels, True, "texts 'cpu-synthetic.*' and 'cpu-synthetic.*' overlap"),
+        (_label_over_panel, True, r"text 'val loss \(nats/token\)' lies over axes 0"),
+        (_legend_mark, True, "legend entry 'Bayes floor 1.2 .*' shows no mark"),
+        (_floor_below_axis, True, "legend entry '(Bayes floor|fit B ~ D.*)' marks nothing inside"),
+        (_levels, "stated", "states a 90% interval but draws 95%"),
+        (_levels, "silent", "draws 90% intervals without stating their level"),
+        (_levels, "unrecorded", "(states a 90% interval but draws none|at no recorded level)"),
+        (_replicated, "declared", "a mean over 3 replicates without an interval"),
+        (_replicated, "titled", "a mean over 3 replicates without an interval"),
+    ],
+)
+def test_save_refuses_each_defect_and_passes_the_fixed_figure(draw, bad, says, tmp_path):
+    """Overlapping texts, legend entries without a visible mark, interval levels unlike the ones
+    drawn, replicated means without intervals: each refused by name, its fix saved."""
+    fig = plots.styled(draw)(bad)
+    problems = plots.legibility_problems(fig)
+    assert problems and re.search(says, problems[0]), problems
+    with pytest.raises(ReproError, match=f"figure bad: .*{says}"):
+        plots.save(fig, "test", "bad", tmp_path)
+    fixed = plots.styled(draw)(False if bad is True else "none")
+    assert plots.legibility_problems(fixed) == []
+    assert plots.save(fixed, "test", "fixed", tmp_path)
+    plt.close(fig)
+    plt.close(fixed)
+
+
+def test_one_replicate_needs_no_interval():
+    fig = plots.styled(_replicated)("one")
+    assert plots.legibility_problems(fig) == []
+    plt.close(fig)
+
+
 def test_pdfs_are_byte_identical_when_saved_twice(all_figures, tmp_path):
     fig = all_figures["05_steps"]
     first = plots.save(fig, "test", "a", tmp_path / "one")[1].read_bytes()
@@ -305,14 +435,56 @@ def test_batch_colours_are_distinct_and_stable():
 
 
 def test_cbs_figure_draws_each_seeds_points_and_values_beyond_the_limit_at_it(all_figures):
-    """B_crit 900 of seed 1 is drawn at the limit (an open marker); each seed keeps its marker."""
+    """B_crit 900 of seed 1 is drawn at the limit (an open marker); each seed keeps its marker,
+    named once in the key legend; the exponents over seeds are in the title."""
     ax = all_figures["05_cbs"].axes[0]
     assert ax.get_ylim()[1] >= 320
-    seeds = [line for line in ax.lines if line.get_label().startswith("B_crit, seed")]
-    assert [line.get_marker() for line in seeds] == ["o", "s"]
-    assert max(seeds[1].get_ydata()) == 320
+    b_crit = [
+        line
+        for line in ax.lines
+        if line.get_color() == plots.PALETTE[0] and line.get_linestyle() == "-"
+    ]
+    assert [line.get_marker() for line in b_crit] == ["o", "s"]
+    assert max(b_crit[1].get_ydata()) == 320
+    beyond = [line for line in ax.lines if line.get_markerfacecolor() == "white"]
+    beyond = [line for line in beyond if len(line.get_ydata())]
+    assert [(line.get_marker(), list(line.get_ydata())) for line in beyond] == [("s", [320])]
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert f"B_crit{figures_cbs._exponent(t_interval([1.15, 1.2]))} (over seeds)" in labels
+    assert labels[:4] == ["B_crit", "B*", "seed 0", "seed 1"]
+    assert labels[-1].startswith("above 320 sequences")
+    assert figures_cbs._law("B_crit", t_interval([1.15, 1.2])) in ax.get_title()
+
+
+def test_frontier_figures_draw_the_mean_over_pools_with_its_interval(all_figures):
+    """loss_vs_deadline and schedule_policies draw each series as the mean of the two pools'
+    frontiers (p1 0.02 nats above p0) with a band over pools, and say so; the schedule is named
+    in words, and the ramp-up, 0.2 nats below the fixed batches on both pools, wins at every
+    deadline."""
+    runs, evals = _curves()
+    _, _, step, deadlines, _ = _frontier()
+    frontiers = _pool_frontiers(runs, evals, step, deadlines)
+    assert frontiers["pool"].unique().tolist() == ["p0", "p1"]
+    ax = all_figures["04_loss_vs_deadline"].axes[0]
+    assert "mean over 2 pools, 90% interval over pools" in ax.get_title()
+    one_gpu = frontiers[frontiers["gpus"] == 1].groupby("deadline")["best_val_loss"]
+    expected = one_gpu.mean()[one_gpu.count() == 2]  # deadlines both pools reach
+    drawn = {line.get_label(): line for line in ax.lines}
+    assert list(drawn) == ["1 GPU", "2 GPUs", "4 GPUs", "8 GPUs"]
+    assert drawn["1 GPU"].get_xdata().tolist() == expected.index.tolist()
+    assert drawn["1 GPU"].get_ydata() == pytest.approx(expected.to_numpy())
+    assert len(ax.collections) == 4  # a band per GPU count
+    fig = all_figures["04_schedules"]
+    assert "mean over 2 pools, 90% interval over pools" in fig.get_suptitle()
+    for ax, gpus in zip(fig.axes, ("1 GPU", "8 GPUs")):
+        fixed, ramp = ax.lines
+        assert [fixed.get_label(), ramp.get_label()] == [
+            "best fixed batch",
+            "ramp-up:\nbatch 2 -> 8 at 50% of epochs",
+        ]
+        assert ramp.get_ydata() == pytest.approx(fixed.get_ydata() - 0.2)
+        assert len(ax.collections) == 2
+        n = len(fixed.get_xdata())
+        assert ax.get_title() == f"{gpus}: schedule wins at {n}, loses at 0 of {n} deadlines"
 
 
 def test_fitted_batches_show_every_pool_and_the_interval_over_pools(all_figures):
@@ -375,7 +547,8 @@ def _fit_figures(scale: float) -> list:
     CPU rounds them)."""
     runs, evals, *_ = _frontier()
     reach = steps_to_target(_results(runs, evals), [2.5, 2.7], by=("pool", "batch_size"))
-    fits = {("p0", 2.5): {"S_min": 40.1 * scale, "E_min": 640.3 * scale}}
+    fit = {"S_min": 40.1 * scale, "E_min": 640.3 * scale}
+    fits = {("p0", 2.5): fit | {"B_crit": fit["E_min"] / fit["S_min"]}}
     scaling = pd.DataFrame(
         {"seed": [0, 0, 1, 1], "pool tokens": [8_000, 24_000, 8_300, 24_100]}
         | {"B_crit": np.array([4.61, 16.2, 5.03, 17.1]) * scale, "B*": [2.1, 7.4, 2.4, 8.0]}

@@ -13,11 +13,14 @@ from repro.analysis.frontier import (
     eval_costs,
     frontier,
     latency_speedup,
+    over_pools,
+    pool_frontiers,
     ring_allreduce_seconds,
     schedule_policies,
     step_units,
     unit_step_time,
 )
+from repro.analysis.intervals import LEVEL, t_interval
 from repro.analysis.results import MemoryDocuments, Results
 
 
@@ -152,19 +155,56 @@ def test_deadline_grid_spans_the_first_evaluation_on_most_gpus_to_the_last_on_on
     assert np.all(np.diff(grid) > 0) and len(grid) == 5
 
 
+def _pooled(runs: pd.DataFrame, evals: pd.DataFrame, pools: dict[str, str]) -> Results:
+    """_results with each run on its pool (`pools`: run_id -> pool folder)."""
+    return _results(runs.assign(pool=runs["run_id"].map(pools)), evals)
+
+
+POOL_DIRS = ("/pools/tiny-synthetic-seed0", "/pools/tiny-synthetic-seed1")  # "pool 0", "pool 1"
+
+
 def test_schedule_policies_count_deadlines_where_a_schedule_beats_every_fixed_batch():
-    runs, evals = _curves({"f": (4, [(10, 3.0), (20, 2.5)])})
+    """Each pool's schedule against that pool's best fixed batch: on pool 0 the schedule (2.8,
+    2.6) beats the fixed batch at its first evaluation (3.0) but not at its second (2.5); on pool
+    1 the fixed batch (2.7, 2.4) is better at both."""
+    runs, evals = _curves({"f0": (4, [(10, 3.0), (20, 2.5)]), "f1": (4, [(10, 2.7), (20, 2.4)])})
     step = unit_step_time(4)
     deadlines = [5.0, 10.0, 20.0]
-    table = frontier(_results(runs, evals), [1], deadlines, step)
-    schedule_runs = pd.DataFrame({"run_id": ["s"], "batch_size": [4], "batch_schedule": ["0:4"]})
-    schedule_evals = pd.DataFrame({"run_id": ["s", "s"], "step": [10, 20], "val_loss": [2.8, 2.6]})
-    fronts, summary = schedule_policies(
-        table, _results(schedule_runs, schedule_evals), {"flat": "0:4"}, [1], deadlines, step
+    fixed = pool_frontiers(
+        _pooled(runs, evals, dict(zip(["f0", "f1"], POOL_DIRS))), [1], deadlines, step
     )
-    assert fronts["policy"].unique().tolist() == ["flat (0:4)"] and len(fronts) == 3
-    row = summary.iloc[0]
-    assert row["policy"] == "flat" and row["gpus"] == 1
-    assert (
-        row["deadlines reachable"] == 2 and row["deadlines where it beats every fixed batch"] == 1
+    assert fixed["pool"].tolist() == [POOL_DIRS[0]] * 3 + [POOL_DIRS[1]] * 3
+    schedule_runs = pd.DataFrame(
+        {"run_id": ["s0", "s1"], "batch_size": [4, 4], "batch_schedule": ["0:4", "0:4"]}
     )
+    schedule_evals = pd.DataFrame(
+        {"run_id": ["s0", "s0", "s1", "s1"], "step": [10, 20] * 2, "val_loss": [2.8, 2.6] * 2}
+    )
+    scheduled = _pooled(schedule_runs, schedule_evals, dict(zip(["s0", "s1"], POOL_DIRS)))
+    fronts, summary = schedule_policies(fixed, scheduled, {"flat": "0:4"}, [1], deadlines, step)
+    assert fronts["policy"].unique().tolist() == ["flat: batch 4"] and len(fronts) == 2 * 3
+    assert fronts["pool"].tolist() == [POOL_DIRS[0]] * 3 + [POOL_DIRS[1]] * 3
+    assert fronts["run_id"].dropna().tolist() == ["s0", "s0", "s1", "s1"]  # each pool's own run
+    assert summary["policy"].tolist() == ["flat", "flat"] and (summary["gpus"] == 1).all()
+    assert summary["pool"].tolist() == ["pool 0", "pool 1"]
+    assert summary["deadlines reachable"].tolist() == [2, 2]
+    assert summary["deadlines where it beats every fixed batch"].tolist() == [1, 0]
+
+
+def test_over_pools_is_a_t_interval_over_pools_where_every_pool_reaches_the_deadline():
+    """Pool 0 reaches 3.0 by deadline 10 and 2.5 by 20; pool 1 only 2.7 by 20: deadline 10 is
+    left out (one pool only), deadline 20 has the mean 2.6 and the 90% t interval of (2.5, 2.7)."""
+    runs, evals = _curves({"a": (4, [(10, 3.0), (20, 2.5)]), "b": (4, [(20, 2.7)])})
+    results = _pooled(runs, evals, dict(zip("ab", POOL_DIRS)))
+    fronts = pool_frontiers(results, [1, 2], [5.0, 10.0, 20.0], unit_step_time(4))
+    means = over_pools(fronts, ["gpus"])
+    assert means[["gpus", "deadline"]].values.tolist() == [[1, 20.0], [2, 20.0]]
+    expected = t_interval([2.5, 2.7], LEVEL)
+    assert means["mean"].tolist() == pytest.approx([2.6, 2.6])
+    assert means["low"].tolist() == pytest.approx([expected.low] * 2)
+    assert means["high"].tolist() == pytest.approx([expected.high] * 2)
+    assert expected.low < 2.5 and expected.high > 2.7 and (means["pools"] == 2).all()
+    one = over_pools(fronts[fronts["pool"] == POOL_DIRS[0]], ["gpus"])
+    assert one["deadline"].tolist() == [10.0, 20.0, 10.0, 20.0]  # one pool: every deadline it
+    assert one["mean"].tolist() == [3.0, 2.5, 3.0, 2.5]  # reaches, without an interval
+    assert one[["low", "high"]].isna().all().all()

@@ -95,3 +95,17 @@ def test_every_figure_a_notebook_saves_is_shown_in_it(notebook):
         if "image/png" in output.get("data", {})
     ]
     assert saved and len(shown) == len(saved)
+
+
+@pytest.mark.parametrize(
+    "notebook", sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")), ids=lambda p: p.stem
+)
+def test_every_committed_notebook_opens_with_what_its_run_found(notebook):
+    """The first code cell after the parameters shows the findings table that the notebook's
+    claim tables filled in (repro.analysis.findings), not the line it shows while running."""
+    cells = [c for c in nbformat.read(notebook, as_version=4).cells if c.cell_type == "code"]
+    opening = [
+        output.get("data", {}).get("text/markdown", "") for output in cells[1].get("outputs", [])
+    ]
+    found = [text for text in opening if text.startswith("**What this run found** (preset ")]
+    assert len(found) == 1 and "| claim | the paper | this run |" in found[0], notebook.name

@@ -221,7 +221,7 @@ def test_an_arm_whose_every_run_diverged_has_the_endpoint_columns_and_compares_a
 
 def test_describe_tuned_fits_120_columns_with_pool_names_and_summarised_warnings():
     """`repro sweep table`'s text: no line over 120 characters however many fields vary, pools by
-    the part of their folder name that differs, one warning line counting the groups on a grid's
+    their readable names (presets.pool_label), one warning line counting the groups on a grid's
     edge and at most three examples."""
     rows = [
         {
@@ -244,8 +244,9 @@ def test_describe_tuned_fits_120_columns_with_pool_names_and_summarised_warnings
     ]
     text, warnings = describe_tuned(pd.DataFrame(rows), ["pool", "model", "batch_size"])
     assert max(len(line) for line in text.splitlines() + warnings) <= 120
-    assert "seed0" in text and "/a/long" not in text and "run_id" not in text
+    assert "pool 0" in text and "seed0" not in text and "/a/long" not in text
+    assert "run_id" not in text
     assert warnings[0].startswith("warning: 3 of 6 groups") and len(warnings) == 4
-    assert warnings[1].startswith("  pool=seed0, model=cpu-xs, batch=64: weight_decay=1")
+    assert warnings[1].startswith("  pool=pool 0, model=cpu-xs, batch=64: weight_decay=1")
     rows = [dict(row, edge="") for row in rows]
     assert describe_tuned(pd.DataFrame(rows), ["pool"])[1] == []

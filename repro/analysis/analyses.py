@@ -14,8 +14,6 @@ the difference its verdict hinges on (intervals.Claim.numbers).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 
@@ -33,6 +31,7 @@ from repro.analysis.intervals import (
 )
 from repro.analysis.results import REPLICATE_FIELDS, Results
 from repro.analysis.selection import TUNED, compare, contrast, tuned
+from repro.design.presets import pool_label
 from repro.runtime.shapes import param_count_table
 
 LITTLE = 0.01
@@ -60,20 +59,23 @@ def across_replicates(
     endpoints: pd.DataFrame, by: list[str] | None = None, value: str = "val_loss"
 ) -> pd.DataFrame:
     """Mean, min, max and std over replicates of `value` (default the tuned loss, nats/token) per
-    model x batch size (or `by`), the mean chosen epoch budget, and for the tuned loss the 90%
-    interval (`low`, `high`) of the replicate mean over replicates and validation documents."""
+    model x batch size (or `by`), the mean chosen epoch budget, and the LEVEL interval (`low`,
+    `high`) of the replicate mean: for the tuned loss over replicates and validation documents,
+    for any other value (a training loss: no documents) a t interval over replicates."""
     by = by or ["model", "batch_size"]
     groups = endpoints.groupby(by)
     agg = groups[value].agg(["mean", "min", "max", "std", "count"])
     agg = agg.join(groups["epochs"].mean().rename("mean epochs"))
     if value == "val_loss":
         intervals = groups.apply(_replicate_mean_interval, include_groups=False)
-        agg = agg.join(pd.DataFrame(intervals.tolist(), intervals.index, ["low", "high"]))
+    else:
+        intervals = groups[value].apply(lambda v: t_interval(v.tolist())[1:3])
+    agg = agg.join(pd.DataFrame(intervals.tolist(), intervals.index, ["low", "high"]))
     return agg.reset_index()
 
 
 def _replicate_mean_interval(rows: pd.DataFrame) -> tuple[float, float]:
-    """The 90% interval of the replicate-mean loss of endpoint `rows` (over replicates and
+    """The LEVEL interval of the replicate-mean loss of endpoint `rows` (over replicates and
     validation documents)."""
     if rows["val_loss"].isna().any():
         return np.nan, np.nan
@@ -87,8 +89,8 @@ def best_batch(endpoints: pd.DataFrame) -> int:
 
 
 def pool_names(endpoints: pd.DataFrame) -> pd.DataFrame:
-    """`endpoints` with each pool path replaced by its folder name (for display)."""
-    return endpoints.assign(pool=endpoints["pool"].map(lambda path: Path(path).name))
+    """`endpoints` with each pool path replaced by its name (pool_label: "pool 0"), for display."""
+    return endpoints.assign(pool=endpoints["pool"].map(pool_label))
 
 
 def endpoint_curve(evals: pd.DataFrame, endpoint: pd.Series) -> pd.DataFrame:
@@ -265,7 +267,7 @@ def _smaller_batch_claim(
     claim = "smaller batches than usual win"
     paper = "yes (optimum below the one-pass batch, 64 at paper scale)"
     if len(set(usual.values())) > 1:
-        per_pool = ", ".join(f"{Path(p).name}: {b}" for p, b in usual.items())
+        per_pool = ", ".join(f"{pool_label(p)}: {b}" for p, b in usual.items())
         measured = f"usual batch ({source}) differs between pools ({per_pool})"
         return Claim("smaller-wins", claim, paper, measured, "undetermined")
     usual = next(iter(usual.values()))

@@ -10,7 +10,6 @@ Units: batch sizes are sequences; losses are nats/token; tokens are training tok
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
@@ -19,9 +18,18 @@ import pandas as pd
 from repro.analysis import selection
 from repro.analysis.intervals import Difference
 from repro.analysis.results import REPLICATE_FIELDS, Results
+from repro.design.presets import pool_label
 from repro.errors import ReproError
-from repro.runtime.config import batch_schedule_text
+from repro.runtime.config import batch_schedule_text, parse_batch_schedule
 from repro.runtime.loaders import BatchPhases, epoch_batches
+
+
+def schedule_words(schedule: str) -> str:
+    """A batch_schedule in words: "0:2,0.5:8,0.75:32" -> "batch 2 -> 8 at 50% -> 32 at 75% of
+    epochs" (batch sizes in sequences)."""
+    (_, first), *later = parse_batch_schedule(schedule)
+    steps = "".join(f" -> {batch} at {fraction:.0%}" for fraction, batch in later)
+    return f"batch {first}{steps}" + (" of epochs" if later else "")
 
 
 def _every_phase_within(phases: BatchPhases, epochs: int) -> bool:
@@ -71,7 +79,7 @@ def _policy_rows(ends: pd.DataFrame, names: list[str]) -> list[dict]:
     return [
         {
             "policy": name,
-            "pool": Path(end["pool"]).name,
+            "pool": pool_label(end["pool"]),
             "val loss (cross-fitted)": end["val_loss"],
             "lr": end.get("lr"),
             "runs": end["n_runs"],
@@ -82,7 +90,7 @@ def _policy_rows(ends: pd.DataFrame, names: list[str]) -> list[dict]:
 
 def _matched_fixed(fixed: Results, schedule_runs: pd.DataFrame) -> tuple[Results, str]:
     """The fixed-batch runs on each of the schedules' pools at that pool's epoch budget and weight
-    decay, and those slices described ("seed0: 8 epochs, weight decay 1; ...")."""
+    decay, and those slices described ("pool 0: 8 epochs, weight decay 1; ...")."""
     runs, match, notes = fixed.runs, np.zeros(len(fixed.runs), bool), []
     for pool, mine in schedule_runs.groupby("pool"):
         slice_ = mine[["epochs", "weight_decay"]].drop_duplicates()
@@ -92,11 +100,11 @@ def _matched_fixed(fixed: Results, schedule_runs: pd.DataFrame) -> tuple[Results
         here = (runs["pool"] == pool) & (runs["epochs"] == epochs) & (runs["weight_decay"] == decay)
         if not here.any():
             raise ReproError(
-                f"no fixed-batch run on {Path(pool).name} at its schedules' {epochs} epochs, "
+                f"no fixed-batch run on {pool_label(pool)} at its schedules' {epochs} epochs, "
                 f"decay {decay:g}"
             )
         match |= here.to_numpy()
-        notes.append(f"{Path(pool).name}: {epochs} epochs, weight decay {decay:g}")
+        notes.append(f"{pool_label(pool)}: {epochs} epochs, weight decay {decay:g}")
     return fixed.subset(pd.Series(match, index=runs.index)), "; ".join(notes)
 
 
@@ -104,7 +112,7 @@ def _curves(evals: pd.DataFrame, ends: pd.DataFrame, names: list[str]) -> pd.Dat
     """The evaluation curves (tokens, val_loss) of the runs `ends` chose, per policy and pool."""
     parts = [
         evals.loc[evals["run_id"] == end["run_id"], ["tokens", "val_loss"]].assign(
-            policy=name, pool=Path(end["pool"]).name
+            policy=name, pool=pool_label(end["pool"])
         )
         for name, (_, end) in zip(names, ends.iterrows())
     ]
@@ -125,7 +133,7 @@ def _display(
     """The table and curves of schedules_vs_fixed: `ends` are the endpoints per fixed batch, per
     schedule, of the best fixed batch and of the best schedule; `arms` names the last two."""
     per_batch, per_schedule, best_fixed, best_ramp = ends
-    ramp_labels = [f"{names[s]} ({s})" for s in per_schedule["batch_schedule"]]
+    ramp_labels = [f"{names[s]} ({schedule_words(s)})" for s in per_schedule["batch_schedule"]]
     labels = [f"fixed batch {int(b)}" for b in per_batch["batch_size"]] + ramp_labels
     arm_labels = [arms[0]] * len(best_fixed) + [arms[1]] * len(best_ramp)
     table = pd.DataFrame(

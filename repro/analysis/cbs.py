@@ -323,6 +323,23 @@ def resolution_miss(fit: dict, part: pd.DataFrame) -> np.ndarray:
     return np.maximum(np.log(predicted / S), np.log(low / predicted)).clip(min=0)
 
 
+PHYSICAL = ("B_crit", "B_simple", "B*", "B_opt", "B_min")
+"""Fitted batch sizes (sequences) and noise scales, which only a positive value can be: a fit that
+gives 0 or less has failed (a negative B_min, say: tokens to target still falling at the smallest
+batch), and physical_range reports it as failed, never as a number."""
+FAILED = "fit failed"
+"""The column of fit_targets, noise_growth and noise_scale_regime naming the quantities whose fit
+left their physical range ("B_min < 0"; "" where none did)."""
+
+
+def physical_range(row: dict) -> dict:
+    """`row` with every PHYSICAL quantity that is finite but not positive set to NaN (as no fit)
+    and named in its FAILED column ("B_min < 0; B_crit = 0"), after those it named already."""
+    bad = [n for n in PHYSICAL if n in row and np.isfinite(row[n]) and row[n] <= 0]
+    failed = [row.get(FAILED, "")] + [f"{n} {'<' if row[n] < 0 else '='} 0" for n in bad]
+    return row | {name: math.nan for name in bad} | {FAILED: "; ".join(filter(None, failed))}
+
+
 def _fit_row(part: pd.DataFrame, b_simple: float) -> tuple[dict, dict]:
     """The three fits of one pool's and target's (batch, crossing step) points (fitted_points),
     beside `b_simple` near the target; (table columns, McCandlish fit)."""
@@ -356,20 +373,21 @@ def fit_targets(
     points fitted; "left-censored": the points left out; "max log miss": the hyperbola's largest
     resolution_miss over all points (a left-censored one misses where the fit predicts more steps
     than its first evaluation). A pool with fewer than three fitted points at a target keeps its
-    row, with no fit (NaN). Returns (one row per pool and target, {(pool, target): McCandlish
-    fit})."""
+    row, with no fit (NaN); a fit outside its physical range is NaN and named in FAILED
+    (physical_range). Returns (one row per pool and target, {(pool, target): McCandlish fit})."""
     rows, mccandlish = [], {}
     for (pool, target), part in reach.groupby(["pool", "target"]):
         noise = trajectory[trajectory["pool"] == pool]
         b_simple, gap = b_simple_near(noise, target)
         row = {"pool": pool, "target": target, "batch sizes": len(fitted_points(part)[0])}
         row |= {"left-censored": int(part["left-censored"].sum())}
-        row |= {"B_simple": b_simple, "B_simple loss gap": gap}
+        row = physical_range(row | {"B_simple": b_simple, "B_simple loss gap": gap})
         if row["batch sizes"] >= 3:
-            fitted, mccandlish[(pool, target)] = _fit_row(part, b_simple)
-            row |= fitted
+            fitted, mccandlish[(pool, target)] = _fit_row(part, row["B_simple"])
+            row = physical_range(row | fitted)
         rows.append(row)
-    return pd.DataFrame(rows), mccandlish
+    table = pd.DataFrame(rows)
+    return table[[c for c in table if c != FAILED] + [FAILED]], mccandlish
 
 
 FITTED = {
@@ -382,7 +400,7 @@ FITTED = {
     "B_min": False,
 }
 """The fitted quantities that claims read, and whether their interval over pools is on a log
-scale (batch sizes and ratios: geometric) or not (the log miss; B_min, which may be negative)."""
+scale (batch sizes and ratios: geometric) or not (the log miss; B_min, judged against 0)."""
 
 
 def fit_intervals(fits: pd.DataFrame) -> pd.DataFrame:

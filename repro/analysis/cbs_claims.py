@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from repro.analysis.batch_schedules import ScheduleComparison
-from repro.analysis.cbs import FITTED, fit_intervals, interval_of
+from repro.analysis.cbs import FAILED, FITTED, fit_intervals, interval_of
 from repro.analysis.intervals import (
     MIN_REPLICATES,
     NOT_MEASURED,
@@ -29,6 +29,7 @@ from repro.analysis.intervals import (
     lower_verdict,
 )
 from repro.analysis.noise import growth_intervals
+from repro.design.presets import pool_label
 
 NOISE_GROWTH = 1.5
 """The noise-scale claim agrees when the 90% interval over pools of B_simple's growth (last third
@@ -62,6 +63,27 @@ def _undecided(d: Difference, name: str, replicate: str = "pool") -> str:
     return f"; {name} on fewer than {MIN_REPLICATES} {replicate}s"
 
 
+def _fit_failed(rows: pd.DataFrame, name: str) -> str:
+    """Where a pool's fit of `name` (or of the quantity its first word names: "B_simple" of
+    "B_simple / B_crit") left its physical range (the FAILED column, cbs.physical_range): "fit
+    failed: B_min < 0 on pool 0, pool 1"; "" where none did."""
+    failed = {}
+    for pool, texts in zip(rows["pool"], rows.get(FAILED, pd.Series("", rows.index)).fillna("")):
+        for text in filter(None, texts.split("; ")):
+            if text.split()[0] == name.split()[0]:
+                failed.setdefault(text, []).append(pool_label(pool))
+    return "; ".join(f"fit failed: {t} on {', '.join(p)}" for t, p in failed.items())
+
+
+def _quantity(
+    rows: pd.DataFrame, name: str, d: Difference, fmt: str = RATIO, fitted: str | None = None
+) -> str:
+    """describe(name, d), or, where a pool's fit of `fitted` (default `name`) left its physical
+    range, that it failed (never a number outside the range)."""
+    failed = _fit_failed(rows, fitted or name)
+    return f"{name}: {failed}" if failed else describe(name, d, fmt)
+
+
 def _noise_verdict(growth: dict[int, Difference]) -> tuple[str, str]:
     """Agrees when, for every noise-scale batch, the interval over pools of B_simple's growth lies
     at or above NOISE_GROWTH while the loss falls; disagrees when for some batch it lies at or
@@ -81,7 +103,10 @@ def _noise_scale_claim(growth: pd.DataFrame, model: str) -> Claim:
     batches = [int(b) for b in intervals["batch_size"]]
     per_batch = {b: interval_of(intervals, "ratio", batch_size=b) for b in batches}
     verdict, why = _noise_verdict(per_batch)
-    runs = "; ".join(describe(f"batch {b}", d, RATIO) for b, d in per_batch.items())
+    runs = "; ".join(
+        _quantity(growth[growth["batch_size"] == b], f"batch {b}", d, fitted="B_simple")
+        for b, d in per_batch.items()
+    )
     return Claim(
         "noise-scale-grows",
         "the gradient noise scale grows as the loss falls (McCandlish et al.)",
@@ -155,10 +180,10 @@ def _hyperbola_claim(fits: pd.DataFrame, model: str) -> Claim:
     )
     measured = "; ".join(
         [
-            f"model {model}, target {target}: {describe('B_crit', q['B_crit'], RATIO)} over "
+            f"model {model}, target {target}: {_quantity(rows, 'B_crit', q['B_crit'])} over "
             f"batches {smallest:g}-{largest:g}{left_out}",
-            describe("B_simple", q["B_simple"], RATIO),
-            describe("B_simple / B_crit", q["B_simple / B_crit"], RATIO),
+            _quantity(rows, "B_simple", q["B_simple"]),
+            _quantity(rows, "B_simple / B_crit", q["B_simple / B_crit"]),
             describe("max log miss beyond evaluation resolution", q["max log miss"], ".2f"),
         ]
     )
@@ -210,16 +235,15 @@ def _wsd_verdict(
     rows: pd.DataFrame, b_opt: Difference, b_min: Difference, lr_schedule: str
 ) -> tuple[str, str]:
     """Undetermined unless the runs are WSD. Then, with intervals over pools: agrees when B_opt's
-    lies inside the batches every pool measured and B_min's above 0; disagrees when B_min's lies
-    below 0 (tokens to target still fall as the batch shrinks to the smallest measured); else
-    undetermined."""
+    lies inside the batches every pool measured and B_min's above 0; undetermined when a pool's
+    B_min fit failed (a negative B_min: cbs.physical_range) or without decisive intervals."""
     if lr_schedule != "wsd":
         return "undetermined", f" ({lr_schedule} runs here, Zhou et al. fit WSD)"
     smallest, largest = _batches(rows)
+    if _fit_failed(rows, "B_min"):
+        return "undetermined", " (tokens to target still fall down to the smallest batch)"
     if not b_min.decisive:
         return "undetermined", f" ({_undecided(b_min, 'B_min')[2:]})"
-    if b_min.high < 0:
-        return "disagrees", " (tokens to target still fall down to the smallest batch)"
     located = b_opt.decisive and smallest <= b_opt.low and b_opt.high <= largest
     if located and b_min.low > 0:
         return "agrees", ""
@@ -237,8 +261,8 @@ def _wsd_claim(fits: pd.DataFrame, lr_schedule: str, model: str) -> Claim:
     verdict, why = _wsd_verdict(rows, b_opt, b_min, lr_schedule)
     fewest = "; ".join(rows["fewest tokens at batch"].dropna())
     measured = (
-        f"model {model}, target {target}: {describe('B_opt', b_opt, RATIO)}, "
-        f"{describe('B_min', b_min, RATIO)} (90% intervals over pools); fewest tokens at "
+        f"model {model}, target {target}: {_quantity(rows, 'B_opt', b_opt)}, "
+        f"{_quantity(rows, 'B_min', b_min)} (90% intervals over pools); fewest tokens at "
         f"batch {fewest} (per pool){why}"
     )
     return Claim("wsd-batches", claim, paper, measured, verdict)

@@ -12,13 +12,28 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-from matplotlib.ticker import FuncFormatter
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 
 from repro.analysis import plots
 from repro.analysis.analyses import across_replicates, endpoint_curve
+from repro.analysis.intervals import LEVEL
 from repro.runtime.shapes import by_size
 
 FLOOR_MARGIN = 0.25  # fraction of the validation axis below its data where the floor is drawn
+INTERVAL = f"{plots.percent(LEVEL)} interval"  # this module's error bars: of a replicate mean
+
+
+def lowest_batch(means: pd.DataFrame, what: str) -> str:
+    """A title's finding from one curve's rows (batch_size, mean, low, high; across_replicates):
+    which batch gives the lowest `what`, how much higher (nats/token) the highest batch is, and
+    whether their intervals are apart (else the order is not settled)."""
+    best, worst = means.loc[means["mean"].idxmin()], means.loc[means["mean"].idxmax()]
+    side = "intervals apart" if best["high"] < worst["low"] else "intervals overlap"
+    return (
+        f"batch {best['batch_size']:g} gives the lowest {what}; batch {worst['batch_size']:g} is "
+        f"{worst['mean'] - best['mean']:+.2f} nats ({side})"
+    )
 
 
 @plots.styled
@@ -26,52 +41,62 @@ def best_loss_vs_batch(
     endpoints: pd.DataFrame, batch_sizes, floor: float | None = None
 ) -> plt.Figure:
     """Left: tuned validation loss per batch size, one curve per model size (mean over replicates,
-    90% interval over replicates and validation documents; models side by side at each batch), and
-    the Bayes floor where known. Right:
-    the final training loss of the same runs (mean, min-max over replicates): a batch whose
-    training loss is lower while its validation loss is higher over-fits. A floor more than
-    FLOOR_MARGIN of the axis below the data is named in the legend, not drawn."""
-    fig, (val_ax, train_ax) = plt.subplots(1, 2, figsize=(11, 4.2))
+    LEVEL interval over replicates and validation documents; models side by side at each batch),
+    and the Bayes floor where known. Right: the final training loss of the same runs (mean, LEVEL
+    t interval over replicates): a batch whose training loss is lower while its validation loss is
+    higher over-fits. A floor more than FLOOR_MARGIN of the axis below the data is stated in the
+    validation panel's title, not drawn. The titles state the largest model's findings."""
+    fig, (val_ax, train_ax) = plt.subplots(1, 2, figsize=(11, 4.6))
     panels = (
-        (val_ax, "val_loss", "validation loss, tuned (nats/token)", ("low", "high"), "-"),
-        (train_ax, "train_loss", "training loss, end of the tuned run", ("min", "max"), "--"),
+        (val_ax, "val_loss", "validation loss, tuned (nats/token)", "-"),
+        (train_ax, "train_loss", "training loss, end of run (nats/token)", "--"),
     )
     models = by_size(endpoints["model"].unique())
-    for ax, value, ylabel, (lo, hi), style in panels:
+    findings = []
+    for ax, value, ylabel, style in panels:
         means = across_replicates(endpoints, value=value)
         for i, model in enumerate(models):
             group = means[means["model"] == model]
-            ax.errorbar(
+            plots.errorbars(
+                ax,
                 plots.dodged(group["batch_size"], i, len(models)),
                 group["mean"],
-                yerr=plots.interval(group["mean"], group[lo], group[hi]),
+                group["low"],
+                group["high"],
+                LEVEL,
                 capsize=3,
                 marker="o",
                 linestyle=style,
-                color=plots.PALETTE[models.index(model)],
+                color=plots.PALETTE[i],
                 label=model,
             )
+        findings.append(lowest_batch(group, value.split("_")[0] + " loss"))
         plots.batch_axis(ax, batch_sizes)
         ax.set_ylabel(ylabel)
     low, high = val_ax.get_ylim()
+    floor_note = ""
     if floor is not None and floor >= low - FLOOR_MARGIN * (high - low):
         val_ax.axhline(floor, color="k", linestyle=":", label=f"Bayes floor ({floor:.3f})")
     elif floor is not None:  # far below: drawing it would squash the differences the claims test
-        val_ax.plot([], [], " ", label=f"Bayes floor {floor:.3f}, below the axis")
-    replicates = int(endpoints.groupby(["model", "batch_size"]).size().max())
-    val_ax.set_title(f"Validation (mean over {replicates} replicates, 90% interval)")
-    train_ax.set_title("Training (mean, min-max over replicates)")
+        floor_note = f"\nBayes floor {floor:.3f} nats/token: below the axis"
+    replicates = plots.replicates(endpoints.groupby(["model", "batch_size"]).size())
+    val_ax.set_title(f"Validation: {replicates}, {INTERVAL}{floor_note}")
+    train_ax.set_title(f"Training: {replicates}, {INTERVAL}")
+    where = f"{models[-1]}: " if len(models) > 1 else ""
+    fig.suptitle(f"{where}{findings[0]}\n{findings[1]}", fontsize="large")
     handles, labels = val_ax.get_legend_handles_labels()  # the models, and the floor if drawn
     plots.legend_outside(train_ax, title="model", handles=handles, labels=labels)
+    fig.tight_layout()
     return fig
 
 
 @plots.styled
 def batch_differences(table: pd.DataFrame, batch_sizes) -> plt.Figure:
     """Each batch size's tuned validation loss minus its model size's tuned optimum
-    (analyses.batch_differences), paired over replicates and documents with 90% intervals, model
-    sizes side by side (open: no interval, e.g. one replicate): the differences the claims test,
-    on a symmetric-log axis (plots.difference_axis) so that small and large gaps both show."""
+    (analyses.batch_differences), paired over replicates and documents with LEVEL intervals, model
+    sizes side by side (open: no interval, e.g. one replicate), on a symmetric-log axis
+    (plots.difference_axis) so that small and large gaps both show; the title states, for the
+    largest model, the batches not told apart from the optimum and the largest gap."""
     fig, ax = plt.subplots()
     shown = table[table["difference"].notna()]
     bounded = np.isfinite(shown["low"]) & np.isfinite(shown["high"])
@@ -81,8 +106,8 @@ def batch_differences(table: pd.DataFrame, batch_sizes) -> plt.Figure:
         x, y = plots.dodged(shown["batch_size"], i, len(models)), shown["difference"]
         ax.plot(x[mine], y[mine], color=color, label=model, **plots.MEASURED)
         bars = mine & bounded
-        interval = plots.interval(y[bars], shown["low"][bars], shown["high"][bars])
-        ax.errorbar(x[bars], y[bars], yerr=interval, capsize=3, color=color, linestyle="none")
+        low, high = shown["low"][bars], shown["high"][bars]
+        plots.errorbars(ax, x[bars], y[bars], low, high, LEVEL, capsize=3, color=color, ls="none")
         ax.plot(x[mine & ~bounded], y[mine & ~bounded], "o", color=color, markerfacecolor="white")
     if not bounded.all():
         ax.plot([], [], "o", color="gray", markerfacecolor="white", label="no interval")
@@ -92,9 +117,24 @@ def batch_differences(table: pd.DataFrame, batch_sizes) -> plt.Figure:
     plots.batch_axis(ax, batch_sizes)
     ax.set_ylabel("minus the tuned optimum (nats/token)")
     replicates = int(table["replicates"].max()) if len(table) else 0
-    ax.set_title(f"Validation loss against each size's optimum ({replicates} replicates, 90%)")
+    largest = shown[shown["model"] == models[-1]]
+    ax.set_title(
+        f"{_near_optimum(largest)}\n({replicates} replicates, {INTERVAL} over them and documents)"
+    )
     plots.legend_outside(ax, title="model")
     return fig
+
+
+def _near_optimum(rows: pd.DataFrame) -> str:
+    """Which batches of one model's batch_differences rows an interval does not tell from its
+    optimum (it holds 0 or is missing), and the largest gap."""
+    near = rows[~(rows["low"] > 0)]["batch_size"].tolist()
+    worst = rows.loc[rows["difference"].idxmax()]
+    names = ", ".join(str(b) for b in near) or "none"
+    return (
+        f"Not told from the optimum: batch {names}; "
+        f"batch {worst['batch_size']} is {worst['difference']:+.2f} nats"
+    )
 
 
 @plots.styled
@@ -113,8 +153,10 @@ def accuracy_vs_batch(endpoints: pd.DataFrame, tasks: list[str], batch_sizes) ->
             style = {"marker": "o", "color": plots.PALETTE[models.index(model)], "label": model}
             if i == 0:
                 axes[0].plot(group["batch_size"], group["val_loss"], **style)
-            axes[1 + i].errorbar(
-                group["batch_size"], group["acc"], yerr=Z90 * group["acc_se"], capsize=3, **style
+            half = Z90 * group["acc_se"]
+            low, high = group["acc"] - half, group["acc"] + half
+            plots.errorbars(
+                axes[1 + i], group["batch_size"], group["acc"], low, high, 0.9, capsize=3, **style
             )
         if task in CHANCE:
             axes[1 + i].axhline(CHANCE[task], color="k", linestyle=":", label="chance")
@@ -130,65 +172,88 @@ def accuracy_vs_batch(endpoints: pd.DataFrame, tasks: list[str], batch_sizes) ->
 
 @plots.styled
 def optimal_batch_vs_size(table: pd.DataFrame) -> plt.Figure:
-    """The tuned optimal batch per model size (analyses.optimal_batches): the optimum of the
-    replicate-mean loss (line), each replicate's own optimum (crosses), and the range of batches
-    whose 90% interval overlaps the optimum's (bar)."""
-    fig, ax = plt.subplots()
-    ax.errorbar(
-        table["params"],
-        table["batch"],
-        yerr=plots.interval(table["batch"], table["plausible_low"], table["plausible_high"]),
-        capsize=4,
-        marker="o",
+    """The tuned optimal batch per model size (analyses.optimal_batches), one row per size (its
+    parameters): the optimum of the replicate-mean loss (dot), each replicate's own optimum
+    (crosses), and the range of batches whose LEVEL interval overlaps the optimum's (bar); the
+    title states the optimum and that range of the largest model. A model size per row reads with
+    one size as with several."""
+    table = table.sort_values("params").reset_index(drop=True)
+    fig, ax = plt.subplots(figsize=(6.5, 1.6 + 0.5 * len(table)))
+    y = np.arange(len(table))
+    ax.hlines(
+        y,
+        table["plausible_low"],
+        table["plausible_high"],
         color=plots.PALETTE[0],
-        label="optimum of the replicate mean (bar: batches whose 90% interval overlaps it)",
+        lw=6,
+        alpha=0.35,
+        label="batches the data cannot tell from the optimum",
     )
-    for i, (_, row) in enumerate(table.iterrows()):
-        own = row["replicate_batches"]
+    ax.plot(
+        table["batch"],
+        y,
+        "o",
+        color=plots.PALETTE[0],
+        markersize=8,
+        label="optimum of the replicate mean",
+    )
+    for i, row in table.iterrows():
+        own = pd.Series(row["replicate_batches"]).value_counts()
         ax.scatter(
-            [row["params"]] * len(own),
-            own,
+            own.index,
+            [i] * len(own),
+            s=40 * own,
             marker="x",
             color=plots.PALETTE[1],
-            zorder=3,  # over the replicate-mean marker where they coincide
-            label="optimum on each replicate" if i == 0 else None,
+            zorder=3,
+            label="optimum on each replicate (size: count)" if i == 0 else None,
         )
-    ax.set_xscale("log")
-    ax.set_yscale("log", base=2)
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    ax.set_xlabel("parameters (untied)")
-    ax.set_ylabel("optimal batch size (sequences)")
-    ax.set_title("Optimal batch vs model size")
-    plots.legend_outside(ax)
+    batches = sorted(
+        {*table["plausible_low"], *table["plausible_high"], *table["batch"]}
+        | {b for own in table["replicate_batches"] for b in own}
+    )
+    plots.batch_axis(ax, batches, "optimal batch size (sequences)")
+    ax.set_xlim(batches[0] / 1.5, batches[-1] * 1.5)
+    ax.set_yticks(y, [f"{plots.nice_number(p)}" for p in table["params"]])
+    ax.set_ylim(-0.7, len(table) - 0.3)
+    ax.set_ylabel("model (parameters)")
+    largest = table.iloc[-1]
+    low, high = largest["plausible_low"], largest["plausible_high"]
+    span = f"batches {low}-{high} not told apart" if low < high else "no other batch as good"
+    ax.set_title(f"Optimal batch {largest['batch']} ({span})")
+    ax.legend(
+        loc="upper left", bbox_to_anchor=(0, -0.45 if len(table) < 3 else -0.25), borderaxespad=0
+    )
     return fig
 
 
 @plots.styled
 def curves(evals: pd.DataFrame, picks: pd.DataFrame, title: str) -> plt.Figure:
     """Validation (solid) and training (dashed; mean over the steps since the previous evaluation)
-    loss per epoch of the tuned runs in `picks` (endpoints rows), one colour per batch size."""
+    loss per epoch of the tuned runs in `picks` (endpoints rows), one colour per batch size; the
+    title states which batch ends lowest in each loss, then `title`."""
     colors = plots.batch_colors(picks["batch_size"])
-    fig, ax = plt.subplots()
+    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    ends = {}
     for _, end in picks.iterrows():
-        curve, color = endpoint_curve(evals, end), colors[int(end["batch_size"])]
-        ax.plot(
-            curve["epoch"],
-            curve["val_loss"],
-            color=color,
-            label=f"batch {end['batch_size']}, validation",
-            **plots.MEASURED,
-        )
-        ax.plot(
-            curve["epoch"],
-            curve["train_loss"],
-            color=color,
-            linestyle="--",
-            label=f"batch {end['batch_size']}, training (mean since previous eval.)",
-        )
+        curve, batch = endpoint_curve(evals, end), int(end["batch_size"])
+        ax.plot(curve["epoch"], curve["val_loss"], color=colors[batch], **plots.MEASURED)
+        ax.plot(curve["epoch"], curve["train_loss"], color=colors[batch], linestyle="--")
+        ends[batch] = curve[["val_loss", "train_loss"]].iloc[-1]
+    last = pd.DataFrame(ends).T
+    handles = [Patch(color=colors[b], label=f"batch {b}") for b in colors]
+    handles += [
+        Line2D([], [], color="0.3", label="validation", **plots.MEASURED),
+        Line2D([], [], color="0.3", linestyle="--", label="training (mean since last eval.)"),
+    ]
     ax.set_xlabel("epoch")
     ax.set_ylabel("loss (nats/token)")
-    ax.set_title(title)
-    plots.legend_outside(ax)
+    finding = "; ".join(
+        f"batch {last[loss].idxmin()} ends lowest in {loss.split('_')[0]} ({last[loss].min():.2f})"
+        for loss in ("val_loss", "train_loss")
+    )
+    ax.set_title(f"{finding}\n{title}")
+    plots.legend_outside(ax, handles=handles)
     return fig
 
 
@@ -197,24 +262,31 @@ def arms_vs_batch(
     arms: dict[str, pd.DataFrame], batch_sizes, title: str, legend: str
 ) -> plt.Figure:
     """Best val loss per batch size (sequences) for each arm ({label: batch_endpoints}), mean and
-    90% interval over replicates and validation documents, the arms side by side at each batch; an
-    arm measured at only some of `batch_sizes` as points."""
+    LEVEL interval over replicates and validation documents, the arms side by side at each batch; an
+    arm measured at only some of `batch_sizes` as points; the title states which arm and batch
+    give the lowest loss, after `title`."""
     fig, ax = plt.subplots()
+    means = []
     for i, (color, (label, endpoints)) in enumerate(zip(plots.PALETTE, arms.items())):
         agg = across_replicates(endpoints, by=["batch_size"])
+        means.append(agg.assign(arm=label))
         every = set(agg["batch_size"]) == set(batch_sizes)
-        ax.errorbar(
+        plots.errorbars(
+            ax,
             plots.dodged(agg["batch_size"], i, len(arms)),
             agg["mean"],
+            agg["low"],
+            agg["high"],
+            LEVEL,
             capsize=3,
             color=color,
             label=label,
-            yerr=plots.interval(agg["mean"], agg["low"], agg["high"]),
             **(plots.MEASURED | ({} if every else {"linestyle": "none"})),
         )
     plots.batch_axis(ax, batch_sizes)
     ax.set_ylabel(plots.LOSS)
-    ax.set_title(f"{title} ({plots.replicates(agg['count'])}, 90% interval)")
+    finding = _lowest_arm(pd.concat(means), legend)
+    ax.set_title(f"{title}\n{finding}\n({plots.replicates(agg['count'])}, {INTERVAL})")
     plots.legend_outside(ax, title=legend)
     return fig
 
@@ -224,3 +296,14 @@ def beta2_vs_batch(arms: dict[str, pd.DataFrame], batch_sizes) -> plt.Figure:
     """Tuned val loss per batch size under each AdamW beta2 setting ({label: batch_endpoints}):
     the batch sweep's at every batch, the ablation's at its batches (arms_vs_batch)."""
     return arms_vs_batch(arms, batch_sizes, "AdamW beta2 at the small-batch end", "AdamW betas")
+
+
+def _lowest_arm(means: pd.DataFrame, noun: str) -> str:
+    """Which arm and batch of across_replicates rows (with an `arm` column) give the lowest loss,
+    and whether its interval is apart from the other arms' at that batch."""
+    means = means.reset_index(drop=True)
+    best = means.loc[means["mean"].idxmin()]
+    rivals = means[(means["batch_size"] == best["batch_size"]) & (means["arm"] != best["arm"])]
+    apart = bool((rivals["low"] > best["high"]).all())
+    side = "intervals apart from" if apart else "overlapping"
+    return f"lowest at batch {best['batch_size']:g}: {best['arm']} ({side} the other {noun})"

@@ -15,27 +15,70 @@ import numpy as np
 import pandas as pd
 
 from repro.analysis import plots
+from repro.analysis.figure_checks import MIN_FONT_PT
+from repro.analysis.frontier import over_pools
+from repro.analysis.intervals import LEVEL
 
-DEADLINE = "deadline (step units)"
+DEADLINE = "deadline (step units:\nmicro-batch forward+backward passes on one GPU)"
+GPU_MARKERS = ("o", "s", "^", "D", "v", "P", "X")  # one per GPU count, beside its colour
+
+
+def _mean_steps(ax: plt.Axes, means: pd.DataFrame, color, marker: str | None, label: str) -> None:
+    """A step curve of `means` (over_pools rows of one series) with its band over pools."""
+    ax.step(means["deadline"], means["mean"], where="post", color=color, marker=marker, label=label)
+    plots.band(
+        ax,
+        means["deadline"],
+        means["low"],
+        means["high"],
+        LEVEL,
+        step="post",
+        color=color,
+        alpha=0.18,
+        linewidth=0,
+    )
+    plots.replicated(ax, means["pools"])
+
+
+NEAR_BEST = 1.05  # loss_vs_deadline's finding: within 5% of the loss every GPU count reaches
+
+
+def _sooner(means: pd.DataFrame) -> str:
+    """loss_vs_deadline's finding: a loss every GPU count reaches (NEAR_BEST times the highest of
+    their best means), the deadline by which the fewest and the most GPUs reach it, and whether
+    the fewest GPUs' interval there lies above the most GPUs' (decided) or not (undetermined)."""
+    goal = NEAR_BEST * means.groupby("gpus")["mean"].min().max()
+    first = means[means["mean"] <= goal].groupby("gpus")["deadline"].min()
+    few, most = first.index.min(), first.index.max()
+    at = means[(means["deadline"] == first[most])].set_index("gpus")
+    decided = few not in at.index or at.loc[few, "low"] > at.loc[most, "high"]
+    hedge = "" if decided else " (undetermined: the intervals overlap there)"
+    return (
+        f"{plots.gpu_label(most)} reach loss {goal:.3f} by deadline {first[most]:g}, "
+        f"{plots.gpu_label(few)} by {first[few]:g}{hedge}"
+    )
 
 
 @plots.styled
-def loss_vs_deadline(table: pd.DataFrame) -> plt.Figure:
-    """Best observed val loss per deadline, one step curve per GPU count (frontier.frontier)."""
-    colors = plots.ordered_colors(table["gpus"])
-    fig, ax = plt.subplots()
-    for g, part in table.groupby("gpus"):
-        ax.step(
-            part["deadline"],
-            part["best_val_loss"],
-            where="post",
-            color=colors[g],
-            label=plots.gpu_label(g),
-        )
-    plots.log_axis(ax, "x", table["deadline"].min(), table["deadline"].max())
-    ax.set_xlabel("deadline (step units: one micro-batch forward+backward on one GPU)")
+def loss_vs_deadline(frontiers: pd.DataFrame) -> plt.Figure:
+    """Best observed val loss per deadline, the mean over pools of each pool's frontier
+    (frontier.pool_frontiers) with its 90% interval over pools (frontier.over_pools; a deadline
+    only where every pool reaches it), one step curve and band per GPU count (a colour and a
+    marker each)."""
+    means = over_pools(frontiers, ["gpus"])
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for i, (g, part) in enumerate(means.groupby("gpus")):
+        color, marker = plots.PALETTE[i % len(plots.PALETTE)], GPU_MARKERS[i % len(GPU_MARKERS)]
+        _mean_steps(ax, part, color, marker, plots.gpu_label(g))
+    plots.log_axis(ax, "x", frontiers["deadline"].min(), frontiers["deadline"].max())
+    ax.set_xlabel(DEADLINE)
     ax.set_ylabel(plots.LOSS)
-    ax.set_title("Frontier from observed curves")
+    pools = frontiers["pool"].nunique()
+    ax.set_title(
+        f"{_sooner(means) if len(means) else 'nothing reachable'}\n(best observed loss, mean "
+        f"over {pools} pools, {plots.interval_label(LEVEL, 'pools')})",
+        fontsize="medium",
+    )
     plots.legend_outside(ax, title="data parallel")
     return fig
 
@@ -48,32 +91,66 @@ def _edges(values: np.ndarray) -> np.ndarray:
     return np.exp(np.concatenate([[first], mids, [last]]))
 
 
+def _optimum_finding(grid: pd.DataFrame) -> str:
+    """optimal_batch_heatmap's finding: on the fewest and the most GPUs, the optimal batch at the
+    tightest deadline that reaches anything and at the loosest."""
+    parts = []
+    for g in sorted({grid.index.min(), grid.index.max()}):
+        row = grid.loc[g].dropna()
+        if len(row):
+            parts.append(
+                f"{plots.gpu_label(g)}: batch {int(row.iloc[0])} at the tightest deadline, "
+                f"{int(row.iloc[-1])} at the loosest"
+            )
+    return "; ".join(parts) or "nothing reachable"
+
+
 @plots.styled
 def optimal_batch_heatmap(table: pd.DataFrame, batch_sizes) -> plt.Figure:
-    """The optimal batch size per (GPUs, deadline) on a log deadline axis with round ticks; one
-    colour per batch size (batch_colors); blank where nothing is reachable."""
+    """The optimal batch size (sequences) per (GPUs, deadline) of one pool's frontier (in-sample)
+    on a log deadline axis with round ticks: one colour per batch size (batch_colors), each cell
+    numbered with its batch and outlined in white; blank where nothing is reachable."""
     grid = table.pivot(index="gpus", columns="deadline", values="batch_size")
     index = {b: i for i, b in enumerate(batch_sizes)}
     codes = grid.apply(lambda col: col.map(index)).to_numpy(float)
-    fig, ax = plt.subplots(figsize=(7, 3))
+    fig, ax = plt.subplots(figsize=(11, 1.2 + 0.45 * len(grid.index)))
     deadlines = grid.columns.to_numpy(float)
+    edges = _edges(deadlines)
     image = ax.pcolormesh(
-        _edges(deadlines),
+        edges,
         np.arange(len(grid.index) + 1),
         codes,
         cmap=plots.batch_cmap(batch_sizes),
         vmin=-0.5,
         vmax=len(batch_sizes) - 0.5,
+        edgecolors="white",
+        linewidth=0.6,
     )
+    centres = np.sqrt(edges[1:] * edges[:-1])
+    for (row, column), code in np.ndenumerate(codes):
+        if np.isfinite(code):
+            ax.text(
+                centres[column],
+                row + 0.5,
+                str(batch_sizes[int(code)]),
+                ha="center",
+                va="center",
+                fontsize=MIN_FONT_PT,
+                color="white" if code < len(batch_sizes) / 2 else "black",
+            )
     plots.log_axis(ax, "x", deadlines[0], deadlines[-1])
     ax.set_yticks(np.arange(len(grid.index)) + 0.5, [str(g) for g in grid.index])
     ax.grid(False)
     bar = fig.colorbar(image, ax=ax, ticks=range(len(batch_sizes)))
     bar.ax.set_yticklabels([str(b) for b in batch_sizes])
-    bar.set_label("optimal batch size (sequences)")
+    bar.set_label("optimal batch size\n(sequences)")
     ax.set_xlabel(DEADLINE)
     ax.set_ylabel("GPUs")
-    ax.set_title("Optimal batch size (blank: nothing reachable yet)")
+    ax.set_title(
+        f"{_optimum_finding(grid)}\n(optimal batch, one pool, in-sample; blank: nothing "
+        "reachable yet)",
+        fontsize="medium",
+    )
     return fig
 
 
@@ -97,10 +174,13 @@ def fewer_gpus_smaller_batch(judged: pd.DataFrame, batch_sizes) -> plt.Figure:
         mine = judged[(judged["large_batch"] == b2) & (judged["large_gpus"] == g2)]
         pairs = mine.groupby(["small_batch", "small_gpus"])
         for i, ((b1, g1), part) in enumerate(pairs):
-            ax.errorbar(
+            plots.errorbars(
+                ax,
                 plots.dodged(part["deadline"], i, pairs.ngroups),
                 part["difference"],
-                yerr=plots.interval(part["difference"], part["low"], part["high"]),
+                part["low"],
+                part["high"],
+                LEVEL,  # simultaneous, over every comparison (Bonferroni)
                 capsize=2,
                 color=colors[b1],
                 label=f"batch {b1} on {plots.gpu_label(g1)}",
@@ -118,10 +198,12 @@ def fewer_gpus_smaller_batch(judged: pd.DataFrame, batch_sizes) -> plt.Figure:
         ax.remove()  # no panel without a comparison
     if not larger:
         fig.text(0.5, 0.5, "no deadline at which both batches of a pair train", ha="center")
+    wins, losses = int((judged["high"] < 0).sum()), int((judged["low"] > 0).sum())
     fig.suptitle(
-        "Smaller batch on fewer GPUs minus larger batch on more, held out on every replicate\n"
-        "below 0 the smaller batch wins (simultaneous 90% intervals, Bonferroni; an interval "
-        "cut at a panel's edge reaches beyond it)",
+        f"Smaller batch on fewer GPUs wins {wins}, loses {losses} of {len(judged)} comparisons "
+        "(the rest undetermined)\nsmaller minus larger batch, held out on every replicate; "
+        f"simultaneous {plots.percent(LEVEL)} intervals (Bonferroni; one cut at a panel's edge "
+        "reaches beyond it)",
         fontsize="medium",
     )
     handles = {h.get_label(): h for ax in fig.axes for h in ax.get_legend_handles_labels()[0]}
@@ -170,36 +252,53 @@ def latency_projection(
     return fig
 
 
+def _schedule_finding(fixed: pd.DataFrame, policies: pd.DataFrame) -> str:
+    """At how many deadlines some schedule's interval over pools lies below the best fixed
+    batch's (a schedule wins), and at how many every schedule's lies above it (they lose); the
+    rest are undetermined."""
+    both = policies.merge(fixed, on="deadline", suffixes=("", " fixed"))
+    wins = both[both["high"] < both["low fixed"]]["deadline"].nunique()
+    above = both["low"] > both["high fixed"]
+    losses = above.groupby(both["deadline"]).all().sum()
+    n = fixed["deadline"].nunique()
+    return f"schedule wins at {wins}, loses at {losses} of {n} deadlines"
+
+
 @plots.styled
 def schedule_policies(
-    table: pd.DataFrame, frontiers: pd.DataFrame, gpu_counts: list[int]
+    fixed_frontiers: pd.DataFrame, frontiers: pd.DataFrame, gpu_counts: list[int]
 ) -> plt.Figure:
-    """Best val loss per deadline of each batch-size schedule (frontier.schedule_policies) against
-    the best fixed batch, one panel per GPU count."""
+    """Best val loss per deadline of each batch-size schedule (frontier.schedule_policies)
+    against the best fixed batch (frontier.pool_frontiers), mean over pools with 90% intervals
+    over pools (frontier.over_pools), one panel per GPU count; each panel's title counts the
+    deadlines at which the intervals decide (_schedule_finding)."""
     fig, axes = plt.subplots(
-        1, len(gpu_counts), figsize=(4.2 * len(gpu_counts), 3.6), sharey=True, squeeze=False
+        1, len(gpu_counts), figsize=(5.4 * len(gpu_counts), 4.0), sharey=True, squeeze=False
     )
+    fixed_means = over_pools(fixed_frontiers, ["gpus"])
+    policy_means = over_pools(frontiers, ["gpus", "policy"])
     for ax, g in zip(axes[0], gpu_counts):
-        fixed = table[table["gpus"] == g]
-        ax.step(
-            fixed["deadline"],
-            fixed["best_val_loss"],
-            where="post",
-            color="k",
-            label="best fixed batch",
-        )
-        mine = frontiers[frontiers["gpus"] == g]
+        fixed = fixed_means[fixed_means["gpus"] == g]
+        _mean_steps(ax, fixed, "k", None, "best fixed batch")
+        mine = policy_means[policy_means["gpus"] == g]
         for color, (policy, part) in zip(plots.PALETTE[1:], mine.groupby("policy", sort=False)):
-            ax.step(
-                part["deadline"],
-                part["best_val_loss"],
-                where="post",
-                color=color,
-                label=f"schedule {policy}",
-            )
-        plots.log_axis(ax, "x", table["deadline"].min(), table["deadline"].max(), max_ticks=5)
+            _mean_steps(ax, part, color, None, policy.replace(": ", ":\n", 1))
+        plots.log_axis(
+            ax,
+            "x",
+            fixed_frontiers["deadline"].min(),
+            fixed_frontiers["deadline"].max(),
+            max_ticks=5,
+        )
         ax.set_xlabel(DEADLINE)
-        ax.set_title(plots.gpu_label(g))
+        ax.set_title(f"{plots.gpu_label(g)}: {_schedule_finding(fixed, mine)}", fontsize="medium")
     axes[0][0].set_ylabel(plots.LOSS)
-    plots.legend_outside(axes[0][-1], title="policy (batch from epoch fraction)")
+    pools = fixed_frontiers["pool"].nunique()
+    fig.suptitle(
+        f"Batch-size schedules vs the best fixed batch (mean over {pools} pools, "
+        f"{plots.interval_label(LEVEL, 'pools')})",
+        fontsize="medium",
+        y=1.03,
+    )
+    plots.legend_outside(axes[0][-1], title="policy")
     return fig

@@ -16,11 +16,13 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from repro.analysis import plots
 from repro.data.pool import load_pool
+from repro.design.presets import pool_label
 
 
 @plots.styled
 def doc_lengths(pool: str | Path, seq_len: int) -> plt.Figure:
-    """Histogram of document lengths (tokens) of a pool's splits, log-spaced bins."""
+    """Histogram of document lengths (tokens) of a pool's splits, log-spaced bins; the title states
+    the median training document and the share of training documents longer than `seq_len`."""
     data = load_pool(pool)
     fig, ax = plt.subplots()
     for color, split in zip(plots.PALETTE, ("train", "val")):
@@ -32,20 +34,31 @@ def doc_lengths(pool: str | Path, seq_len: int) -> plt.Figure:
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("document length (tokens)")
     ax.set_ylabel("documents")
-    ax.set_title(f"Document lengths ({Path(pool).name})")
+    train = data.train.doc_lengths()
+    ax.set_title(
+        f"{pool_label(pool)}: median document {np.median(train):g} tokens, "
+        f"{np.mean(train > seq_len):.0%} longer than seq_len"
+    )
     plots.legend_outside(ax)
     return fig
 
 
 @plots.styled
 def split_tokens(table: pd.DataFrame) -> plt.Figure:
-    """Tokens per pool and split (pools.pool_table), bars from zero."""
-    counts = table.pivot_table(index="pool", columns="split", values="tokens")
+    """Tokens per pool and split (pools.pool_table, pools named by pool_label), bars from zero; the
+    title states the range of each split's tokens over the pools."""
+    counts = table.pivot_table(index="pool", columns="split", values="tokens", sort=False)
     fig, ax = plt.subplots()
     counts.plot.bar(ax=ax, rot=0, color=plots.PALETTE[: counts.shape[1]])
     ax.yaxis.set_major_formatter(FuncFormatter(plots.nice_number))
     ax.set_ylabel("tokens")
     ax.set_xlabel("pool")
-    ax.set_title("Tokens per split")
+    ax.set_title("Pools hold " + " and ".join(_spread(counts[s], s) for s in counts))
     plots.legend_outside(ax, title="split")
     return fig
+
+
+def _spread(tokens: pd.Series, split: str) -> str:
+    """'16,050 val tokens' or '16,009-16,101 train tokens': the range of `tokens` over pools."""
+    low, high = (plots.nice_number(v) for v in (tokens.min(), tokens.max()))
+    return f"{low if low == high else f'{low}-{high}'} {split} tokens"

@@ -15,45 +15,61 @@ import pandas as pd
 from repro.analysis import plots
 from repro.analysis.analyses import across_replicates
 from repro.analysis.figures_batch import arms_vs_batch
+from repro.analysis.intervals import LEVEL
 
 
-def _dots(ax: plt.Axes, endpoints: pd.DataFrame, x: str, hue: str, labels: dict) -> str:
-    """Tuned val loss per (x, hue), mean over replicates with its 90% interval over replicates
-    and validation documents, dodged; returns the note on what the bars are."""
-    stats = across_replicates(endpoints, [x, hue]).set_index([x, hue])
-    xs = sorted(endpoints[x].unique())
-    hues = list(labels)
+def _dots(ax: plt.Axes, endpoints: pd.DataFrame, x: dict, hue: dict) -> pd.DataFrame:
+    """Tuned val loss per (x, hue) value, mean over replicates with its LEVEL interval over
+    replicates and validation documents, the hues dodged at each categorical x; `x` and `hue`
+    map a column of `endpoints` to {value: label} in the order drawn. Returns the means
+    (across_replicates) for the title's finding."""
+    (x_col, xs), (hue_col, hues) = next(iter(x.items())), next(iter(hue.items()))
+    stats = across_replicates(endpoints, [x_col, hue_col])
     for i, h in enumerate(hues):
-        part = stats.xs(h, level=hue).reindex(xs)
-        offset = (i - (len(hues) - 1) / 2) * 0.15
-        ax.errorbar(
-            np.arange(len(xs)) + offset,
+        part = stats[stats[hue_col] == h].set_index(x_col).reindex(list(xs))
+        plots.errorbars(
+            ax,
+            np.arange(len(xs)) + (i - (len(hues) - 1) / 2) * 0.15,
             part["mean"],
+            part["low"],
+            part["high"],
+            LEVEL,
             capsize=3,
             linestyle="none",
-            yerr=plots.interval(part["mean"], part["low"], part["high"]),
             marker="o",
             markersize=6,
             color=plots.PALETTE[i],
-            label=labels[h],
+            label=hues[h],
         )
-    ax.set_xticks(range(len(xs)))
+    ax.set_xticks(range(len(xs)), list(xs.values()))
     ax.set_xlim(-0.5, len(xs) - 0.5)
-    return f"{plots.replicates(stats['count'])}, 90% interval"
+    ax.set_ylabel(plots.LOSS)
+    return stats.assign(name=[f"{xs[a]}, {hues[b]}" for a, b in zip(stats[x_col], stats[hue_col])])
+
+
+def _finding(stats: pd.DataFrame) -> str:
+    """Which arm of _dots' means is lowest, how much higher the highest is (nats/token), and
+    whether their intervals are apart; then the replicates and the interval drawn."""
+    best, worst = stats.loc[stats["mean"].idxmin()], stats.loc[stats["mean"].idxmax()]
+    side = "intervals apart" if best["high"] < worst["low"] else "intervals overlap"
+    return (
+        f"{best['name']} lowest; {worst['name']} {worst['mean'] - best['mean']:+.2f} nats "
+        f"({side})\n({plots.replicates(stats['count'])}, {plots.percent(LEVEL)} interval)"
+    )
 
 
 @plots.styled
 def loaders(endpoints: pd.DataFrame) -> plt.Figure:
-    """Best val loss per epoch ordering and batch size (dot plot: the y axis need not start at 0);
-    `endpoints`: analyses.batch_endpoints(.., ["loader"])."""
+    """Best val loss per epoch ordering (in the claimed order, worst first) and batch size (dot
+    plot: the y axis need not start at 0); `endpoints`: analyses.batch_endpoints(..,
+    ["loader"])."""
     fig, ax = plt.subplots()
-    labels = {"repeat": "REPEAT", "shuffle": "SHUFFLE", "repack": "REPACK"}
-    note = _dots(ax, endpoints, "batch_size", "loader", labels)
-    ax.set_xticklabels([f"{b}" for b in sorted(endpoints["batch_size"].unique())])
-    ax.set_xlabel("batch size (sequences)")
-    ax.set_ylabel(plots.LOSS)
-    ax.set_title(f"Epoch orderings ({note})")
-    plots.legend_outside(ax, title="epoch ordering")
+    orders = {"loader": {"repeat": "REPEAT", "shuffle": "SHUFFLE", "repack": "REPACK"}}
+    batches = {"batch_size": {b: f"batch {b}" for b in sorted(endpoints["batch_size"].unique())}}
+    stats = _dots(ax, endpoints, orders, batches)
+    ax.set_xlabel("epoch ordering")
+    ax.set_title(_finding(stats))
+    plots.legend_outside(ax, title="batch (sequences)")
     return fig
 
 
@@ -62,12 +78,11 @@ def tying_embedding_decay(endpoints: pd.DataFrame, batch: int) -> plt.Figure:
     """Best val loss per embedding weight decay, tied vs untied (dot plot); `endpoints`:
     analyses.batch_endpoints(.., ["tie_embeddings", "embedding_weight_decay"])."""
     fig, ax = plt.subplots()
-    labels = {False: "untied", True: "tied"}
-    note = _dots(ax, endpoints, "embedding_weight_decay", "tie_embeddings", labels)
-    ax.set_xticklabels([f"{w:g}" for w in sorted(endpoints["embedding_weight_decay"].unique())])
+    decays = sorted(endpoints["embedding_weight_decay"].unique())
+    x = {"embedding_weight_decay": {w: f"decay {w:g}" for w in decays}}
+    stats = _dots(ax, endpoints, x, {"tie_embeddings": {False: "untied", True: "tied"}})
     ax.set_xlabel("embedding weight decay")
-    ax.set_ylabel(plots.LOSS)
-    ax.set_title(f"Tying x embedding decay, batch {batch} ({note})")
+    ax.set_title(f"Batch {batch}: {_finding(stats)}")
     plots.legend_outside(ax, title="embeddings")
     return fig
 

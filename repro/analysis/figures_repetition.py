@@ -20,6 +20,8 @@ from repro.analysis import plots
 from repro.analysis.intervals import LEVEL, t_interval
 from repro.analysis.repetition import MUENNIGHOFF_R_STAR, FreshFit, effective_data
 
+INTERVAL = plots.interval_label(LEVEL)  # this module's error bars: over replicates (pools)
+
 
 def _mean_interval(values: pd.Series) -> tuple[float, float, float]:
     """(mean, low, high) of the LEVEL t interval over replicates (low = high = mean for one)."""
@@ -43,8 +45,9 @@ def loss_vs_epochs(curves: pd.DataFrame, fits: pd.DataFrame, finding: str) -> pl
         mine = curves[curves["batch_size"] == b]
         stats = mine.groupby("epochs")["val_loss"].apply(_mean_interval)
         mean, low, high = (stats.map(lambda s, i=i: s[i]) for i in range(3))
-        yerr = plots.interval(mean, low, high)
-        ax.errorbar(stats.index, mean, yerr=yerr, color=colors[b], fmt="o", capsize=3)
+        plots.errorbars(
+            ax, stats.index, mean, low, high, LEVEL, color=colors[b], fmt="o", capsize=3
+        )
         rows = plots.settled(fits[fits["batch_size"] == b])
         if rows.empty:
             continue
@@ -54,7 +57,7 @@ def loss_vs_epochs(curves: pd.DataFrame, fits: pd.DataFrame, finding: str) -> pl
         ax.plot(grid, np.mean([law.loss(grid) for law in laws], 0), color=colors[b], ls=":")
     handles = [Patch(color=colors[b], label=f"batch {b}") for b in batches]
     handles += [
-        Line2D([], [], color="0.3", marker="o", ls="none", label="measured (90% interval)"),
+        Line2D([], [], color="0.3", marker="o", ls="none", label=f"measured ({INTERVAL})"),
         Line2D([], [], color="0.3", label="fitted law, D' of repeated tokens"),
         Line2D([], [], color="0.3", ls=":", label="the law with fresh tokens, D' = D"),
     ]
@@ -72,18 +75,21 @@ def r_star_vs_group(summary: pd.DataFrame, group: str, label: str, finding: str)
     """R_D* per value of `group` (geometric mean over replicates, 90% interval of log10 R_D*
     over replicates; repetition.r_star_summary), on a log axis, with Muennighoff et al.'s 15.4.
     Hollow markers: some replicate at a bound of the R_D* grid."""
-    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    fig, ax = plt.subplots(figsize=(7.5, 4.6))
     summary = plots.settled(summary)
     x = np.arange(len(summary))
-    ax.errorbar(
+    plots.errorbars(
+        ax,
         x,
         summary["R_D*"],
-        yerr=plots.interval(summary["R_D*"], summary["low"], summary["high"]),
+        summary["low"],
+        summary["high"],
+        LEVEL,
         marker="o",
         linestyle="none",
         capsize=4,
         color=plots.PALETTE[0],
-        label=f"R_D* here ({LEVEL:.0%} interval over replicates)",
+        label=f"R_D* here ({INTERVAL})",
     )
     bounded = summary["at a bound"] > 0
     if bounded.any():
@@ -103,7 +109,7 @@ def r_star_vs_group(summary: pd.DataFrame, group: str, label: str, finding: str)
     plots.log_axis(ax, "y", min(values) / 1.5, max(values) * 1.5)
     ax.set_xticks(x, [str(v) for v in summary[group]], rotation=25, ha="right")
     ax.set_xlabel(label)
-    ax.set_ylabel("R_D* (repetitions: epochs after the first)")
+    ax.set_ylabel("R_D* (repetitions)")
     ax.set_title(finding)
     plots.legend_outside(ax)
     fig.tight_layout()
@@ -119,10 +125,13 @@ def ensemble_curves(summary: pd.DataFrame, finding: str) -> plt.Figure:
     for i, role in enumerate(roles):
         mine = summary[summary["role"] == role]
         batch = int(mine["batch_size"].iloc[0])
-        ax.errorbar(
+        plots.errorbars(
+            ax,
             mine["K"] + 0.08 * (i - (len(roles) - 1) / 2),
             mine["loss"],
-            yerr=plots.interval(mine["loss"], mine["low"], mine["high"]),
+            mine["low"],
+            mine["high"],
+            LEVEL,
             marker=plots.POOL_MARKERS[i],
             capsize=3,
             color=plots.PALETTE[i],
@@ -130,8 +139,8 @@ def ensemble_curves(summary: pd.DataFrame, finding: str) -> plt.Figure:
         )
     ax.set_xticks(sorted(summary["K"].unique()))
     ax.set_xlabel("ensemble members K (seeds of one tuned configuration)")
-    ax.set_ylabel("validation loss of the ensemble (nats/token)")
-    ax.set_title(finding)
+    ax.set_ylabel("ensemble val loss (nats/token)")
+    ax.set_title(f"{finding}\n(mean over pools, {INTERVAL})")
     plots.legend_outside(ax, title="batch (sequences)")
     fig.tight_layout()
     return fig

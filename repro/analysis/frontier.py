@@ -30,7 +30,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from repro.analysis.batch_schedules import schedule_words
+from repro.analysis.intervals import LEVEL, t_interval
 from repro.analysis.results import Results
+from repro.design.presets import pool_label
 
 # Link defaults for the ring all-reduce (per direction): NVLink 4 (H100/H200 within a node) and
 # NDR InfiniBand (400 Gb/s per GPU across nodes).
@@ -165,6 +168,41 @@ def frontier(
     return pd.DataFrame(rows)
 
 
+def pool_frontiers(results: Results, gpu_counts, deadlines, step_time) -> pd.DataFrame:
+    """frontier of each pool of `results` alone (the pool is the replicate), with a `pool`
+    column."""
+    return pd.concat(
+        [
+            frontier(
+                results.subset(results.runs["pool"] == pool), gpu_counts, deadlines, step_time
+            ).assign(pool=pool)
+            for pool in sorted(results.runs["pool"].unique())
+        ],
+        ignore_index=True,
+    )
+
+
+def over_pools(frontiers: pd.DataFrame, by: list[str], level: float = LEVEL) -> pd.DataFrame:
+    """Per group of `by` and deadline of `frontiers` (pool_frontiers rows, several pools): the
+    mean best val loss (nats/token) over pools with its `level` t interval over pools ("low",
+    "high"; NaN ends with fewer than two pools) and the pools it is over; only where every pool
+    reaches the deadline."""
+    rows = []
+    pools = frontiers["pool"].nunique()
+    for key, part in frontiers.groupby([*by, "deadline"]):
+        losses = part["best_val_loss"].dropna()
+        if len(losses) < pools:
+            continue
+        d = t_interval(losses.to_numpy(), level)
+        ends = (d.low, d.high) if np.isfinite(d.low) else (np.nan, np.nan)
+        rows.append(
+            dict(zip([*by, "deadline"], key))
+            | {"mean": d.value, "low": ends[0]}
+            | {"high": ends[1], "pools": len(losses)}
+        )
+    return pd.DataFrame(rows, columns=[*by, "deadline", "mean", "low", "high", "pools"])
+
+
 def best_per_batch(results: Results, gpus: int, deadline: float, step_time) -> pd.DataFrame:
     """Best observed evaluation of each batch size alone on `gpus` GPUs within `deadline` (units of
     `step_time`), over all its runs (every lr, weight decay and epoch budget): index batch_size,
@@ -209,24 +247,27 @@ def deadline_grid(results: Results, gpu_counts, step_time, n: int = 24) -> np.nd
 
 
 def schedule_policies(
-    table: pd.DataFrame,
+    fixed_frontiers: pd.DataFrame,
     scheduled: Results,
     schedules: dict[str, str],
     gpu_counts,
     deadlines,
     step_time,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Each batch-size schedule (its runs in `scheduled`) as a policy on each of `gpu_counts`,
-    against the best fixed batch (`table`: frontier of the fixed-batch runs). Returns (the
-    schedules' frontiers with a `policy` column, one row per policy x GPUs: deadlines reachable
-    and deadlines where it beats every fixed batch)."""
+    """Each batch-size schedule (its runs in `scheduled`) as a policy on each of `gpu_counts` and
+    each pool, against the best fixed batch there (`fixed_frontiers`: pool_frontiers of the
+    fixed-batch runs). Returns (the schedules' frontiers with `policy` (its name and
+    batch_schedules.schedule_words) and `pool` columns, one row per policy x GPUs x pool:
+    deadlines reachable and deadlines where it beats every fixed batch)."""
     frontiers, rows = [], []
-    for g in gpu_counts:
-        fixed = table[table["gpus"] == g]
+    for (pool, g), fixed in fixed_frontiers[fixed_frontiers["gpus"].isin(gpu_counts)].groupby(
+        ["pool", "gpus"]
+    ):
         for name, schedule in schedules.items():
-            mine = scheduled.subset(scheduled.runs["batch_schedule"] == schedule)
+            runs = scheduled.runs
+            mine = scheduled.subset((runs["batch_schedule"] == schedule) & (runs["pool"] == pool))
             policy = frontier(mine, [g], deadlines, step_time)
-            frontiers.append(policy.assign(policy=f"{name} ({schedule})"))
+            frontiers.append(policy.assign(policy=f"{name}: {schedule_words(schedule)}", pool=pool))
             both = policy.merge(fixed, on="deadline", suffixes=("_schedule", "_fixed")).dropna(
                 subset=["best_val_loss_schedule"]
             )
@@ -235,6 +276,7 @@ def schedule_policies(
                 {
                     "policy": name,
                     "gpus": g,
+                    "pool": pool_label(pool),
                     "deadlines reachable": len(both),
                     "deadlines where it beats every fixed batch": int(wins.sum()),
                 }

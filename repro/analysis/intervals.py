@@ -238,6 +238,16 @@ class Claim(NamedTuple):
         return self._replace(key=f"{self.key}/{where}", claim=f"{self.claim} ({where})")
 
     @property
+    def headline(self) -> str:
+        """The claim and what this run found, for a figure's title: "<claim>: <verdict>", then
+        the difference and its interval where the claim has one."""
+        d = self.difference
+        if d is None or not np.isfinite(d.value):
+            return f"{self.claim}: {self.verdict}"
+        bounds = f" [{d.low:+.3f}, {d.high:+.3f}]" if np.isfinite([d.low, d.high]).all() else ""
+        return f"{self.claim}: {self.verdict}, {d.value:+.3f}{bounds}"
+
+    @property
     def at_cap(self) -> bool:
         """Whether an arm of its difference chose the study's epoch cap (Difference.at_cap)."""
         return self.difference is not None and any(self.difference.at_cap)

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from repro.analysis import selection
-from repro.analysis.cbs import b_simple_near, pool_intervals
+from repro.analysis.cbs import FAILED, b_simple_near, physical_range, pool_intervals
 from repro.analysis.results import CONFIG_FIELDS, Results, plain_value
+from repro.design.presets import pool_label
 
 NOISE_RUN_FIELDS = ("init_from", "save_steps", "noise_scale", "micro_batch", "eval_every")
 """Run fields a noise-scale run sets for itself rather than copying from its tuned run: it trains
@@ -50,7 +50,7 @@ def noise_scale_choices(sweep: Results, batch_sizes: Iterable[int]) -> list[dict
 
 
 def noise_runs(noise: Results) -> pd.DataFrame:
-    """One row per noise-scale run of `noise`: pool (folder name), batch size (sequences), its
+    """One row per noise-scale run of `noise`: pool (pool_label), batch size (sequences), its
     tuned lr, weight decay and epoch budget, its last val loss (nats/token) and how many of its
     evaluations have a B_simple estimate."""
     evals = noise.evals.sort_values("step")
@@ -59,7 +59,7 @@ def noise_runs(noise: Results) -> pd.DataFrame:
     runs = noise.runs.sort_values(["pool", "batch_size"])
     return pd.DataFrame(
         {
-            "pool": [Path(p).name for p in runs["pool"]],
+            "pool": [pool_label(p) for p in runs["pool"]],
             "batch size": runs["batch_size"].to_numpy(),
             "lr": runs["lr"].to_numpy(),
             "weight decay": runs["weight_decay"].to_numpy(),
@@ -84,17 +84,20 @@ def noise_trajectory(noise: Results) -> pd.DataFrame:
 def noise_growth(trajectory: pd.DataFrame) -> pd.DataFrame:
     """Per pool and noise-scale batch, over its evaluations up to the best val loss (where the loss
     falls): the median B_simple (sequences) of the first and of the last third, their ratio (NaN
-    with fewer than two evaluations or a non-positive median), and the val loss (nats/token) at
-    both ends."""
+    with fewer than two evaluations), and the val loss (nats/token) at both ends; a median that is
+    not positive is no noise scale: NaN, named in FAILED ("B_simple < 0 (first third)")."""
     rows = []
     points = trajectory.dropna(subset=["b_simple", "val_loss"])
     for (pool, batch), run in points.groupby(["pool", "batch_size"]):
         run = run.sort_values("tokens")
         falling = run.iloc[: int(np.argmin(run["val_loss"].to_numpy())) + 1]
         k = max(1, len(falling) // 3)
-        first = float(falling["b_simple"].iloc[:k].median())
-        last = float(falling["b_simple"].iloc[-k:].median())
-        ok = len(falling) >= 2 and first > 0 and last > 0
+        ends = {
+            end: physical_range({"B_simple": float(falling["b_simple"].iloc[part].median())})
+            for end, part in (("first", slice(None, k)), ("last", slice(-k, None)))
+        }
+        first, last = ends["first"]["B_simple"], ends["last"]["B_simple"]
+        failed = [f"{e[FAILED]} ({end} third)" for end, e in ends.items() if e[FAILED]]
         rows.append(
             {
                 "pool": pool,
@@ -102,9 +105,10 @@ def noise_growth(trajectory: pd.DataFrame) -> pd.DataFrame:
                 "evaluations": len(falling),
                 "B_simple first": first,
                 "B_simple last": last,
-                "ratio": last / first if ok else np.nan,
+                "ratio": last / first if len(falling) >= 2 else np.nan,
                 "val loss first": float(falling["val_loss"].iloc[0]),
                 "val loss last": float(falling["val_loss"].iloc[-1]),
+                FAILED: "; ".join(failed),
             }
         )
     return pd.DataFrame(rows)
@@ -134,21 +138,25 @@ def noise_scale_regime(
     pool's noise-scale runs of B_simple at each run's evaluation nearest the target (nearest, not
     interpolated: the logged EMA estimate itself), with the largest |val loss - target| of those
     evaluations ("loss gap"). B_simple in sequences and in tokens (sequences x `seq_len`), and
-    the smallest and largest of `batch_sizes` (sequences) over it."""
+    the smallest and largest of `batch_sizes` (sequences) over it; a B_simple that is not
+    positive is NaN, named in FAILED (physical_range)."""
     target = float(endpoints.groupby("batch_size")["val_loss"].mean().min())
     smallest, largest = min(batch_sizes), max(batch_sizes)
     rows = []
     for pool, noise in trajectory.groupby("pool"):
         b_simple, gap = b_simple_near(noise, target)
+        checked = physical_range({"B_simple": b_simple})
+        b_simple = checked["B_simple"]
         rows.append(
             {
-                "pool": Path(pool).name,
+                "pool": pool_label(pool),
                 "target": target,
                 "loss gap": gap,
                 "B_simple (sequences)": b_simple,
                 "B_simple (tokens)": b_simple * seq_len,
                 "smallest batch / B_simple": smallest / b_simple,
                 "largest batch / B_simple": largest / b_simple,
+                FAILED: checked[FAILED],
             }
         )
     return pd.DataFrame(rows)

@@ -11,7 +11,6 @@ outside the axes (legend_outside) so they never cover data.
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -21,7 +20,6 @@ import pandas as pd
 import seaborn as sns
 from matplotlib import cycler
 from matplotlib.colors import ListedColormap
-from matplotlib.text import Text
 from matplotlib.ticker import (
     FixedLocator,
     FuncFormatter,
@@ -30,6 +28,8 @@ from matplotlib.ticker import (
     NullLocator,
 )
 
+from repro.analysis import figure_checks
+from repro.analysis.figure_checks import legibility_problems, percent
 from repro.errors import ReproError
 from repro.paths import project_root
 
@@ -76,39 +76,6 @@ def styled(make_figure: Callable[..., plt.Figure]) -> Callable[..., plt.Figure]:
             return make_figure(*args, **kwargs)
 
     return draw
-
-
-MIN_FONT_PT = 8.0
-"""The smallest text a saved figure may carry (points, at the size it is saved at)."""
-
-
-def legibility_problems(fig: plt.Figure) -> list[str]:
-    """What makes `fig` hard to read as saved: visible text under MIN_FONT_PT points or showing a
-    NaN (a tick, label or annotation), or an axes with data but without an x or y label (a y label
-    may sit on the axes it shares its y axis with, a colour bar's on its one axis)."""
-    fig.canvas.draw()  # tick labels exist only once drawn
-    texts = [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
-    problems = [
-        f"text {text.get_text()[:40]!r} at {text.get_fontsize():.1f} pt"
-        for text in texts
-        if text.get_fontsize() < MIN_FONT_PT
-    ]
-    problems += [
-        f"text {text.get_text()[:40]!r} shows a NaN"
-        for text in texts
-        if re.search(r"\bnan\b", text.get_text(), re.IGNORECASE)
-    ]
-    for ax in fig.axes:
-        if not (ax.get_visible() and ax.has_data()):
-            continue
-        where = f"axes {ax.get_title() or fig.axes.index(ax)!r}"
-        ylabels = [a.get_ylabel() for a in ax.get_shared_y_axes().get_siblings(ax)]
-        labelled = [ax.get_xlabel(), " ".join(ylabels)]
-        if ax.get_label() == "<colorbar>":  # its label on its one axis
-            labelled = [" ".join(labelled)]
-        if not all(label.strip() for label in labelled):
-            problems.append(f"{where}: an axis without a label")
-    return problems
 
 
 def save(
@@ -253,6 +220,43 @@ def replicates(counts: pd.Series) -> str:
     behind each point), for a figure's title."""
     n = int(counts.max())
     return f"mean over {n} replicates" if n > 1 else "one replicate"
+
+
+# --- intervals: drawn, stated and checked (save: figure_checks) -----------------------------------
+#
+# A figure draws its intervals with `errorbars` or `band`, which record their level on the axes,
+# and states that level with `interval_label` (figure_checks.INTERVAL_TEXT). `save` refuses
+# a figure that states a level it drew no interval at, draws intervals whose level it does not
+# state, or draws error bars or bands without a recorded level. An axes that plots means over
+# more than one replicate (declared with `replicated`, or a title with `replicates`' "mean over
+# N") must draw an interval (error bars or a fill_between band).
+
+
+def interval_label(level: float, over: str = "replicates") -> str:
+    """How a figure states its intervals: '90% interval over replicates'."""
+    return f"{percent(level)} interval over {over}"
+
+
+def errorbars(ax: plt.Axes, x, y, low, high, level: float, axis: str = "y", **kwargs):
+    """ax.errorbar of `y` at `x` with a `level` interval [low, high] of y (of x with axis="x";
+    a side the value lies beyond gets no bar), its level recorded for save's check."""
+    figure_checks.marks(ax)["levels"].add(level)
+    bars = interval(y if axis == "y" else x, low, high)
+    return ax.errorbar(x, y, **{f"{axis}err": bars}, **kwargs)
+
+
+def band(ax: plt.Axes, x, low, high, level: float, **kwargs):
+    """ax.fill_between of a `level` interval [low, high] at `x`, its level recorded."""
+    figure_checks.marks(ax)["levels"].add(level)
+    return ax.fill_between(x, low, high, **kwargs)
+
+
+def replicated(ax: plt.Axes, counts: pd.Series | int) -> None:
+    """Declare that `ax` plots means over `counts` replicates (the largest count): with more than
+    one, save refuses the figure unless `ax` draws an interval."""
+    figure_checks.marks(ax)["replicates"] = max(
+        figure_checks.marks(ax)["replicates"], int(np.max(counts))
+    )
 
 
 DODGE = 0.1

@@ -15,6 +15,7 @@ import pandas as pd
 
 from repro.analysis.intervals import Claim, claim_table
 from repro.data.pool import load_pool
+from repro.design.presets import pool_label
 
 
 def _exact(ok: bool) -> str:
@@ -26,15 +27,15 @@ def _exact(ok: bool) -> str:
 
 
 def pool_table(paths: list[str | Path]) -> pd.DataFrame:
-    """One row per pool and split: documents, tokens, document length, and the Bayes floor if
-    known."""
+    """One row per pool (named by pool_label) and split: documents, tokens, document length, and
+    the Bayes floor if known."""
     rows = []
     for path in paths:
         meta = load_pool(path).meta
         for split, stats in meta["splits"].items():
             rows.append(
                 {
-                    "pool": Path(path).name,
+                    "pool": pool_label(path),
                     "seed": meta["seed"],
                     "split": split,
                     "docs": stats["docs"],
@@ -58,8 +59,8 @@ def pool_overlap(paths: list[str | Path]) -> pd.DataFrame:
         for j in range(i + 1, len(pools)):
             rows.append(
                 {
-                    "pool a": Path(paths[i]).name,
-                    "pool b": Path(paths[j]).name,
+                    "pool a": pool_label(paths[i]),
+                    "pool b": pool_label(paths[j]),
                     "shared train docs": len(docs[i] & docs[j]),
                     "train docs a": len(docs[i]),
                     "identical val": bool(np.array_equal(pools[i].val.tokens, pools[j].val.tokens)),

@@ -22,9 +22,6 @@ the reported loss.
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 
@@ -37,6 +34,7 @@ from repro.analysis.intervals import (
     t_interval,
 )
 from repro.analysis.results import TUNED, Results
+from repro.design.presets import pool_label
 from repro.errors import ReproError
 from repro.runtime.run_dir import selection_halves
 
@@ -424,7 +422,7 @@ def describe_tuned(
     hidden = ("run_id", "edge", "chosen_on_halves", "held_out", "doc_losses", "doc_tokens")
     shown = table[[c for c in table.columns if c not in hidden]].copy()
     if "pool" in shown:
-        shown["pool"] = _short_pools(shown["pool"])
+        shown["pool"] = shown["pool"].map(pool_label)
     shown = shown.rename(columns=SHORT_NAMES)
     text = shown.to_string(index=False, float_format=lambda v: f"{v:.4g}", line_width=width)
     edges = shown[table["edge"] != ""]
@@ -439,11 +437,3 @@ def describe_tuned(
         line = f"  {label or 'all runs'}: {table.loc[index, 'edge']}"
         warnings.append(line if len(line) <= width else line[: width - 3] + "...")
     return text, warnings
-
-
-def _short_pools(pools: pd.Series) -> pd.Series:
-    """Pool folders by name, less the prefix that all of them share up to a '-' or '_'."""
-    names = pools.map(lambda p: Path(p).name)
-    prefix = os.path.commonprefix(list(names.unique())) if names.nunique() > 1 else ""
-    prefix = prefix[: max(prefix.rfind("-"), prefix.rfind("_")) + 1]
-    return names.str.slice(len(prefix))

@@ -214,7 +214,9 @@ def changed(preset: Preset, **sections: dict) -> Preset:
     return load_dataclass(Preset, sections, "", preset)
 
 
-POOL_NAME = re.compile(r"-seed(?P<seed>\d+)(?:-(?P<tokens>\d+)tok|(?P<confirmation>-confirmation))?$")
+POOL_NAME = re.compile(
+    r"-seed(?P<seed>\d+)(?:-(?P<tokens>\d+)tok|(?P<confirmation>-confirmation))?$"
+)
 """The end of a pool folder's name as Preset.pool_dir, sized_pool_dir and confirmation_pool_dir
 write it."""
 
