@@ -52,14 +52,13 @@ train = os.environ.get("REPRO_TRAIN", "0") in ("1", "true")  # else read results
 dry_run = False  # the built-in preset shrunk to CPU size (`repro reproduce --dry-run`)
 
 # %%
-from pathlib import Path
-
 from IPython.display import Markdown, display
 
 from repro.analysis import analyses, figures_cbs
 from repro.analysis.findings import Findings
 from repro.analysis.intervals import claim_count, claim_summary, describe
 from repro.analysis.pools import pool_vocab_size, train_tokens
+from repro.design.presets import pool_label
 from repro.study import notebook_study
 
 study = notebook_study(globals())  # checks the parameters above, prints what the study trains
@@ -199,7 +198,7 @@ scaling.round(3)
 # %%
 ramps = list(P.schedules.ramps.values())
 slices = batch_schedules.schedule_slices(model_results, ramps)
-print({Path(pool).name: slice_ for pool, slice_ in slices.items()})
+print({pool_label(pool): slice_ for pool, slice_ in slices.items()})
 scheduled = study.sweep(study.schedule_grid(slices))
 schedules = batch_schedules.schedules_vs_fixed(model_results, scheduled, P.schedules.texts())
 study.save(figures_cbs.schedules(schedules.curves), "05_schedules")

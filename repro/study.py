@@ -411,10 +411,10 @@ class Study:
         return parts
 
     def _work_bar(self) -> WorkBar:
-        """The progress bar of one sweep and its growth: plain text on the terminal's stderr where
-        TERMINAL_PROGRESS_ENV is set (a kernel that `repro reproduce` runs), else tqdm's default
-        (a widget in a notebook)."""
-        terminal = sys.__stderr__ if os.environ.get(TERMINAL_PROGRESS_ENV) else None
+        """A sweep's progress bar: a widget in a notebook's kernel, else plain text on stderr (a
+        line now and then in a log file: WorkBar), as in kernels that `repro reproduce` runs."""
+        kernel = "ipykernel" in sys.modules and not os.environ.get(TERMINAL_PROGRESS_ENV)
+        terminal = None if kernel else sys.__stderr__
         return WorkBar(self.progress and self.train, file=terminal)
 
     def _results(self, grids: list[dict]) -> Results:

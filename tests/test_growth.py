@@ -3,6 +3,7 @@ neighbours become runs."""
 
 import io
 import sys
+from types import SimpleNamespace
 
 import pytest
 
@@ -148,3 +149,19 @@ def test_grown_grids_train_their_extensions_once_and_reuse_them(growing_study, m
     assert all((study.store / r / "status.json").stat().st_mtime == t for r, t in stamps.items())
     assert len(repeated) >= 6 and set(repeated["loader"]) == {"repeat"}  # its own growth
     assert sorted(study.sweep(repeat).runs["run_id"]) == sorted(repeated["run_id"])
+
+
+def test_a_sweeps_bar_writes_lines_to_a_log_and_a_widget_only_in_a_notebooks_kernel(monkeypatch):
+    """Outside a notebook's kernel (repro reproduce's prefetch, a script) the bar is text on
+    stderr, a line now and then where stderr is a log file; in a kernel, tqdm's widget, unless
+    the kernel is one that repro reproduce runs (TERMINAL_PROGRESS_ENV)."""
+    log = io.StringIO()
+    monkeypatch.setattr(sys, "__stderr__", log)
+    monkeypatch.delenv(TERMINAL_PROGRESS_ENV, raising=False)
+    monkeypatch.delitem(sys.modules, "ipykernel", raising=False)
+    settings = SimpleNamespace(progress=True, train=True)
+    assert Study._work_bar(settings).lines is not None  # a log file: LineStream
+    monkeypatch.setitem(sys.modules, "ipykernel", SimpleNamespace())
+    assert Study._work_bar(settings).bar.fp is not log  # a notebook: the widget
+    monkeypatch.setenv(TERMINAL_PROGRESS_ENV, "1")
+    assert Study._work_bar(settings).lines is not None
