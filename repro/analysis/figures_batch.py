@@ -144,10 +144,13 @@ def accuracy_vs_batch(endpoints: pd.DataFrame, tasks: list[str], batch_sizes) ->
     interval from the standard errors over examples), and chance where known."""
     from repro.analysis.accuracy import CHANCE, Z90, accuracy_per_batch
 
-    fig, axes = plt.subplots(1, 1 + len(tasks), figsize=(5 * (1 + len(tasks)), 4.2))
+    fig, axes = plt.subplots(1, 1 + len(tasks), figsize=(5 * (1 + len(tasks)), 4.4))
     models = by_size(endpoints["model"].unique())
+    best = []  # the largest model's most accurate batch per task
     for i, task in enumerate(tasks):
         scores = accuracy_per_batch(endpoints, task)
+        largest = scores[scores["model"] == models[-1]]
+        best.append(f"{largest.loc[largest['acc'].idxmax(), 'batch_size']} ({task})")
         for model in models:
             group = scores[scores["model"] == model]
             style = {"marker": "o", "color": plots.PALETTE[models.index(model)], "label": model}
@@ -160,10 +163,15 @@ def accuracy_vs_batch(endpoints: pd.DataFrame, tasks: list[str], batch_sizes) ->
             )
         if task in CHANCE:
             axes[1 + i].axhline(CHANCE[task], color="k", linestyle=":", label="chance")
-        axes[1 + i].set_ylabel(f"{task} accuracy (fraction)")
+        axes[1 + i].set_ylabel("accuracy (fraction)")
         axes[1 + i].set_title(f"{task} (90% interval)")
     axes[0].set_ylabel("validation loss, tuned (nats/token)")
     axes[0].set_title("Validation loss (mean over replicates)")
+    lowest = largest.loc[largest["val_loss"].idxmin(), "batch_size"]
+    fig.suptitle(
+        f"{models[-1]}: lowest val loss at batch {lowest}; most accurate at batch "
+        + ", ".join(best)
+    )
     for ax in axes:
         plots.batch_axis(ax, batch_sizes)
     plots.legend_outside(axes[-1], title="model")

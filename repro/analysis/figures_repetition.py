@@ -18,7 +18,7 @@ from matplotlib.patches import Patch
 
 from repro.analysis import plots
 from repro.analysis.intervals import LEVEL, t_interval
-from repro.analysis.repetition import MUENNIGHOFF_R_STAR, FreshFit, effective_data
+from repro.analysis.repetition import MUENNIGHOFF_R_STAR, R_GRID, FreshFit, effective_data
 
 INTERVAL = plots.interval_label(LEVEL)  # this module's error bars: over replicates (pools)
 
@@ -74,16 +74,18 @@ def loss_vs_epochs(curves: pd.DataFrame, fits: pd.DataFrame, finding: str) -> pl
 def r_star_vs_group(summary: pd.DataFrame, group: str, label: str, finding: str) -> plt.Figure:
     """R_D* per value of `group` (geometric mean over replicates, 90% interval of log10 R_D*
     over replicates; repetition.r_star_summary), on a log axis, with Muennighoff et al.'s 15.4.
-    Hollow markers: some replicate at a bound of the R_D* grid."""
+    Hollow markers: some replicate at a bound of the R_D* grid; an interval's end beyond the grid
+    (R_GRID, where R_D* is fitted) is drawn at the grid's end."""
     fig, ax = plt.subplots(figsize=(7.5, 4.6))
     summary = plots.settled(summary)
     x = np.arange(len(summary))
+    low, high = (summary[end].clip(R_GRID[0], R_GRID[-1]) for end in ("low", "high"))
     plots.errorbars(
         ax,
         x,
         summary["R_D*"],
-        summary["low"],
-        summary["high"],
+        low,
+        high,
         LEVEL,
         marker="o",
         linestyle="none",
@@ -105,7 +107,7 @@ def r_star_vs_group(summary: pd.DataFrame, group: str, label: str, finding: str)
         )
     reference = f"Muennighoff et al.: {MUENNIGHOFF_R_STAR}"
     ax.axhline(MUENNIGHOFF_R_STAR, color="0.4", linestyle="--", label=reference)
-    values = [*summary["low"], *summary["high"], MUENNIGHOFF_R_STAR]
+    values = [*low, *high, MUENNIGHOFF_R_STAR]
     plots.log_axis(ax, "y", min(values) / 1.5, max(values) * 1.5)
     ax.set_xticks(x, [str(v) for v in summary[group]], rotation=25, ha="right")
     ax.set_xlabel(label)
