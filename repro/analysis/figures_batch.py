@@ -175,6 +175,7 @@ def accuracy_vs_batch(endpoints: pd.DataFrame, tasks: list[str], batch_sizes) ->
     for ax in axes:
         plots.batch_axis(ax, batch_sizes)
     plots.legend_outside(axes[-1], title="model")
+    fig.tight_layout()  # room for each panel's tick labels and y label beside its neighbour
     return fig
 
 
