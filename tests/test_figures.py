@@ -575,3 +575,18 @@ def test_figures_of_fits_are_the_same_file_when_fits_differ_in_their_ninth_digit
     for pair in saved.values():
         (_, one), (_, other) = (tuple(p) for p in pair)
         assert one.read_bytes() == other.read_bytes()
+
+
+@pytest.mark.parametrize(
+    "accuracies, says",
+    [
+        ([0.40, 0.62, 0.41], "most accurate at batch 4"),  # 4's interval clears the others'
+        ([0.40, 0.47, 0.41], "no batch more accurate than another"),  # 4's overlaps 16's
+    ],
+)
+def test_the_accuracy_title_names_a_batch_only_where_its_interval_clears_the_others(
+    accuracies, says
+):
+    """0.02 standard errors: 90% intervals of +-0.033."""
+    scores = pd.DataFrame({"batch_size": [1, 4, 16], "acc": accuracies, "acc_se": 0.02})
+    assert figures_batch._most_accurate(scores, 1.645).startswith(says)

@@ -139,18 +139,21 @@ def _near_optimum(rows: pd.DataFrame) -> str:
 
 @plots.styled
 def accuracy_vs_batch(endpoints: pd.DataFrame, tasks: list[str], batch_sizes) -> plt.Figure:
-    """Left: the tuned validation loss per batch size; then one panel per downstream task: the
-    accuracy of the same tuned endpoints, one curve per model size (mean over replicates, 90%
-    interval from the standard errors over examples), and chance where known."""
+    """Left: the tuned validation loss per batch size (each replicate's, and their mean); then one
+    panel per downstream task: the accuracy of the same tuned endpoints, one curve per model size
+    (mean over replicates, 90% interval from the standard errors over examples), and chance where
+    known. The title names the most accurate batch only where its interval clears every other's."""
     from repro.analysis.accuracy import CHANCE, Z90, accuracy_per_batch
 
     fig, axes = plt.subplots(1, 1 + len(tasks), figsize=(5 * (1 + len(tasks)), 4.4))
     models = by_size(endpoints["model"].unique())
-    best = []  # the largest model's most accurate batch per task
+    for m, model in enumerate(models):
+        mine = endpoints[endpoints["model"] == model]
+        axes[0].scatter(mine["batch_size"], mine["val_loss"], color=plots.PALETTE[m], alpha=0.3)
+    found = []  # per task: the largest model's most accurate batch, where the data tell it
     for i, task in enumerate(tasks):
         scores = accuracy_per_batch(endpoints, task)
-        largest = scores[scores["model"] == models[-1]]
-        best.append(f"{largest.loc[largest['acc'].idxmax(), 'batch_size']} ({task})")
+        found.append(f"{task}: {_most_accurate(scores[scores['model'] == models[-1]], Z90)}")
         for model in models:
             group = scores[scores["model"] == model]
             style = {"marker": "o", "color": plots.PALETTE[models.index(model)], "label": model}
@@ -166,17 +169,25 @@ def accuracy_vs_batch(endpoints: pd.DataFrame, tasks: list[str], batch_sizes) ->
         axes[1 + i].set_ylabel("accuracy (fraction)")
         axes[1 + i].set_title(f"{task} (90% interval)")
     axes[0].set_ylabel("validation loss, tuned (nats/token)")
-    axes[0].set_title("Validation loss (mean over replicates)")
-    lowest = largest.loc[largest["val_loss"].idxmin(), "batch_size"]
-    fig.suptitle(
-        f"{models[-1]}: lowest val loss at batch {lowest}; most accurate at batch "
-        + ", ".join(best)
-    )
+    axes[0].set_title("Validation loss (dots: replicates; line: mean)")
+    largest = endpoints[endpoints["model"] == models[-1]]
+    lowest = largest.groupby("batch_size")["val_loss"].mean().idxmin()
+    fig.suptitle(f"{models[-1]}: lowest val loss at batch {lowest}; " + "; ".join(found))
     for ax in axes:
         plots.batch_axis(ax, batch_sizes)
     plots.legend_outside(axes[-1], title="model")
     fig.tight_layout()  # room for each panel's tick labels and y label beside its neighbour
     return fig
+
+
+def _most_accurate(scores: pd.DataFrame, z: float) -> str:
+    """The phrase "most accurate at batch B" where B's interval (z standard errors) lies above
+    every other batch's, else that the intervals overlap."""
+    low, high = scores["acc"] - z * scores["acc_se"], scores["acc"] + z * scores["acc_se"]
+    top = scores["acc"].idxmax()
+    if len(scores) > 1 and low[top] > high.drop(index=top).max():
+        return f"most accurate at batch {scores.loc[top, 'batch_size']}"
+    return "no batch more accurate than another (90% intervals overlap)"
 
 
 @plots.styled
