@@ -56,6 +56,7 @@ from repro.design.presets import Preset
 from repro.design.regime import describe_regime, deviations, preset_regime
 from repro.errors import ReproError
 from repro.paths import project_root
+from repro.runtime.progress import in_kernel
 from repro.runtime.run_dir import RunDir
 from repro.store.bundle import DOCUMENTS_READ, import_bundle, volumes
 from repro.store.grid import plan_grid
@@ -413,7 +414,7 @@ class Study:
     def _work_bar(self) -> WorkBar:
         """A sweep's progress bar: a widget in a notebook's kernel, else plain text on stderr (a
         line now and then in a log file: WorkBar), as in kernels that `repro reproduce` runs."""
-        kernel = "ipykernel" in sys.modules and not os.environ.get(TERMINAL_PROGRESS_ENV)
+        kernel = in_kernel() and not os.environ.get(TERMINAL_PROGRESS_ENV)
         terminal = None if kernel else sys.__stderr__
         return WorkBar(self.progress and self.train, file=terminal)
 
@@ -461,8 +462,7 @@ class Study:
 
     def downstream(self, endpoints: pd.DataFrame) -> pd.DataFrame:
         """`endpoints` with each tuned run's accuracy on the preset's downstream tasks (repro eval,
-        once per run: RUN/downstream.json is reused): "<task> acc", "<task> acc_stderr",
-        "<task> n"."""
+        once per run, RUN/downstream.json reused): "<task> acc", "<task> acc_stderr", "<task> n"."""
         from repro.store.downstream import (
             POOL_TASK,
             evaluate_run,

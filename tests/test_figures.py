@@ -590,3 +590,14 @@ def test_the_accuracy_title_names_a_batch_only_where_its_interval_clears_the_oth
     """0.02 standard errors: 90% intervals of +-0.033."""
     scores = pd.DataFrame({"batch_size": [1, 4, 16], "acc": accuracies, "acc_se": 0.02})
     assert figures_batch._most_accurate(scores, 1.645).startswith(says)
+
+
+def test_the_latency_title_compares_deadlines_to_one_loss():
+    """Measured frontier ends at 2.5: the target is 2.55, reached at 30 measured, 10 projected."""
+    measured = pd.DataFrame({"deadline": [3, 10, 30, 100], "best_val_loss": [5.0, 3.0, 2.55, 2.5]})
+    projected = measured.assign(deadline=measured["deadline"] / 3)
+    title = figures_frontier._latency_finding(measured, {"x4 GPUs per replica (e=0.7)": projected})
+    assert title == (
+        "Projected: x4 GPUs per replica reach 2.55 nats/token by deadline 10, "
+        "data parallel by 30 step units"
+    )

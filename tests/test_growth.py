@@ -158,10 +158,10 @@ def test_a_sweeps_bar_writes_lines_to_a_log_and_a_widget_only_in_a_notebooks_ker
     log = io.StringIO()
     monkeypatch.setattr(sys, "__stderr__", log)
     monkeypatch.delenv(TERMINAL_PROGRESS_ENV, raising=False)
-    monkeypatch.delitem(sys.modules, "ipykernel", raising=False)
+    monkeypatch.setattr("repro.study.in_kernel", lambda: False)
     settings = SimpleNamespace(progress=True, train=True)
     assert Study._work_bar(settings).lines is not None  # a log file: LineStream
-    monkeypatch.setitem(sys.modules, "ipykernel", SimpleNamespace())
+    monkeypatch.setattr("repro.study.in_kernel", lambda: True)
     assert Study._work_bar(settings).bar.fp is not log  # a notebook: the widget
     monkeypatch.setenv(TERMINAL_PROGRESS_ENV, "1")
     assert Study._work_bar(settings).lines is not None

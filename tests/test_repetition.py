@@ -15,6 +15,7 @@ from repro.analysis.repetition import (
     r_star_claim,
     r_star_summary,
     r_star_table,
+    spread_title,
 )
 
 MULTIPLES = np.array([0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0])  # D' never beyond: measured
@@ -142,3 +143,15 @@ def test_the_r_star_claim_is_calibrated_over_simulated_studies():
     assert definite / (trials / 2) <= 0.10 + 0.03
     assert covered / (trials / 2) >= 0.87
     assert R_GRID[0] < 1 < R_GRID[-1]
+
+
+def test_the_spread_title_ranks_the_fitted_values_and_names_those_at_the_grids_bound():
+    summary = pd.DataFrame(
+        {"batch_size": [1, 16, 32], "R_D*": [5.5, 16.2, 1000.0], "at a bound": [0, 0, 2]}
+    )
+    title = spread_title(summary, "batch_size", "batch")
+    assert title == (
+        "R_D* from 5.5 (batch 1) to 16.2 (batch 16)\n"
+        "batch 32: a replicate at the grid's bound, not ranked"
+    )
+    assert "\n" not in spread_title(summary.iloc[:2], "batch_size", "batch")

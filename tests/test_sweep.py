@@ -12,6 +12,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+import repro.runtime.progress as bars
 import repro.store.grid as grid_module
 import repro.store.progress as progress
 from repro.analysis.results import load_results, open_results
@@ -463,14 +464,25 @@ def test_a_bar_writes_a_line_now_and_then_where_redraws_do_not_show(monkeypatch)
     """A log file or a saved notebook gets whole lines, at most one per LINE_EVERY_S seconds,
     and the last state at the end; no carriage return."""
     clock = iter(range(0, 10_000, 10))  # 10 s per reading
-    monkeypatch.setattr(progress.time, "monotonic", lambda: float(next(clock)))
+    monkeypatch.setattr(bars.time, "monotonic", lambda: float(next(clock)))
     log = io.StringIO()
-    stream = progress.LineStream(log)
+    stream = bars.LineStream(log)
     for n in range(12):
         stream.write(f"\rruns: {n}/12")
     stream.write("\n")
     stream.close()
     assert log.getvalue() == "runs: 0/12\nruns: 3/12\nruns: 6/12\nruns: 9/12\nruns: 11/12\n"
+
+
+def test_a_pool_or_training_bar_in_a_log_writes_lines_and_its_end(monkeypatch):
+    """progress_bar (pool builds, hashing, training) where stderr is a file: a first line, then
+    its last state when it closes; no carriage return."""
+    log = io.StringIO()
+    monkeypatch.setattr(bars.sys, "stderr", log)
+    with bars.progress_bar(total=3, desc="tokens", bar_format="{desc}: {n}/{total}") as bar:
+        for _ in range(3):
+            bar.update()
+    assert log.getvalue() == "tokens: 0/3\ntokens: 3/3\n"
 
 
 def test_a_run_of_less_than_one_batch_costs_its_passes_not_a_crash(synthetic_pool):

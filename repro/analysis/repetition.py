@@ -251,16 +251,16 @@ def _r_star_text(r_star: float, bound: str) -> str:
 
 def spread_title(summary: pd.DataFrame, group: str, noun: str) -> str:
     """A figure title stating where R_D* (r_star_summary) is lowest and highest over `group`
-    among the values no replicate of which sits at a bound of R_GRID, and how many do."""
+    among the values no replicate of which sits at a bound of R_GRID, and naming those that do."""
     inside = summary[summary["at a bound"] == 0]
-    bounded = len(summary) - len(inside)
-    note = f"; {bounded} {noun}(s) with a replicate at the grid's bound" if bounded else ""
+    bounded = ", ".join(str(v) for v in summary.loc[summary["at a bound"] > 0, group])
+    note = f"\n{noun} {bounded}: a replicate at the grid's bound, not ranked" if bounded else ""
     if inside.empty:
-        return f"R_D* at the grid's bound for every {noun}{note}"
-    low, high = inside.loc[inside["R_D*"].idxmin()], inside.loc[inside["R_D*"].idxmax()]
+        return f"R_D* at the grid's bound for every {noun}"
+    low, high = inside["R_D*"].idxmin(), inside["R_D*"].idxmax()  # rows: a group keeps its type
     return (
-        f"R_D* from {low['R_D*']:.3g} ({noun} {low[group]}) to {high['R_D*']:.3g} "
-        f"({noun} {high[group]}){note}\nMuennighoff et al.: {MUENNIGHOFF_R_STAR}"
+        f"R_D* from {inside.at[low, 'R_D*']:.3g} ({noun} {inside.at[low, group]}) to "
+        f"{inside.at[high, 'R_D*']:.3g} ({noun} {inside.at[high, group]}){note}"
     )
 
 

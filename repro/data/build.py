@@ -42,7 +42,6 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
-from tqdm.std import tqdm  # text on stderr, in a notebook too: its saved output is the last state
 
 from repro.data.pool import (
     ARRAYS,
@@ -66,6 +65,7 @@ from repro.data.tokenizer import (
 )
 from repro.errors import ReproError
 from repro.runtime.files import check_out, fsync, fsync_tree, process_alive, space_checked
+from repro.runtime.progress import progress_bar
 
 DTYPES = ("auto", "uint16", "uint32")
 INITIAL_BYTES_PER_TOKEN = 4.5  # first guess for gathering candidates; corrected by measurement
@@ -137,7 +137,7 @@ def _gather(
         tuple[int, bytes, int, int, Document]
     ] = []  # (-key, sha, index, bytes, doc): a max-heap on key
     total = 0
-    bar = tqdm(desc=desc, unit=" docs", disable=not progress, leave=False)
+    bar = progress_bar(desc=desc, unit=" docs", disable=not progress, leave=False)
     for index, doc in enumerate(docs):
         bar.update()
         if not doc.text.strip():
@@ -179,7 +179,7 @@ def _tokenize_until(
     """Token arrays of the leading documents whose total first reaches `budget_tokens`."""
     arrays: list[np.ndarray] = []
     total = 0
-    with tqdm(
+    with progress_bar(
         total=budget_tokens,
         desc=desc,
         unit=" tok",

@@ -25,9 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from tqdm.std import tqdm  # text on stderr, in a notebook too: its saved output is the last state
+from tqdm.std import tqdm
 
 from repro.errors import ReproError
+from repro.runtime.progress import progress_bar
 
 FORMAT_VERSION = 1
 SPLITS = ("train", "val")
@@ -209,7 +210,7 @@ def verify_pool(path: str | Path, progress: bool = True) -> str:
 
 def _hash_bar(total_bytes: int, desc: str, progress: bool) -> tqdm:
     """A progress bar for hashing, shown only when it takes over a second."""
-    return tqdm(
+    return progress_bar(
         total=total_bytes,
         desc=desc,
         unit="B",

@@ -27,7 +27,6 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
 from repro.data.pool import Pool, load_pool, packed_sequences
 from repro.errors import ReproError
@@ -52,6 +51,7 @@ from repro.runtime.member import (
     save_member,
     save_progress,
 )
+from repro.runtime.progress import progress_bar
 from repro.runtime.run_dir import RunDir
 from repro.runtime.schedules import lr_multiplier
 from repro.runtime.step import Engine, attach_optimizers, build_engine, training_step
@@ -364,7 +364,7 @@ def _run(
     for member in [m for m in members if m.step >= m.timeline.steps.total_steps]:
         leave(member, "done")
     name = members[0].out.name + (f" +{len(members) - 1}" if len(members) > 1 else "")
-    bar = tqdm(
+    bar = progress_bar(
         total=sum(m.timeline.steps.total_steps for m in members),
         initial=sum(m.step for m in members),
         desc=name,

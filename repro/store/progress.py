@@ -6,9 +6,7 @@ that a notebook saves), a line now and then (LineStream).
 
 from __future__ import annotations
 
-import math
 import threading
-import time
 from pathlib import Path
 from typing import TextIO
 
@@ -16,38 +14,12 @@ from tqdm.auto import tqdm
 from tqdm.std import tqdm as tqdm_text
 
 from repro.errors import ReproError
+from repro.runtime.progress import LineStream
 from repro.runtime.run_dir import RunDir
 from repro.store.grid import PlannedRun, branch_start, estimated_cost
 
 POLL_S = 2.0  # seconds between two reads of the runs in flight (WorkBar)
 POLLED = 64  # the first unfinished runs of the submitted jobs that WorkBar reads: those in flight
-LINE_EVERY_S = 30.0  # seconds between two lines of a bar written where redraws do not show
-
-
-class LineStream:
-    """A progress bar's stream where a carriage return does not redraw (a log file, a pipe that a
-    notebook saves): the bar's latest state as one line at most every LINE_EVERY_S seconds, and
-    its last state at `close`."""
-
-    def __init__(self, target: TextIO):
-        self.target, self._state, self._written, self._at = target, "", "", -math.inf
-
-    def write(self, text: str) -> None:
-        state = text.replace("\r", "\n").strip().rsplit("\n", 1)[-1]
-        if state:
-            self._state = state
-        if time.monotonic() - self._at >= LINE_EVERY_S:
-            self.close()
-
-    def flush(self) -> None:
-        self.target.flush()
-
-    def close(self) -> None:
-        """Write the latest state, unless it is the last line written."""
-        if self._state and self._state != self._written:
-            self.target.write(self._state + "\n")
-            self.target.flush()
-            self._written, self._at = self._state, time.monotonic()
 
 
 class WorkBar:
