@@ -598,6 +598,6 @@ def test_the_latency_title_compares_deadlines_to_one_loss():
     projected = measured.assign(deadline=measured["deadline"] / 3)
     title = figures_frontier._latency_finding(measured, {"x4 GPUs per replica (e=0.7)": projected})
     assert title == (
-        "Projected: x4 GPUs per replica reach 2.55 nats/token by deadline 10, "
-        "data parallel by 30 step units"
+        "Projected: x4 GPUs per replica reach 2.55 nats/token\n"
+        "by deadline 10, data parallel by 30 step units"
     )

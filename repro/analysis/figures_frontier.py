@@ -262,7 +262,7 @@ def _latency_finding(measured: pd.DataFrame, projections: dict[str, pd.DataFrame
         return table.loc[table["best_val_loss"] <= target, "deadline"].min()
 
     return (
-        f"Projected: {label.split(' (')[0]} reach {target:.2f} nats/token by deadline "
+        f"Projected: {label.split(' (')[0]} reach {target:.2f} nats/token\nby deadline "
         f"{first(projected):,.0f}, data parallel by {first(measured):,.0f} step units"
     )
 
