@@ -13,7 +13,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from repro.data.build import PoolSpec, build_pool, check_spec
-from repro.data.pool import load_pool, pool_summary
+from repro.data.pool import built_meta, load_pool, pool_summary
 from repro.data.sources import open_source
 from repro.data.synthetic import Grammar, SyntheticLanguage, synthetic_documents
 from repro.data.tokenizer import MIN_BPE_VOCAB
@@ -763,3 +763,19 @@ def test_meta_records_sizes_and_checksums_and_verify_catches_a_flipped_byte(tmp_
     bad = _cli("data", "verify", str(out))
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
     assert "val/tokens.npy does not match the sha256" in bad.stderr and "--force" in bad.stderr
+
+
+def test_built_meta_reads_each_version_of_meta_json_and_returns_a_new_dict(tmp_path):
+    """built_meta caches meta.json's text by the file's version (run ids read it for every run):
+    a rebuilt pool (a new file renamed over the old, even of the same size) reads anew."""
+    meta = tmp_path / "meta.json"
+    assert built_meta(tmp_path) is None
+    meta.write_text('{"a": 1}')
+    built_meta(tmp_path)["a"] = 2  # a caller's change stays its own
+    assert built_meta(tmp_path) == {"a": 1}
+    (tmp_path / "new.json").write_text('{"a": 4}')
+    os.replace(tmp_path / "new.json", meta)
+    assert built_meta(tmp_path) == {"a": 4}
+    meta.write_text("[1, 2]")
+    with pytest.raises(ReproError, match="not a JSON object"):
+        built_meta(tmp_path)

@@ -18,11 +18,13 @@ Building a pool: repro.data.build.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from stat import S_ISREG
 
 import numpy as np
 from tqdm.std import tqdm
@@ -84,8 +86,26 @@ def packed_sequences(tokens: int, docs: int, seq_len: int) -> int:
 
 
 def built_meta(path: str | Path) -> dict | None:
-    """The meta.json of the pool at `path`, or None while it is not built."""
-    return _read_meta(Path(path)) if (Path(path) / "meta.json").is_file() else None
+    """The meta.json of the pool at `path` (a new dict on every call), or None while it is not
+    built. Its text is read once per version of the file (run ids ask for it for every run)."""
+    meta_path = Path(path) / "meta.json"
+    try:
+        version = meta_path.stat()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if not S_ISREG(version.st_mode):
+        return None
+    try:
+        text = _meta_text(str(meta_path), version.st_mtime_ns, version.st_size, version.st_ino)
+    except UnicodeDecodeError as exc:
+        raise _damaged(Path(path), f"meta.json is not valid JSON ({exc})") from exc
+    return _parse_meta(Path(path), text)
+
+
+@functools.lru_cache(maxsize=1024)
+def _meta_text(meta_path: str, mtime_ns: int, size: int, inode: int) -> str:
+    """meta.json's text, cached by the file's version (modification time, size, inode)."""
+    return Path(meta_path).read_text()
 
 
 def load_pool(path: str | Path) -> Pool:
@@ -120,8 +140,17 @@ def _read_meta(path: Path) -> dict:
             f"repro data build --source stdlib --tokens 1M --out {path}"
         )
     try:
-        meta = json.loads(meta_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        text = meta_path.read_text()
+    except UnicodeDecodeError as exc:
+        raise _damaged(path, f"meta.json is not valid JSON ({exc})") from exc
+    return _parse_meta(path, text)
+
+
+def _parse_meta(path: Path, text: str) -> dict:
+    """meta.json's object from its text (an error naming the pool when it is not one)."""
+    try:
+        meta = json.loads(text)
+    except json.JSONDecodeError as exc:
         raise _damaged(path, f"meta.json is not valid JSON ({exc})") from exc
     if not isinstance(meta, dict):
         raise _damaged(path, "meta.json is not a JSON object")

@@ -6,11 +6,12 @@ not depend on where the checkout lives. The trainer (repro.runtime.train), the s
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import yaml
@@ -153,11 +154,17 @@ def make_run_config(values: dict) -> RunConfig:
 def config_record(config: RunConfig) -> dict:
     """The config as config.json holds it: every field, tuples in their text form (0:4,0.5:16),
     so make_run_config reads it back unchanged."""
-    record = asdict(config)
+    record = {f.name: getattr(config, f.name) for f in fields(RunConfig)}  # every field immutable
     for f in fields(RunConfig):
         if "text" in f.metadata:
             record[f.name] = f.metadata["text"](record[f.name])
     return record
+
+
+@functools.cache
+def _default_record() -> dict:
+    """config_record(RunConfig()), computed once (run_id compares every run with it)."""
+    return config_record(RunConfig())
 
 
 def load_run_config(
@@ -212,7 +219,7 @@ def run_id(config: RunConfig) -> str:
     their defaults (so adding a new field with a default that keeps old behaviour keeps existing
     ids) and of the NUMERICS version, with the pool and a branch's checkpoint identified
     independently of absolute paths (run_identity)."""
-    defaults = config_record(RunConfig())  # has no "numerics": the version always counts
+    defaults = _default_record()  # has no "numerics": the version always counts
     changed = {k: v for k, v in run_identity(config).items() if v != defaults.get(k)}
     return hashlib.sha256(json.dumps(changed, sort_keys=True).encode()).hexdigest()[:12]
 
