@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import sys
+import threading
 import time
 from typing import TextIO
 
@@ -52,6 +53,11 @@ class _LineBar(tqdm):
             self.refresh()  # its last state, which a fast loop may not have drawn
         super().close()
         self.lines.close()
+
+
+# A bar of one process: a thread lock, not tqdm's default multiprocessing one, whose semaphore a
+# sweep's worker stopped by a signal would leave behind (the resource tracker's warning at exit)
+_LineBar.set_lock(threading.RLock())
 
 
 def in_kernel() -> bool:
