@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -139,6 +140,21 @@ class Results:
         runs = self.runs[mask]
         evals = self.evals[self.evals["run_id"].isin(runs["run_id"])]
         return replace(self, runs=runs, evals=evals)
+
+    @functools.cached_property
+    def final_steps(self) -> dict[str, int]:
+        """Each run's last evaluated step (found once for all runs, not by a scan per run)."""
+        return {rid: int(step) for rid, step in self.evals.groupby("run_id")["step"].max().items()}
+
+    @functools.cached_property
+    def final_train_losses(self) -> dict[str, float]:
+        """Each run's training loss (nats/token) at its last evaluation that has one."""
+        by_step = self.evals.sort_values("step", kind="mergesort")
+        return by_step.groupby("run_id")["train_loss"].last().to_dict()
+
+    def curve(self, run_id: str) -> pd.DataFrame:
+        """The evaluations of run `run_id`."""
+        return self.evals[self.evals["run_id"] == run_id]
 
     def where(self, run_id: str) -> str:
         """How errors name a run: its folder where the runs have one, else its id."""

@@ -158,10 +158,9 @@ def _candidates(group: pd.DataFrame, results: Results, axes: tuple[str, ...]) ->
             f"runs {', '.join(clash['run_id'][:2])} of one group share every tuned value "
             f"({', '.join(axes)}): group by the run field that tells them apart"
         )
-    finals = results.evals[results.evals["run_id"].isin(done["run_id"])]
-    steps = finals.groupby("run_id")["step"].max().to_dict()
+    steps = results.final_steps
     return {
-        tuple(run[name] for name in axes): (rid, results.documents(rid, int(steps[rid]))[0])
+        tuple(run[name] for name in axes): (rid, results.documents(rid, steps[rid])[0])
         for run in done[["run_id", *axes]].to_dict("records")
         if (rid := run["run_id"]) in steps
     }
@@ -186,7 +185,7 @@ def _endpoint(
     everything = np.ones(len(tokens), bool)
     rid = min(mine.values(), key=lambda c: _mean(c[1], tokens, everything))[0]
     best = done.set_index("run_id").loc[rid]
-    curve = results.evals[results.evals["run_id"] == rid]
+    curve = results.curve(rid)
     early = curve.loc[curve["val_loss"].idxmin()]
     edges = _edges(group[group["status"].isin(["done", "diverged"])], best, axes, cap)
     budget = best["epochs"] if "epochs" in axes else None
@@ -210,15 +209,12 @@ def _endpoint(
 
 def _final_train_loss(results: Results, run_ids: list[str]) -> float:
     """Mean final training loss (nats/token) of `run_ids` (the held-out choices of both halves)."""
-    finals = results.evals[results.evals["run_id"].isin(run_ids)].sort_values("step")
-    last = finals.groupby("run_id")["train_loss"].last()
-    return float(np.mean([last[rid] for rid in run_ids]))
+    return float(np.mean([results.final_train_losses[rid] for rid in run_ids]))
 
 
 def _tokens(results: Results, run_id: str) -> np.ndarray:
     """Scored tokens per validation document (the same for every evaluation of every run)."""
-    steps = results.evals.loc[results.evals["run_id"] == run_id, "step"]
-    return results.documents(run_id, int(steps.max()))[1]
+    return results.documents(run_id, results.final_steps[run_id])[1]
 
 
 def _groups(frame: pd.DataFrame, by: list[str]) -> list[tuple[tuple, pd.DataFrame]]:
