@@ -34,6 +34,7 @@ from repro.design.presets import Preset
 from repro.errors import ReproError
 from repro.runtime.config import run_id
 from repro.runtime.files import read_json, write_json
+from repro.runtime.member import evaluation_epochs
 from repro.runtime.shapes import flops_per_token, model_config, parameter_count
 from repro.store.grid import expand
 from repro.study import Study
@@ -321,7 +322,8 @@ def run_rows(grid: dict, pool_tokens: dict[str, int], val_tokens: int, vocab: in
             trained = c.decay_fraction * c.epochs
         per_token = flops_per_token(model_config(c.model, vocab, c.tie_embeddings), c.seq_len)
         tokens = trained * pool_tokens[c.pool]
-        evals = math.floor(trained / c.eval_every) + 1
+        schedule = evaluation_epochs(c.epochs, c.eval_every, c.eval_spacing, c.decay_fraction)
+        evals = 1 + sum(e > c.epochs - trained for e in schedule)  # a branch's: after its start
         micro = min(c.micro_batch or c.batch_size, c.batch_size)
         passes = math.ceil(tokens / c.seq_len / c.batch_size) * math.ceil(c.batch_size / micro)
         rows.append(

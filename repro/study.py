@@ -193,8 +193,8 @@ class Study:
         results' pools and retrained on the confirmation pools (repro.analysis.confirmation): it
         runs once to learn the arms' configurations, which then train (or are read) as one sweep,
         and again on their runs; `past_cap` holds the verdict with each arm at the epoch cap
-        trained to twice the cap instead, where some arm of a row's difference is at the cap.
-        Without confirmation pools, `analysis(*results)`."""
+        trained past the cap instead (confirmation.past_cap_epochs), where some arm of a row's
+        difference is at the cap. Without confirmation pools, `analysis(*results)`."""
         if not self.preset.pools.confirmation_seeds:
             return analysis(*results)
         pools = tuple(str(p) for p in self.confirmation_pools())

@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -23,6 +24,7 @@ from repro.data.build import PoolSpec, build_pool
 from repro.data.pool import load_pool, packed_sequences
 from repro.errors import ReproError
 from repro.runtime.config import config_record, load_run_config, make_run_config
+from repro.runtime.member import evaluation_epochs
 from repro.runtime.run_dir import LATEST
 from repro.runtime.train import check_config, train
 
@@ -102,6 +104,36 @@ def test_metrics_and_status(synthetic_pool, tmp_path):
         )
         == status
     )
+
+
+def test_evaluation_epochs_even_and_log():
+    assert evaluation_epochs(2, 0.5, "even") == [Fraction(k, 2) for k in (1, 2, 3, 4)]
+    assert evaluation_epochs(32, 1.0, "log") == [1, 2, 3, 4, 6, 8, 12, 16, 24, 32]
+    assert evaluation_epochs(48, 1.0, "log")[-3:] == [24, 32, 48]
+    assert evaluation_epochs(10, 1.0, "log") == [1, 2, 3, 4, 6, 8, 10]  # and always the last
+    # every epoch of a cool-down: a WSD trunk's last fifth, the whole of a branch's
+    assert evaluation_epochs(32, 1.0, "log", 0.2) == [1, 2, 3, 4, 6, 8, 12, 16, 24, *range(26, 33)]
+    assert evaluation_epochs(16, 1.0, "log", 0.2) == [1, 2, 3, 4, 6, 8, 12, 13, 14, 15, 16]
+
+
+def test_log_spaced_evaluations_leave_the_run_and_its_training_loss_unchanged(
+    synthetic_pool, tmp_path
+):
+    """Fewer evaluations, the same run: at every step both evaluate, the same validation and
+    training loss (the mean over the last epoch either way), and the same final weights."""
+    fields = BASE | {"pool": str(synthetic_pool), "epochs": 6, "eval_every": 1.0}
+    fields |= {"schedule": "wsd", "decay_fraction": 0.1}  # log: after epochs 1, 2, 3, 4, 6
+    train(make_run_config(fields), tmp_path / "even", progress=False)
+    train(make_run_config(fields | {"eval_spacing": "log"}), tmp_path / "log", progress=False)
+    even = {line["step"]: line for line in _metrics(tmp_path / "even")}
+    log = {line["step"]: line for line in _metrics(tmp_path / "log")}
+    assert len(even) == 6 and sorted(log) == sorted(even)[:4] + [max(even)]
+    assert all(log[step] == even[step] for step in log)
+    a, b = (
+        torch.load(tmp_path / name / "checkpoint.pt", weights_only=True)["model"]
+        for name in ("even", "log")
+    )
+    assert all(torch.equal(a[k], b[k]) for k in a)
 
 
 @pytest.mark.slow
@@ -237,6 +269,8 @@ def test_small_model_overfits_a_tiny_pool(tmp_path):
         ({"seed": -3}, "must be >= 0"),
         ({"device": "gpu"}, "use auto, cpu, cuda"),
         ({"eval_every": 0.4}, "must be 1/k"),
+        ({"eval_spacing": "sqrt"}, "choose one of: even, log"),
+        ({"eval_spacing": "log", "eval_every": 0.5}, "set eval_every 1 or eval_spacing even"),
         ({"batch_size": 8.5}, "batch_size: expected int, got '8.5'"),
         ({"lr": "nan"}, "lr: expected a finite float, got 'nan'"),
         ({"lr": "inf"}, "lr: expected a finite float, got 'inf'"),

@@ -13,13 +13,14 @@ censored (its choice on a grid edge, or at the largest budget below the study's 
 
 An analysis runs twice (Study.confirmed): first with a Confirmation that only records the
 configurations its arms choose (`wanted`), then, once those runs are trained, with their Results.
-A choice at the study's epoch cap is also trained to twice the cap, and the analysis runs a third
-time with those runs in its place (`past_cap`): whether a verdict stated within the cap still holds
-past it.
+A choice at the study's epoch cap is also trained to PAST_CAP times the cap (48 epochs past a cap
+of 32), and the analysis runs a third time with those runs in its place (`past_cap`): whether a
+verdict stated within the cap still holds past it.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -31,6 +32,15 @@ from repro.runtime.config import make_run_config, run_id
 
 HELD_OUT = "confirmation pools"
 """The `held_out` of a confirmed endpoint (selection.tuned's are about replicates and documents)."""
+
+PAST_CAP = 1.5
+"""How far past the epoch cap a choice at the cap is also trained (a multiple of the cap)."""
+
+
+def past_cap_epochs(cap: int) -> int:
+    """The budget (epochs) that a choice at the epoch cap `cap` is also trained to."""
+    return math.ceil(PAST_CAP * cap)
+
 
 NOT_RECIPE = ("pool", "init_from", "save_steps")
 """Run fields a confirmation run does not take from the chosen run: its pool, and a WSD branch's
@@ -46,8 +56,8 @@ class Confirmation:
     pools: tuple[str, ...]
     results: Results | None = None
     wanted: list[dict] = field(default_factory=list)
-    cap: int = 0  # the study's epoch cap (Grid.cap): a choice at it is also trained to twice it
-    past_cap: bool = False  # endpoints of a choice at the cap from its runs of twice the cap
+    cap: int = 0  # the study's epoch cap (Grid.cap): a choice at it is also trained past it
+    past_cap: bool = False  # endpoints of a choice at the cap from its runs of PAST_CAP x the cap
 
     def grids(self) -> list[dict]:
         """One sweep grid per wanted configuration: it on every confirmation pool."""
@@ -58,7 +68,8 @@ class Confirmation:
         endpoints are `selection` (rows of selection.tuned): one row per confirmation pool, as
         selection.tuned has them; while recording (no results), `selection` itself."""
         fields = recipe(chosen)
-        longer = fields | {"epochs": 2 * self.cap} if fields["epochs"] == self.cap else None
+        at_cap = fields["epochs"] == self.cap
+        longer = fields | {"epochs": past_cap_epochs(self.cap)} if at_cap else None
         if self.results is None:
             for wanted in (fields, longer):
                 if wanted is not None and wanted not in self.wanted:
@@ -138,6 +149,6 @@ def pooled_choice(results: Results, tuned_fields: tuple[str, ...]) -> pd.Series 
 
 def with_past_cap(claims: pd.DataFrame, beyond: pd.DataFrame) -> pd.DataFrame:
     """`claims` (intervals.claim_table) with `past_cap`: the verdict of `beyond`, the same analysis
-    with each arm chosen at the epoch cap trained to twice it, where a row's difference has an arm
-    at the cap (its `at_cap`); else empty."""
+    with each arm chosen at the epoch cap trained past it (past_cap_epochs), where a row's
+    difference has an arm at the cap (its `at_cap`); else empty."""
     return claims.assign(past_cap=beyond["agrees?"].where(claims["at_cap"], ""))

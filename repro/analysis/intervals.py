@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from repro.analysis.confirmation import PAST_CAP
 from repro.errors import ReproError
 
 CLAIM_TEXT = ["claim", "paper", "measured here", "agrees?"]
@@ -295,7 +296,7 @@ def shown_claims(claims: pd.DataFrame) -> pd.DataFrame:
         "mde": claims["mde"].map(lambda v: "" if pd.isna(v) else f"{v:.3f}"),
         "pools needed": claims["pools_needed"].map(lambda v: "" if pd.isna(v) else f"{v:,.0f}"),
     }
-    numbers["past the cap (2x)"] = claims["past_cap"].fillna("")
+    numbers[f"past the cap ({PAST_CAP}x)"] = claims["past_cap"].fillna("")
     return shown.assign(**{name: col for name, col in numbers.items() if (col != "").any()})
 
 

@@ -93,6 +93,7 @@ def _dry_grid(grid: Grid, batch: dict[int, int]) -> Grid:
         epochs=tuple(epochs[e] for e in grid.epochs),
         wsd_branches=grid.wsd_branches,
         eval_every=1.0,  # the fewest evaluations a run may have: they cost more than its steps
+        eval_spacing="log",
         beta2_half_life_batch=batch.get(grid.beta2_half_life_batch, 0),
         run_fields={"device": "cpu"},
         downstream_tasks=("pool_continuation",) if grid.downstream_tasks else (),

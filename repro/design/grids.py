@@ -83,7 +83,9 @@ def batch_sweep_grid(
         ]
     branches = {"wsd_branches": True} if preset.grid.wsd_branches else {}
     return branches | {
-        "fixed": preset.run_fields(**(ORIGINAL_RECIPE | recipe)),
+        "fixed": preset.run_fields(
+            **(ORIGINAL_RECIPE | {"eval_spacing": preset.grid.eval_spacing} | recipe)
+        ),
         "axes": {
             "pool": [str(p) for p in pools],
             "model": models,
@@ -127,6 +129,7 @@ def noise_scale_grid(preset: Preset, choices: list[dict]) -> list[dict]:
         "noise_scale": True,
         "micro_batch": preset.critical_batch.noise_micro_batch,
         "eval_every": 0.25,
+        "eval_spacing": "even",
     }
     return [{"fixed": choice | noise, "axes": {}} for choice in choices]
 

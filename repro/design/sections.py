@@ -12,6 +12,7 @@ from repro.data.build import PoolSpec, check_spec
 from repro.errors import ReproError
 from repro.runtime.config import (
     BatchPhases,
+    EvalSpacing,
     RunConfig,
     batch_schedule_text,
     parse_batch_schedule,
@@ -90,6 +91,10 @@ class Grid:
     epoch_cap: int = 0
     wsd_branches: bool = False
     eval_every: float = 0.5  # epochs (the within-run curve; the tuned point is each run's end)
+    # the batch sweep's evaluations (02, 03, 05 and the runs retrained from their choices): even,
+    # every eval_every epochs; log, after epochs 1, 2, 3, 4, 6, 8, 12, ... and each epoch of the
+    # cool-down (RunConfig.eval_spacing)
+    eval_spacing: EvalSpacing = "even"
     # AdamW beta2 scaled with the batch: a run of batch B gets beta2 ** (B / this batch), the same
     # token half-life of its second-moment average (Marek et al. 2025), rounded to BETA2_DIGITS
     # significant digits of 1 - beta2; 0: the same betas at every batch

@@ -13,6 +13,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Literal, get_args
 
 import yaml
 
@@ -22,6 +23,9 @@ from repro.runtime.loaders import LOADERS, BatchPhases, Loader
 from repro.runtime.schedules import DecayShape, Schedule, ScheduleName
 from repro.runtime.shapes import SIZES
 from repro.typed_fields import load_dataclass
+
+EvalSpacing = Literal["even", "log"]  # when evaluations happen (repro.runtime.member)
+EVAL_SPACINGS = get_args(EvalSpacing)
 
 
 def _parse_save_steps(value: str | Sequence, where: str) -> tuple[int, ...]:
@@ -104,6 +108,11 @@ class RunConfig:
     decay_shape: DecayShape = _field("linear", "wsd: linear | 1-sqrt")
     epochs: int = _field(8, "passes over the pool's training split")
     eval_every: float = _field(1.0, "epochs between evaluations (at most 1)")
+    eval_spacing: EvalSpacing = _field(
+        "even",
+        "even: every eval_every epochs; log: after epochs 1, 2, 3, 4, 6, 8, 12, 16, ..., the last "
+        "and each of the last decay_fraction (the training loss: the mean over the last epoch)",
+    )
     log_every: int = _field(0, "steps between train-loss lines (0: only at evaluations)")
     seed: int = _field(0, "model initialisation and data order")
     device: str = _field("auto", "auto | cpu | cuda")
@@ -236,6 +245,7 @@ STACKABLE = (
     "decay_fraction",
     "decay_shape",
     "eval_every",
+    "eval_spacing",
     "log_every",
     "save_steps",
     "init_from",
@@ -283,6 +293,15 @@ def check_fields(config: RunConfig, world_size: int = 1) -> None:
         raise ReproError(
             f"eval_every={config.eval_every} epochs; "
             "evaluate at least once per epoch (eval_every <= 1)"
+        )
+    if config.eval_spacing not in EVAL_SPACINGS:
+        raise ReproError(
+            f"eval_spacing={config.eval_spacing!r}; choose one of: {', '.join(EVAL_SPACINGS)}"
+        )
+    if config.eval_spacing == "log" and config.eval_every != 1:
+        raise ReproError(
+            f"eval_spacing=log evaluates after whole epochs, but eval_every={config.eval_every}; "
+            "set eval_every 1 or eval_spacing even"
         )
     if config.weight_decay < 0 or config.embedding_weight_decay < 0:
         raise ReproError("weight decays must be >= 0")

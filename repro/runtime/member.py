@@ -92,6 +92,7 @@ class Timeline:
     steps: EpochSteps
     schedule: Schedule
     eval_steps: set[int]
+    window_steps: set[int]  # steps after which the running training loss restarts
     save_steps: set[int]  # steps whose checkpoints are kept (a WSD trunk)
     val_sequences: np.ndarray
     val_documents: np.ndarray  # the document of each target token of val_sequences
@@ -108,7 +109,8 @@ def build_timeline(config: RunConfig, pool: Pool, loader: EpochLoader, world_siz
     return Timeline(
         steps=steps,
         schedule=config.schedule_for(steps.total_steps),
-        eval_steps=set(_evaluation_steps(steps, config.eval_every)),
+        eval_steps=set(evaluation_steps(config, steps, config.eval_spacing)),
+        window_steps=set(evaluation_steps(config, steps, "even")),
         save_steps=set(config.save_steps),
         val_sequences=validation_sequences(pool.val, pool.eos_id, config.seq_len),
         val_documents=validation_documents(pool.val, config.seq_len),
@@ -117,16 +119,28 @@ def build_timeline(config: RunConfig, pool: Pool, loader: EpochLoader, world_siz
     )
 
 
-def _evaluation_steps(steps: EpochSteps, eval_every: float) -> list[int]:
-    """Steps (counted from 1) after which validation runs: evenly spaced in epochs, always at each
-    epoch end (EpochSteps.steps_at)."""
+def evaluation_epochs(
+    epochs: int, eval_every: float, spacing: str, cool_down: float = 0.0
+) -> list[Fraction]:
+    """Epochs after which a run of `epochs` epochs evaluates: every `eval_every` epochs (even); or
+    after epochs 1, 2, 3, 4, 6, 8, 12, 16, ... (2^k and 3 * 2^k), the last, and every epoch of
+    the last `cool_down` fraction of the epochs, where a WSD run's loss moves most (log)."""
     per_epoch = max(1, round(1 / eval_every))
-    points = {
-        steps.steps_at(Fraction(epoch * per_epoch + i, per_epoch))
-        for epoch in range(len(steps.batch_by_epoch))
-        for i in range(1, per_epoch + 1)
-    }
-    return sorted(points - {0})
+    even = [Fraction(i, per_epoch) for i in range(1, epochs * per_epoch + 1)]
+    if spacing == "even":
+        return even
+    marks = {n for k in range(epochs.bit_length()) for n in (2**k, 3 * 2**k) if n <= epochs}
+    tail = {e for e in even if e > epochs * (1 - Fraction(cool_down))}
+    return sorted({Fraction(n) for n in marks | {epochs}} | tail)
+
+
+def evaluation_steps(config: RunConfig, steps: EpochSteps, spacing: str) -> list[int]:
+    """Steps (counted from 1) after which a run of `config` evaluates under `spacing`: the step
+    that ends each of evaluation_epochs (EpochSteps.steps_at); its cool-down is the WSD decay."""
+    epochs = evaluation_epochs(
+        len(steps.batch_by_epoch), config.eval_every, spacing, config.decay_fraction
+    )
+    return sorted({steps.steps_at(e) for e in epochs} - {0})
 
 
 def progress_at(config: RunConfig, step: int, steps: EpochSteps) -> dict:

@@ -311,7 +311,7 @@ def _after_step(member: Member, record: dict, engine: Engine) -> bool:
     if diverged:
         return True
     evaluated = "val_loss" in record
-    if evaluated:
+    if step in timeline.window_steps:  # every evaluation step is one (evaluation_steps)
         member.loss_sum, member.loss_steps = 0.0, 0
     # a kept step first: a kill before checkpoint.pt moves on retrains to it, so it is written
     if step in timeline.save_steps and rank == 0:
