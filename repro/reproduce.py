@@ -14,6 +14,7 @@ sockets in a private temporary folder, so reproductions of different presets run
 from __future__ import annotations
 
 import fcntl
+import importlib.util
 import os
 import shutil
 import socket
@@ -30,6 +31,7 @@ from traitlets.config import Config
 
 from repro.design.parameters import check_parameters
 from repro.design.preset_files import get_preset
+from repro.design.presets import Preset
 from repro.errors import ReproError
 from repro.paths import project_root
 from repro.plan import from_scratch_stages, plan_text, preset_fingerprint, record_times
@@ -89,6 +91,17 @@ def _hold(preset_dir: Path) -> Iterator[None]:
         yield
 
 
+def check_installed(preset: Preset) -> None:
+    """Raise a one-line ReproError, before any work, where the preset needs a package that is not
+    installed: lm-eval for grid.downstream_tasks (repro.store.downstream)."""
+    if preset.grid.downstream_tasks and importlib.util.find_spec("lm_eval") is None:
+        raise ReproError(
+            f"preset {preset.name} scores lm-eval tasks (grid.downstream_tasks: "
+            f"{', '.join(preset.grid.downstream_tasks)}) but lm-eval is not installed; "
+            'pip install -e ".[eval]", or set grid.downstream_tasks: [] in a preset file'
+        )
+
+
 def notebooks(root: Path, only: list[str] | None = None) -> list[Path]:
     """The series' notebooks (NN_name.ipynb) in order; `only` picks numbers ("1" or "01")."""
     every = sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -132,6 +145,7 @@ def reproduce(
     failing cell, or the holder of the preset when another reproduction of it runs; a bad
     parameter or notebook is refused before any work (series_parameters)."""
     chosen = get_preset(preset, dry_run)  # fail fast on a bad name or preset file
+    check_installed(chosen)
     if preset.endswith((".yaml", ".yml")):  # the kernels may run elsewhere: pass the file itself
         preset = str(Path(preset).resolve() if Path(preset).is_file() else project_root() / preset)
     root = project_root()

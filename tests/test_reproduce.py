@@ -1,6 +1,7 @@
 """`repro reproduce`: the preset's runs first (whole series only), then the notebooks; a failure
 names the notebook and cell and exits non-zero."""
 
+import importlib.util
 import io
 import json
 import os
@@ -103,6 +104,29 @@ def test_a_notebook_without_a_preset_parameter_or_bad_workers_is_refused_before_
     with pytest.raises(ReproError, match="notebook parameter workers takes a whole number"):
         reproduce("smoke", ["01"], workers=0)
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_preset_that_scores_lm_eval_tasks_needs_lm_eval_before_any_work(
+    tmp_path, monkeypatch, capsys
+):
+    """cpu scores its tuned runs on a local lm-eval task: without lm-eval (`pip install -e .`
+    alone) the reproduction would fail in notebook 02, after its training."""
+    _project(tmp_path, "raise RuntimeError('the kernel started')")
+    monkeypatch.chdir(tmp_path)
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name: None if name == "lm_eval" else real_find_spec(name),
+    )
+    with pytest.raises(SystemExit):
+        main(["reproduce", "--preset", "cpu", "--only", "01"])
+    err = capsys.readouterr().err
+    assert "preset cpu scores lm-eval tasks (grid.downstream_tasks: pool_continuation)" in err
+    assert 'pip install -e ".[eval]"' in err and err.count("\n") == 1
+    assert not (tmp_path / "runs").exists()
+    with pytest.raises(ReproError, match="the kernel started"):  # smoke scores no task
+        reproduce("smoke", ["01"])
 
 
 def test_a_notebook_replaces_its_figures_only_when_it_succeeds(tmp_path, monkeypatch, capsys):
