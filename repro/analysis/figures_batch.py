@@ -264,7 +264,13 @@ def curves(evals: pd.DataFrame, picks: pd.DataFrame, title: str) -> plt.Figure:
     handles = [Patch(color=colors[b], label=f"batch {b}") for b in colors]
     handles += [
         Line2D([], [], color="0.3", label="validation", **plots.MEASURED),
-        Line2D([], [], color="0.3", linestyle="--", label="training (mean since last eval.)"),
+        Line2D(
+            [],
+            [],
+            color="0.3",
+            linestyle="--",
+            label="training (mean over the last eval_every epochs)",
+        ),
     ]
     ax.set_xlabel("epoch")
     ax.set_ylabel("loss (nats/token)")
