@@ -130,7 +130,7 @@ def evaluation_epochs(
     if spacing == "even":
         return even
     marks = {n for k in range(epochs.bit_length()) for n in (2**k, 3 * 2**k) if n <= epochs}
-    tail = {e for e in even if e > epochs * (1 - Fraction(cool_down))}
+    tail = {e for e in even if e > epochs * (1 - Fraction(str(cool_down)))}  # 0.2 as 1/5
     return sorted({Fraction(n) for n in marks | {epochs}} | tail)
 
 
