@@ -14,7 +14,6 @@ sockets in a private temporary folder, so reproductions of different presets run
 from __future__ import annotations
 
 import fcntl
-import importlib.util
 import os
 import shutil
 import socket
@@ -31,7 +30,7 @@ from traitlets.config import Config
 
 from repro.design.parameters import check_parameters
 from repro.design.preset_files import get_preset
-from repro.design.presets import Preset
+from repro.design.presets import check_installed
 from repro.errors import ReproError
 from repro.paths import project_root
 from repro.plan import from_scratch_stages, plan_text, preset_fingerprint, record_times
@@ -89,17 +88,6 @@ def _hold(preset_dir: Path) -> Iterator[None]:
         lock.write(f"repro reproduce pid {os.getpid()} on {socket.gethostname()} since {started}")
         lock.flush()
         yield
-
-
-def check_installed(preset: Preset) -> None:
-    """Raise a one-line ReproError, before any work, where the preset needs a package that is not
-    installed: lm-eval for grid.downstream_tasks (repro.store.downstream)."""
-    if preset.grid.downstream_tasks and importlib.util.find_spec("lm_eval") is None:
-        raise ReproError(
-            f"preset {preset.name} scores lm-eval tasks (grid.downstream_tasks: "
-            f"{', '.join(preset.grid.downstream_tasks)}) but lm-eval is not installed; "
-            'pip install -e ".[eval]", or set grid.downstream_tasks: [] in a preset file'
-        )
 
 
 def notebooks(root: Path, only: list[str] | None = None) -> list[Path]:

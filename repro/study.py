@@ -52,7 +52,7 @@ from repro.design.grids import (
 )
 from repro.design.parameters import PARAMETERS, check_parameters, injected_names
 from repro.design.preset_files import get_preset
-from repro.design.presets import Preset
+from repro.design.presets import Preset, check_installed
 from repro.design.regime import describe_regime, deviations, preset_regime
 from repro.errors import ReproError
 from repro.paths import project_root
@@ -257,8 +257,7 @@ class Study:
         return RunDir(self.store / run_id).token_losses()
 
     def batch_sweep_grid(self) -> dict:
-        """02's sweep: every batch size x lr x weight decay on every pool, Kim et al.'s one-pass
-        recipe."""
+        """02's sweep: every batch size x lr x weight decay on every pool, the one-pass recipe."""
         return batch_sweep_grid(self.preset, self.pools(), **ORIGINAL_RECIPE)
 
     def beta2_ablation_grid(self) -> dict:
@@ -561,6 +560,7 @@ def open_study(
     results/<name>.tar.xz) and trains none. With `dry_run`, the built-in preset shrunk to CPU size
     (dry_run.dry_run_preset), under runs/<name>-dry-run/."""
     chosen = get_preset(preset, dry_run)
+    check_installed(chosen)  # before any work, as `repro reproduce` does
     root = project_root()
     return Study(
         preset=chosen,

@@ -110,7 +110,8 @@ def test_a_preset_that_scores_lm_eval_tasks_needs_lm_eval_before_any_work(
     tmp_path, monkeypatch, capsys
 ):
     """cpu scores its tuned runs on a local lm-eval task: without lm-eval (`pip install -e .`
-    alone) the reproduction would fail in notebook 02, after its training."""
+    alone) the reproduction would fail in notebook 02, after its training; a notebook opened by
+    hand says so when it opens its study."""
     _project(tmp_path, "raise RuntimeError('the kernel started')")
     monkeypatch.chdir(tmp_path)
     real_find_spec = importlib.util.find_spec
@@ -125,6 +126,8 @@ def test_a_preset_that_scores_lm_eval_tasks_needs_lm_eval_before_any_work(
     assert "preset cpu scores lm-eval tasks (grid.downstream_tasks: pool_continuation)" in err
     assert 'pip install -e ".[eval]"' in err and err.count("\n") == 1
     assert not (tmp_path / "runs").exists()
+    with pytest.raises(ReproError, match="lm-eval is not installed"):  # a notebook run by hand
+        open_study("cpu", train=False)
     with pytest.raises(ReproError, match="the kernel started"):  # smoke scores no task
         reproduce("smoke", ["01"])
 

@@ -8,6 +8,7 @@ repro.design.grids, its regime report by repro.design.regime. Nothing here train
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 import re
@@ -232,3 +233,14 @@ def pool_label(pool: str | Path) -> str:
         return f"confirmation pool {match['seed']}"
     sized = f" ({int(match['tokens']):,} tokens)" if match["tokens"] else ""
     return f"pool {match['seed']}{sized}"
+
+
+def check_installed(preset: Preset) -> None:
+    """Raise a one-line ReproError, before any work, where the preset needs a package that is not
+    installed: lm-eval for grid.downstream_tasks (repro.store.downstream)."""
+    if preset.grid.downstream_tasks and importlib.util.find_spec("lm_eval") is None:
+        raise ReproError(
+            f"preset {preset.name} scores lm-eval tasks (grid.downstream_tasks: "
+            f"{', '.join(preset.grid.downstream_tasks)}) but lm-eval is not installed; "
+            'pip install -e ".[eval]", or set grid.downstream_tasks: [] in a preset file'
+        )
